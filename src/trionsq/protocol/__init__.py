@@ -1,0 +1,108 @@
+"""trionsq's sans-IO NSQ protocol: pure functions and state machines over bytes.
+
+Nothing here does I/O or imports trio, so the broker, the Trio client, the blocking
+Spark client and the tests all share it. Server side: :class:`ServerConnection`.
+Client side: :func:`encode_command` and :class:`ClientConnection`. Lookupd V1:
+:mod:`trionsq.protocol.lookupd`.
+"""
+
+from __future__ import annotations
+
+from .commands import (
+    Auth,
+    Cls,
+    Command,
+    Dpub,
+    ExtMessage,
+    Fin,
+    Identify,
+    InternalCreateTopic,
+    Mpub,
+    MpubExt,
+    MpubTrace,
+    Nop,
+    OffsetSpec,
+    Pub,
+    PubExt,
+    PubTrace,
+    Rdy,
+    Req,
+    Sub,
+    SubAdvanced,
+    SubOrdered,
+    Touch,
+    TracedMessage,
+)
+from .errors import ProtocolError
+from .frames import (
+    CLOSE_WAIT_FRAME,
+    HEARTBEAT_FRAME,
+    MAGIC_V2,
+    OK_FRAME,
+    error_frame,
+    response_frame,
+    traced_reply,
+    traced_reply_frame,
+)
+from .identify import IdentifyRequest, IdentifyResponse, NegotiatedSettings
+from .message import (
+    Message,
+    binary_id,
+    decode_message,
+    encode_message,
+    encode_message_frame,
+    encode_message_frames,
+    hex_id,
+)
+from .server import ConnectionState, Event, PublishHeader, ServerConnection
+from .settings import ServerSettings
+
+__all__ = [
+    "CLOSE_WAIT_FRAME",
+    "HEARTBEAT_FRAME",
+    "MAGIC_V2",
+    "OK_FRAME",
+    "Auth",
+    "Cls",
+    "Command",
+    "ConnectionState",
+    "Dpub",
+    "Event",
+    "ExtMessage",
+    "Fin",
+    "Identify",
+    "IdentifyRequest",
+    "IdentifyResponse",
+    "InternalCreateTopic",
+    "Message",
+    "Mpub",
+    "MpubExt",
+    "MpubTrace",
+    "NegotiatedSettings",
+    "Nop",
+    "OffsetSpec",
+    "ProtocolError",
+    "Pub",
+    "PubExt",
+    "PubTrace",
+    "PublishHeader",
+    "Rdy",
+    "Req",
+    "ServerConnection",
+    "ServerSettings",
+    "Sub",
+    "SubAdvanced",
+    "SubOrdered",
+    "Touch",
+    "TracedMessage",
+    "binary_id",
+    "decode_message",
+    "encode_message",
+    "encode_message_frame",
+    "encode_message_frames",
+    "error_frame",
+    "hex_id",
+    "response_frame",
+    "traced_reply",
+    "traced_reply_frame",
+]

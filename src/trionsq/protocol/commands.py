@@ -1,0 +1,255 @@
+"""The commands a client sends, as immutable events (spec tcp-protocol §4 and §8).
+
+The server state machine turns bytes into these; the client encoder turns them
+back into bytes. Names and bodies are exactly what was on the wire: topic and
+channel names are decoded as latin-1, so every byte string maps to one ``str``.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import attrs
+
+from .identify import IdentifyRequest, IdentifyResponse, NegotiatedSettings
+
+__all__ = [
+    "Auth",
+    "Cls",
+    "Command",
+    "Dpub",
+    "ExtMessage",
+    "Fin",
+    "Identify",
+    "InternalCreateTopic",
+    "Mpub",
+    "MpubExt",
+    "MpubTrace",
+    "Nop",
+    "OffsetSpec",
+    "Pub",
+    "PubExt",
+    "PubTrace",
+    "Rdy",
+    "Req",
+    "Sub",
+    "SubAdvanced",
+    "SubOrdered",
+    "Touch",
+    "TracedMessage",
+]
+
+OFFSET_SPEC_TYPES: Final = ("timestamp", "virtual_queue", "msgcount", "special")
+
+
+@attrs.frozen
+class Identify:
+    """IDENTIFY: the client's settings, and the outcome the server negotiated from them."""
+
+    request: IdentifyRequest
+    settings: NegotiatedSettings = attrs.field(eq=False)
+    """Effective per-client values; derived from ``request`` and the server settings."""
+    response: IdentifyResponse | None = attrs.field(eq=False)
+    """The JSON reply when ``feature_negotiation`` was asked for, else ``None`` (reply ``OK``)."""
+
+
+@attrs.frozen
+class Auth:
+    """AUTH with the client's secret."""
+
+    secret: bytes
+
+
+@attrs.frozen
+class Sub:
+    """SUB, optionally to one partition (Youzan)."""
+
+    topic: str
+    channel: str
+    partition: int | None = None
+
+
+@attrs.frozen
+class SubOrdered:
+    """SUB_ORDERED: one message in flight per partition, detail layout (Youzan)."""
+
+    topic: str
+    channel: str
+    partition: int | None = None
+
+
+@attrs.frozen
+class OffsetSpec:
+    """Where SUB_ADVANCED or ``/channel/setoffset`` starts a channel: ``<kind>:<value>``."""
+
+    kind: str
+    """One of ``timestamp``, ``virtual_queue``, ``msgcount``, ``special``."""
+    value: int
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.value}"
+
+
+@attrs.frozen
+class SubAdvanced:
+    """SUB_ADVANCED: detail layout, optionally starting the channel at an offset (Youzan)."""
+
+    topic: str
+    channel: str
+    partition: int | None = None
+    offset: OffsetSpec | None = None
+
+
+@attrs.frozen
+class Pub:
+    """PUB, optionally to one partition."""
+
+    topic: str
+    body: bytes
+    partition: int | None = None
+
+
+@attrs.frozen
+class Mpub:
+    """MPUB: several bodies, all or none."""
+
+    topic: str
+    bodies: tuple[bytes, ...]
+    partition: int | None = None
+
+
+@attrs.frozen
+class Dpub:
+    """DPUB: one body delivered after ``defer_ms``."""
+
+    topic: str
+    defer_ms: int
+    body: bytes
+
+
+@attrs.frozen
+class PubTrace:
+    """PUB_TRACE: a body with a trace id; answered with the traced reply."""
+
+    topic: str
+    trace_id: int
+    body: bytes
+    partition: int | None = None
+
+
+@attrs.frozen
+class TracedMessage:
+    """One part of an MPUB_TRACE."""
+
+    trace_id: int
+    body: bytes
+
+
+@attrs.frozen
+class MpubTrace:
+    """MPUB_TRACE: several traced bodies."""
+
+    topic: str
+    messages: tuple[TracedMessage, ...]
+    partition: int | None = None
+
+
+@attrs.frozen
+class ExtMessage:
+    """A body with its JSON header bytes as the client sent them."""
+
+    header: bytes
+    body: bytes
+    trace_id: int | None = attrs.field(default=None, eq=False)
+    """``##trace_id`` from the header, when present (derived from ``header``)."""
+    tag: str | None = attrs.field(default=None, eq=False)
+    """``##client_dispatch_tag`` from the header, when it is a string (derived)."""
+
+
+@attrs.frozen
+class PubExt:
+    """PUB_EXT: a body with a JSON header (Youzan)."""
+
+    topic: str
+    message: ExtMessage
+    partition: int | None = None
+
+
+@attrs.frozen
+class MpubExt:
+    """MPUB_EXT: several bodies with JSON headers (Youzan)."""
+
+    topic: str
+    messages: tuple[ExtMessage, ...]
+    partition: int | None = None
+
+
+@attrs.frozen
+class Rdy:
+    """RDY: how many messages may be in flight to this client."""
+
+    count: int
+
+
+@attrs.frozen
+class Fin:
+    """FIN: the 16 id bytes as the client echoed them."""
+
+    message_id: bytes
+
+
+@attrs.frozen
+class Req:
+    """REQ: requeue after ``timeout_ms`` (as sent; the broker clamps to max-req-timeout)."""
+
+    message_id: bytes
+    timeout_ms: int
+
+
+@attrs.frozen
+class Touch:
+    """TOUCH: reset the message's in-flight deadline."""
+
+    message_id: bytes
+
+
+@attrs.frozen
+class Cls:
+    """CLS: the client is closing; answer ``CLOSE_WAIT``."""
+
+
+@attrs.frozen
+class Nop:
+    """NOP: no reply; how clients answer heartbeats."""
+
+
+@attrs.frozen
+class InternalCreateTopic:
+    """INTERNAL_CREATE_TOPIC: create one partition of a topic, optionally ext (Youzan)."""
+
+    topic: str
+    partition: int
+    ext: bool = False
+
+
+Command = (
+    Identify
+    | Auth
+    | Sub
+    | SubOrdered
+    | SubAdvanced
+    | Pub
+    | Mpub
+    | Dpub
+    | PubTrace
+    | MpubTrace
+    | PubExt
+    | MpubExt
+    | Rdy
+    | Fin
+    | Req
+    | Touch
+    | Cls
+    | Nop
+    | InternalCreateTopic
+)

@@ -1,0 +1,279 @@
+"""IDENTIFY: what a client asks for, how the server settles it, and the JSON reply.
+
+Validation follows nsqd (spec tcp-protocol §4.1) plus Youzan's additions (§8.5);
+every failure is the fatal ``E_BAD_BODY IDENTIFY <reason>`` or ``E_IDENTIFY_FAILED``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+import attrs
+from cattrs.gen import make_dict_unstructure_fn, override
+
+from ..serialization import JsonDecodeError, dumps, make_converter, structure_json
+from .errors import ProtocolError
+
+if TYPE_CHECKING:
+    from .settings import ServerSettings
+
+__all__ = [
+    "ExtFilter",
+    "ExtFilterItem",
+    "IdentifyRequest",
+    "IdentifyResponse",
+    "NegotiatedSettings",
+    "decode_identify_request",
+    "encode_identify_request",
+    "encode_identify_response",
+    "negotiate",
+]
+
+MAX_TAG_LENGTH: Final = 100
+_INT32_MAX: Final = 2**31 - 1
+
+
+@attrs.frozen
+class ExtFilterItem:
+    """One key/value pair of a Youzan ``ext_filter``."""
+
+    filter_ext_key: str = ""
+    filter_data: str = ""
+
+
+@attrs.frozen
+class ExtFilter:
+    """Youzan's server-side filter on ext header values (kept for the broker)."""
+
+    type: int = 0
+    inverse: bool = False
+    filter_ext_key: str = ""
+    filter_data: str = ""
+    filter_data_list: tuple[ExtFilterItem, ...] = ()
+
+
+@attrs.frozen
+class IdentifyRequest:
+    """The IDENTIFY JSON body; absent keys and ``null`` keep these defaults."""
+
+    client_id: str = ""
+    hostname: str = ""
+    user_agent: str = ""
+    heartbeat_interval: int = 0
+    output_buffer_size: int = 0
+    output_buffer_timeout: int = 0
+    feature_negotiation: bool = False
+    tls_v1: bool = False
+    deflate: bool = False
+    deflate_level: int = 0
+    snappy: bool = False
+    sample_rate: int = 0
+    msg_timeout: int = 0
+    topology_region: str = ""
+    topology_zone: str = ""
+    extend_support: bool = False
+    desired_tag: str = ""
+    ext_filter: ExtFilter | None = None
+    short_id: str = ""
+    long_id: str = ""
+
+
+@attrs.frozen
+class NegotiatedSettings:
+    """The values in force for one client after IDENTIFY (0 means "off" for timers)."""
+
+    client_id: str
+    hostname: str
+    user_agent: str
+    heartbeat_interval_ms: int
+    """0 = heartbeats disabled (and no read deadline)."""
+    output_buffer_size: int
+    output_buffer_timeout_ms: int
+    """0 = no flush timer."""
+    sample_rate: int
+    msg_timeout_ms: int
+    tls_v1: bool
+    snappy: bool
+    deflate: bool
+    deflate_level: int
+    extend_support: bool
+    desired_tag: str
+    feature_negotiation: bool
+
+    @classmethod
+    def defaults(cls, settings: ServerSettings) -> NegotiatedSettings:
+        """What a client that never sends IDENTIFY gets."""
+        return negotiate(IdentifyRequest(), settings)[0]
+
+
+@attrs.frozen
+class IdentifyResponse:
+    """The JSON reply to IDENTIFY with ``feature_negotiation``; field order is nsqd's."""
+
+    max_rdy_count: int
+    version: str
+    max_msg_timeout: int
+    msg_timeout: int
+    tls_v1: bool
+    deflate: bool
+    deflate_level: int
+    max_deflate_level: int
+    snappy: bool
+    sample_rate: int
+    auth_required: bool
+    output_buffer_size: int
+    output_buffer_timeout: int
+    topology_region: str = ""
+    topology_zone: str = ""
+    desired_tag: str = ""
+    """Youzan: present only when the client asked for a tag."""
+
+
+_converter = make_converter()
+_converter.register_unstructure_hook(
+    IdentifyResponse,
+    make_dict_unstructure_fn(
+        IdentifyResponse, _converter, desired_tag=override(omit_if_default=True)
+    ),
+)
+
+
+def decode_identify_request(body: bytes) -> IdentifyRequest:
+    """Parse an IDENTIFY body; bad JSON is nsqd's ``failed to decode JSON body``."""
+    try:
+        request = structure_json(body, IdentifyRequest, _converter)
+    except JsonDecodeError:
+        raise ProtocolError("E_BAD_BODY", "IDENTIFY failed to decode JSON body") from None
+    if not -(2**31) <= request.sample_rate <= _INT32_MAX:  # Go decodes it into an int32
+        raise ProtocolError("E_BAD_BODY", "IDENTIFY failed to decode JSON body")
+    return request
+
+
+def encode_identify_request(request: IdentifyRequest) -> bytes:
+    """The JSON a client sends, without keys that hold their default."""
+    raw: dict[str, object] = _converter.unstructure(request)
+    defaults: dict[str, object] = _converter.unstructure(IdentifyRequest())
+    return dumps({key: value for key, value in raw.items() if defaults.get(key) != value})
+
+
+def encode_identify_response(response: IdentifyResponse) -> bytes:
+    """The reply JSON bytes, keys in nsqd's order."""
+    return dumps(response, _converter)
+
+
+def decode_identify_response(data: bytes) -> IdentifyResponse:
+    """Parse a server's IDENTIFY reply (client side)."""
+    try:
+        return structure_json(data, IdentifyResponse, _converter)
+    except JsonDecodeError as exc:
+        raise ProtocolError("E_BAD_RESPONSE", f"IDENTIFY reply is not valid: {exc}") from None
+
+
+def _invalid(reason: str) -> ProtocolError:
+    return ProtocolError("E_BAD_BODY", f"IDENTIFY {reason}")
+
+
+def negotiate(
+    request: IdentifyRequest, settings: ServerSettings
+) -> tuple[NegotiatedSettings, IdentifyResponse | None]:
+    """Validate ``request`` against ``settings`` and settle every value, as nsqd does.
+
+    Returns the client's settings and, when ``feature_negotiation`` was asked for,
+    the JSON reply (else the reply is ``OK``).
+
+    Raises:
+        ProtocolError: ``E_BAD_BODY IDENTIFY <reason>`` or ``E_IDENTIFY_FAILED``.
+    """
+    heartbeat = request.heartbeat_interval
+    if heartbeat == -1:
+        heartbeat_ms = 0
+    elif heartbeat == 0:
+        heartbeat_ms = settings.default_heartbeat_interval_ms
+    elif 1000 <= heartbeat <= settings.max_heartbeat_interval_ms:
+        heartbeat_ms = heartbeat
+    else:
+        raise _invalid(f"heartbeat interval ({heartbeat}) is invalid")
+
+    timeout = request.output_buffer_timeout
+    if timeout == -1:
+        timeout_ms = 0
+    elif timeout == 0:
+        timeout_ms = settings.output_buffer_timeout_ms
+    elif settings.min_output_buffer_timeout_ms <= timeout <= settings.max_output_buffer_timeout_ms:
+        timeout_ms = timeout
+    else:
+        raise _invalid(f"output buffer timeout ({timeout}) is invalid")
+
+    size = request.output_buffer_size
+    if size == -1:
+        buffer_size, timeout_ms = 1, 0
+    elif size == 0:
+        buffer_size = settings.output_buffer_size
+    elif 64 <= size <= settings.max_output_buffer_size:
+        buffer_size = size
+    else:
+        raise _invalid(f"output buffer size ({size}) is invalid")
+
+    if not 0 <= request.sample_rate <= 99:
+        raise _invalid(f"sample rate ({request.sample_rate}) is invalid")
+
+    msg_timeout = request.msg_timeout
+    if msg_timeout == 0:
+        msg_timeout_ms = settings.msg_timeout_ms
+    elif 1000 <= msg_timeout <= settings.max_msg_timeout_ms:
+        msg_timeout_ms = msg_timeout
+    else:
+        raise _invalid(f"msg timeout ({msg_timeout}) is invalid")
+
+    tag_length = len(request.desired_tag.encode("utf-8"))
+    if tag_length > MAX_TAG_LENGTH:
+        raise _invalid(f"invalid tag len {tag_length}, exceed limit {MAX_TAG_LENGTH}")
+
+    tls_v1 = settings.tls_available and request.tls_v1
+    deflate = settings.deflate and request.deflate
+    level = request.deflate_level if deflate and request.deflate_level > 0 else 6
+    level = min(level, settings.max_deflate_level)
+    snappy = settings.snappy and request.snappy
+    if deflate and snappy:
+        raise ProtocolError(
+            "E_IDENTIFY_FAILED", "cannot enable both deflate and snappy compression"
+        )
+
+    negotiated = NegotiatedSettings(
+        client_id=request.client_id or request.short_id,
+        hostname=request.hostname or request.long_id,
+        user_agent=request.user_agent,
+        heartbeat_interval_ms=heartbeat_ms,
+        output_buffer_size=buffer_size,
+        output_buffer_timeout_ms=timeout_ms,
+        sample_rate=request.sample_rate,
+        msg_timeout_ms=msg_timeout_ms,
+        tls_v1=tls_v1,
+        snappy=snappy,
+        deflate=deflate,
+        deflate_level=level,
+        extend_support=request.extend_support,
+        desired_tag=request.desired_tag,
+        feature_negotiation=request.feature_negotiation,
+    )
+    if not request.feature_negotiation:
+        return negotiated, None
+    response = IdentifyResponse(
+        max_rdy_count=settings.max_rdy_count,
+        version=settings.version,
+        max_msg_timeout=settings.max_msg_timeout_ms,
+        msg_timeout=msg_timeout_ms,
+        tls_v1=tls_v1,
+        deflate=deflate,
+        deflate_level=level,
+        max_deflate_level=settings.max_deflate_level,
+        snappy=snappy,
+        sample_rate=request.sample_rate,
+        auth_required=settings.auth_enabled,
+        output_buffer_size=buffer_size,
+        output_buffer_timeout=timeout_ms,
+        topology_region=settings.topology_region,
+        topology_zone=settings.topology_zone,
+        desired_tag=request.desired_tag,
+    )
+    return negotiated, response

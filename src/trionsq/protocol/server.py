@@ -1,0 +1,809 @@
+"""The server side of protocol V2 as a sans-IO state machine: bytes in, events out.
+
+``ServerConnection.receive_data(data)`` parses every complete command in ``data``
+and returns them in order as command events (:mod:`.commands`) and
+:class:`~.errors.ProtocolError` values. A non-fatal error sits between the commands
+around it; a fatal one ends the list and the connection (later data is ignored).
+``receive_data(b"")`` means EOF and yields the error nsqd sends for a command cut
+short, if any.
+
+Validation follows spec tcp-protocol §4 and §8 in the order given there. Checks
+that need the broker (topic exists, permissions, back-pressure) are the broker's;
+those that the spec places before a body is read go through the optional
+``publish_gate`` so they still happen before the body is buffered.
+
+Bodies are read field by field through small generators, so a command split
+across any number of receives resumes where it stopped, each body is copied
+exactly once (a slice when it arrived whole, one join when it did not), and a
+size is checked against its limit before any of its body is kept.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from collections.abc import Callable, Generator
+from typing import Final
+
+import attrs
+import orjson
+
+from .commands import (
+    Auth,
+    Cls,
+    Command,
+    Dpub,
+    ExtMessage,
+    Fin,
+    Identify,
+    InternalCreateTopic,
+    Mpub,
+    MpubExt,
+    MpubTrace,
+    Nop,
+    OffsetSpec,
+    Pub,
+    PubExt,
+    PubTrace,
+    Rdy,
+    Req,
+    Sub,
+    SubAdvanced,
+    SubOrdered,
+    Touch,
+    TracedMessage,
+)
+from .errors import ProtocolError
+from .frames import MAGIC_V2
+from .identify import NegotiatedSettings, decode_identify_request, negotiate
+from .names import go_quote, is_valid_name
+from .numbers import go_atoi, go_parse_bool, parse_base10
+from .settings import ServerSettings
+
+__all__ = ["ConnectionState", "Event", "PublishHeader", "ServerConnection"]
+
+Event = Command | ProtocolError
+
+_INT32: Final = struct.Struct(">i")
+_UINT16: Final = struct.Struct(">H")
+_UINT64: Final = struct.Struct(">Q")
+_MESSAGE_ID_LENGTH: Final = 16
+
+
+class ConnectionState(enum.IntEnum):
+    """nsqd's client states; the number is what /stats reports."""
+
+    INIT = 0
+    SUBSCRIBED = 3
+    CLOSING = 4
+
+
+@attrs.frozen
+class PublishHeader:
+    """What the broker sees of a publish before its body is read."""
+
+    verb: str
+    """The command, e.g. ``PUB``, ``MPUB_EXT``."""
+    topic: str
+    partition: int | None
+    body_size: int | None
+    """``None`` for MPUB, which nsqd authorizes before it reads the body size."""
+
+
+PublishGate = Callable[[PublishHeader], ProtocolError | None]
+"""Broker checks placed before a publish body is read; a fatal error stops the
+command there, a non-fatal one is answered after the body has been skipped."""
+
+# A body reader yields (bytes wanted, error to send if the stream ends first) and
+# is sent exactly that many bytes; it returns its event, or raises ProtocolError.
+_Request = tuple[int, ProtocolError]
+_Reader = Generator[_Request, bytes, Event | None]
+
+
+def _text(raw: bytes) -> str:
+    """Bytes as text that encodes back to the same bytes (names, args in errors)."""
+    return raw.decode("utf-8", "surrogateescape")
+
+
+def _fatal(code: str, description: str) -> ProtocolError:
+    return ProtocolError(code, description, fatal=True)
+
+
+def _invalid(description: str) -> ProtocolError:
+    return ProtocolError("E_INVALID", description, fatal=True)
+
+
+class ServerConnection:
+    """One client connection's protocol state, from the magic to the last command."""
+
+    def __init__(
+        self,
+        settings: ServerSettings | None = None,
+        *,
+        publish_gate: PublishGate | None = None,
+    ) -> None:
+        self.settings: Final = settings if settings is not None else ServerSettings()
+        self.publish_gate: Final = publish_gate
+        self.state = ConnectionState.INIT
+        self.negotiated = NegotiatedSettings.defaults(self.settings)
+        """The client's settings; replaced by each successful IDENTIFY."""
+        self.binary_ids = False
+        """True once the client uses Youzan's 16-byte binary ids (extend_support, or a
+        partition/ordered/advanced SUB); FIN/REQ/TOUCH are then parsed by position."""
+        self.tls = False
+        self.authenticated = False
+        self.closed = False
+        """Set by a fatal error or EOF; later data is ignored."""
+        self.trailing_data = b""
+        """Bytes that followed an IDENTIFY which negotiated TLS or compression: they
+        belong to the upgraded stream, so parsing stopped before them."""
+        self._upgrading = False
+        self._magic = b""
+        self._awaiting_magic = True
+        self._partial_line = b""
+        self._reader: _Reader | None = None
+        self._want = 0
+        self._eof_error: ProtocolError | None = None
+        self._pieces: list[memoryview] = []
+        self._have = 0
+        self._handlers: dict[bytes, Callable[[list[bytes]], _Reader | Event | None]] = {
+            b"IDENTIFY": self._identify,
+            b"AUTH": self._auth,
+            b"SUB": self._sub,
+            b"SUB_ORDERED": self._sub,
+            b"SUB_ADVANCED": self._sub,
+            b"RDY": self._rdy,
+            b"FIN": self._fin,
+            b"REQ": self._req,
+            b"TOUCH": self._touch,
+            b"CLS": self._cls,
+            b"NOP": self._nop,
+            b"PUB": self._pub,
+            b"MPUB": self._mpub,
+            b"DPUB": self._dpub,
+            b"PUB_TRACE": self._pub_youzan,
+            b"PUB_EXT": self._pub_youzan,
+            b"MPUB_TRACE": self._mpub_youzan,
+            b"MPUB_EXT": self._mpub_youzan,
+            b"INTERNAL_CREATE_TOPIC": self._internal_create_topic,
+        }
+
+    # ------------------------------------------------------------------ I/O layer calls
+
+    def tls_established(self) -> None:
+        """The I/O layer finished the TLS handshake; TLS-required commands may follow."""
+        self.tls = True
+
+    def receive_data(self, data: bytes) -> list[Event]:
+        """Parse ``data`` (``b""`` = EOF) and return every event it completes."""
+        events: list[Event] = []
+        if self.closed:
+            return events
+        if type(data) is not bytes:
+            data = bytes(data)  # slices must be bytes; a bytearray would leak into events
+        if not data:
+            self._receive_eof(events)
+            return events
+        pos = 0
+        end = len(data)
+        if self._awaiting_magic:
+            pos = self._receive_magic(data, events)
+            if pos < 0:
+                return events
+        while pos < end:
+            try:
+                if self._reader is not None:
+                    pos = self._continue_reader(data, pos, end, events)
+                    continue
+                line, pos = self._read_line(data, pos, end)
+                if line is None:
+                    break
+                pos = self._dispatch(line, data, pos, end, events)
+            except ProtocolError as error:
+                events.append(error)
+                if error.fatal:
+                    self._close()
+                    break
+            if self._upgrading:
+                # What follows is TLS or compressed: hand it back unparsed.
+                self._upgrading = False
+                self.trailing_data = data[pos:]
+                break
+        return events
+
+    # ------------------------------------------------------------------ framing
+
+    def _receive_magic(self, data: bytes, events: list[Event]) -> int:
+        need = 4 - len(self._magic)
+        self._magic += data[:need]
+        if len(self._magic) < 4:
+            return -1
+        self._awaiting_magic = False
+        if self._magic != MAGIC_V2:
+            events.append(ProtocolError("E_BAD_PROTOCOL", None))
+            self._close()
+            return -1
+        return need
+
+    def _receive_eof(self, events: list[Event]) -> None:
+        if self._reader is not None and self._eof_error is not None:
+            events.append(self._eof_error)
+        self._close()
+
+    def _close(self) -> None:
+        self.closed = True
+        if self._reader is not None:
+            self._reader.close()
+        self._reader = None
+        self._pieces = []
+        self._partial_line = b""
+
+    def _newline_search_start(self, buf: bytes) -> int:
+        """Where ``\\n`` may first end a line: past a binary id in FIN/REQ/TOUCH."""
+        if self.binary_ids:
+            if buf.startswith((b"FIN ", b"REQ ")):
+                return 4 + _MESSAGE_ID_LENGTH
+            if buf.startswith(b"TOUCH "):
+                return 6 + _MESSAGE_ID_LENGTH
+        return 0
+
+    def _read_line(self, data: bytes, pos: int, end: int) -> tuple[bytes | None, int]:
+        limit = self.settings.max_line_length
+        if self._partial_line:
+            previous = len(self._partial_line)
+            head = self._partial_line + data[pos : pos + limit + 1 - previous]
+            newline = head.find(b"\n", self._newline_search_start(head))
+            if newline < 0:
+                if len(head) > limit:
+                    raise _invalid(f"command line longer than {limit} bytes")
+                self._partial_line = head
+                return None, end
+            self._partial_line = b""
+            return head[:newline], pos + newline + 1 - previous
+        start = pos
+        if self.binary_ids:
+            start += self._newline_search_start(data[pos : pos + 6])
+        newline = data.find(b"\n", start)
+        if newline < 0 or newline - pos > limit:
+            if end - pos > limit:
+                raise _invalid(f"command line longer than {limit} bytes")
+            self._partial_line = data[pos:end]
+            return None, end
+        return data[pos:newline], newline + 1
+
+    def _dispatch(self, line: bytes, data: bytes, pos: int, end: int, events: list[Event]) -> int:
+        if line.endswith(b"\r"):
+            line = line[:-1]
+        params = line.split(b" ")
+        verb = params[0]
+        if self.settings.tls_required and not self.tls and verb != b"IDENTIFY":
+            raise _invalid(f"cannot {_text(verb)} in current state (TLS required)")
+        result: _Reader | Event | None
+        if self.binary_ids and line.startswith((b"FIN ", b"REQ ", b"TOUCH ")):
+            result = self._positional(line)
+        else:
+            handler = self._handlers.get(verb)
+            if handler is None:
+                raise _invalid(f"invalid command {_text(verb)}")
+            result = handler(params)
+        if result is None:
+            return pos
+        if isinstance(result, Generator):
+            return self._start_reader(result, data, pos, end, events)
+        events.append(result)
+        return pos
+
+    # ------------------------------------------------------------------ body readers
+
+    def _start_reader(
+        self, reader: _Reader, data: bytes, pos: int, end: int, events: list[Event]
+    ) -> int:
+        want, self._eof_error = next(reader)
+        return self._drive(reader, want, data, pos, end, events)
+
+    def _drive(
+        self, reader: _Reader, want: int, data: bytes, pos: int, end: int, events: list[Event]
+    ) -> int:
+        """Send the reader every field ``data`` completes; park it when data runs out."""
+        try:
+            while end - pos >= want:
+                field = data[pos : pos + want]
+                pos += want
+                want, self._eof_error = reader.send(field)
+        except StopIteration as done:
+            self._reader = None
+            if done.value is not None:
+                self._emit(done.value, events)
+            return pos
+        except ProtocolError:
+            self._reader = None
+            raise
+        self._reader = reader
+        self._want = want
+        self._pieces = [memoryview(data)[pos:end]] if pos < end else []
+        self._have = end - pos
+        return end
+
+    def _continue_reader(self, data: bytes, pos: int, end: int, events: list[Event]) -> int:
+        reader = self._reader
+        if reader is None:  # pragma: no cover - receive_data only calls with a reader
+            return pos
+        take = min(self._want - self._have, end - pos)
+        self._pieces.append(memoryview(data)[pos : pos + take])
+        self._have += take
+        pos += take
+        if self._have < self._want:
+            return pos
+        field = b"".join(self._pieces)
+        self._pieces = []
+        self._have = 0
+        try:
+            want, self._eof_error = reader.send(field)
+        except StopIteration as done:
+            self._reader = None
+            if done.value is not None:
+                self._emit(done.value, events)
+            return pos
+        except ProtocolError:
+            self._reader = None
+            raise
+        return self._drive(reader, want, data, pos, end, events)
+
+    def _emit(self, event: Event, events: list[Event]) -> None:
+        if isinstance(event, ProtocolError) and event.fatal:
+            raise event
+        events.append(event)
+
+    def _size_field(self, eof: ProtocolError) -> Generator[_Request, bytes, int]:
+        raw = yield 4, eof
+        size: int = _INT32.unpack(raw)[0]
+        return size
+
+    def _gate(
+        self, verb: str, topic: str, partition: int | None, size: int | None
+    ) -> ProtocolError | None:
+        if self.publish_gate is None:
+            return None
+        verdict = self.publish_gate(PublishHeader(verb, topic, partition, size))
+        if verdict is not None and verdict.fatal:
+            raise verdict
+        return verdict
+
+    # ------------------------------------------------------------------ argument checks
+
+    def _check_topic(self, raw: bytes, verb: str, prefix: str = "") -> str:
+        if not is_valid_name(raw):
+            raise _fatal("E_BAD_TOPIC", f"{prefix}{verb} topic name {go_quote(raw)} is not valid")
+        return _text(raw)
+
+    def _partition(self, raw: bytes) -> int | None:
+        value = go_atoi(raw)
+        if isinstance(value, str):
+            raise _fatal("E_BAD_PARTITION", f"topic partition is not valid: {value}")
+        if value == -1:
+            return None
+        if value < 0:
+            raise _fatal("E_BAD_PARTITION", "partition should not less than 0")
+        return value
+
+    def _require_auth(self, verb: str) -> None:
+        if self.settings.auth_enabled and not self.authenticated:
+            raise _fatal("E_AUTH_FIRST", f"AUTH required before {verb}")
+
+    def _check_message_id(self, raw: bytes) -> bytes:
+        if len(raw) != _MESSAGE_ID_LENGTH:
+            raise _invalid("invalid message ID")
+        return raw
+
+    def _require_consuming(self, verb: str) -> None:
+        if self.state not in (ConnectionState.SUBSCRIBED, ConnectionState.CLOSING):
+            raise _invalid(f"cannot {verb} in current state")
+
+    # ------------------------------------------------------------------ commands
+
+    def _identify(self, params: list[bytes]) -> _Reader:
+        if self.state != ConnectionState.INIT:
+            raise _invalid("cannot IDENTIFY in current state")
+        return self._read_identify()
+
+    def _read_identify(self) -> _Reader:
+        size = yield from self._size_field(
+            _fatal("E_BAD_BODY", "IDENTIFY failed to read body size")
+        )
+        if size > self.settings.max_body_size:
+            raise _fatal(
+                "E_BAD_BODY", f"IDENTIFY body too big {size} > {self.settings.max_body_size}"
+            )
+        if size <= 0:
+            raise _fatal("E_BAD_BODY", f"IDENTIFY invalid body size {size}")
+        body = yield size, _fatal("E_BAD_BODY", "IDENTIFY failed to read body")
+        request = decode_identify_request(body)
+        negotiated, response = negotiate(request, self.settings)
+        self.negotiated = negotiated
+        if negotiated.extend_support:
+            self.binary_ids = True
+        self._upgrading = negotiated.tls_v1 or negotiated.snappy or negotiated.deflate
+        return Identify(request, negotiated, response)
+
+    def _auth(self, params: list[bytes]) -> _Reader:
+        if self.state != ConnectionState.INIT:
+            raise _invalid("cannot AUTH in current state")
+        if len(params) != 1:
+            raise _invalid("AUTH invalid number of parameters")
+        return self._read_auth()
+
+    def _read_auth(self) -> _Reader:
+        size = yield from self._size_field(_fatal("E_BAD_BODY", "AUTH failed to read body size"))
+        if size > self.settings.max_body_size:
+            raise _fatal("E_BAD_BODY", f"AUTH body too big {size} > {self.settings.max_body_size}")
+        if size <= 0:
+            raise _fatal("E_BAD_BODY", f"AUTH invalid body size {size}")
+        secret = yield size, _fatal("E_BAD_BODY", "AUTH failed to read body")
+        if self.authenticated:
+            raise _invalid("AUTH already set")
+        if not self.settings.auth_enabled:
+            raise _fatal("E_AUTH_DISABLED", "AUTH disabled")
+        # Every AUTH failure the broker finds is fatal, so from here on the
+        # connection either is authenticated or is gone.
+        self.authenticated = True
+        return Auth(secret)
+
+    def _sub(self, params: list[bytes]) -> Event:
+        verb = _text(params[0])
+        if self.state != ConnectionState.INIT:
+            raise _invalid(f"cannot {verb} in current state")
+        if self.negotiated.heartbeat_interval_ms <= 0:
+            raise _invalid(f"cannot {verb} with heartbeats disabled")
+        if len(params) < 3:
+            raise _invalid(f"{verb} insufficient number of parameters")
+        topic = self._check_topic(params[1], verb)
+        if not is_valid_name(params[2]):
+            raise _fatal("E_BAD_CHANNEL", f"{verb} channel name {go_quote(params[2])} is not valid")
+        channel = _text(params[2])
+        partition: int | None = None
+        offset: OffsetSpec | None = None
+        if verb == "SUB":
+            if len(params) == 4:
+                partition = self._partition(params[3])
+        elif len(params) >= 4:
+            partition = self._partition(params[3])
+        self._require_auth("SUB")
+        if verb == "SUB_ADVANCED" and len(params) >= 5:
+            offset = _offset_spec(params[4])
+        if verb == "SUB_ORDERED" and self.negotiated.sample_rate != 0:
+            raise _invalid("order consume is not allowed while sample rate is not 0")
+        # Every SUB failure the broker finds is fatal, so the state moves now.
+        self.state = ConnectionState.SUBSCRIBED
+        if verb == "SUB":
+            if partition is not None:
+                self.binary_ids = True
+            return Sub(topic, channel, partition)
+        self.binary_ids = True
+        if verb == "SUB_ORDERED":
+            return SubOrdered(topic, channel, partition)
+        return SubAdvanced(topic, channel, partition, offset)
+
+    def _rdy(self, params: list[bytes]) -> Event | None:
+        if self.state == ConnectionState.CLOSING:
+            return None
+        if self.state != ConnectionState.SUBSCRIBED:
+            raise _invalid("cannot RDY in current state")
+        count = 1
+        if len(params) > 1:
+            parsed = parse_base10(params[1])
+            if parsed is None:
+                raise _invalid(f"RDY could not parse count {_text(params[1])}")
+            count = parsed
+        if not 0 <= count <= self.settings.max_rdy_count:
+            raise _invalid(f"RDY count {count} out of range 0-{self.settings.max_rdy_count}")
+        return Rdy(count)
+
+    def _fin(self, params: list[bytes]) -> Event:
+        self._require_consuming("FIN")
+        if len(params) < 2:
+            raise _invalid("FIN insufficient number of params")
+        return Fin(self._check_message_id(params[1]))
+
+    def _req(self, params: list[bytes]) -> Event:
+        self._require_consuming("REQ")
+        if len(params) < 3:
+            raise _invalid("REQ insufficient number of params")
+        message_id = self._check_message_id(params[1])
+        timeout = parse_base10(params[2])
+        if timeout is None:
+            raise _invalid(f"REQ could not parse timeout {_text(params[2])}")
+        return Req(message_id, timeout)
+
+    def _touch(self, params: list[bytes]) -> Event:
+        self._require_consuming("TOUCH")
+        if len(params) < 2:
+            raise _invalid("TOUCH insufficient number of params")
+        return Touch(self._check_message_id(params[1]))
+
+    def _positional(self, line: bytes) -> Event:
+        """FIN/REQ/TOUCH with a binary id: the id is the 16 bytes after ``VERB ``."""
+        verb, _, _ = line.partition(b" ")
+        start = len(verb) + 1
+        id_end = start + _MESSAGE_ID_LENGTH
+        message_id = line[start:id_end]
+        rest = line[id_end:]
+        if verb == b"REQ":
+            self._require_consuming("REQ")
+            if not rest:
+                raise _invalid("REQ insufficient number of params")
+            if not rest.startswith(b" "):
+                raise _invalid("invalid message ID")
+            raw_timeout = rest[1:].split(b" ", 1)[0]
+            timeout = parse_base10(raw_timeout)
+            if timeout is None:
+                raise _invalid(f"REQ could not parse timeout {_text(raw_timeout)}")
+            return Req(message_id, timeout)
+        self._require_consuming(_text(verb))
+        if rest and not rest.startswith(b" "):
+            raise _invalid("invalid message ID")
+        return Fin(message_id) if verb == b"FIN" else Touch(message_id)
+
+    def _cls(self, params: list[bytes]) -> Event:
+        if self.state != ConnectionState.SUBSCRIBED:
+            raise _invalid("cannot CLS in current state")
+        self.state = ConnectionState.CLOSING
+        return Cls()
+
+    def _nop(self, params: list[bytes]) -> Event:
+        return Nop()
+
+    # ---- upstream publishes
+
+    def _pub(self, params: list[bytes]) -> _Reader:
+        if len(params) < 2:
+            raise _invalid("PUB insufficient number of parameters")
+        topic = self._check_topic(params[1], "PUB")
+        partition = self._partition(params[2]) if len(params) > 2 else None
+        return self._read_pub("PUB", topic, partition)
+
+    def _read_pub(self, verb: str, topic: str, partition: int | None) -> _Reader:
+        size = yield from self._size_field(
+            _fatal("E_BAD_MESSAGE", f"{verb} failed to read message body size")
+        )
+        if size <= 0:
+            raise _fatal("E_BAD_MESSAGE", f"{verb} invalid message body size {size}")
+        if size > self.settings.max_msg_size:
+            raise _fatal(
+                "E_BAD_MESSAGE", f"{verb} message too big {size} > {self.settings.max_msg_size}"
+            )
+        refusal = self._gate(verb, topic, partition, size)
+        body = yield size, _fatal("E_BAD_MESSAGE", f"{verb} failed to read message body")
+        self._require_auth(verb)
+        return refusal if refusal is not None else Pub(topic, body, partition)
+
+    def _dpub(self, params: list[bytes]) -> _Reader:
+        if len(params) < 3:
+            raise _invalid("DPUB insufficient number of parameters")
+        topic = self._check_topic(params[1], "DPUB")
+        defer_ms = parse_base10(params[2])
+        if defer_ms is None:
+            raise _invalid(f"DPUB could not parse timeout {_text(params[2])}")
+        max_ms = self.settings.max_req_timeout_ms
+        if not 0 <= defer_ms <= max_ms:
+            raise _invalid(f"DPUB timeout {defer_ms} out of range 0-{max_ms}")
+        return self._read_dpub(topic, defer_ms)
+
+    def _read_dpub(self, topic: str, defer_ms: int) -> _Reader:
+        event = yield from self._read_pub("DPUB", topic, None)
+        if isinstance(event, Pub):
+            return Dpub(topic, defer_ms, event.body)
+        return event
+
+    def _mpub(self, params: list[bytes]) -> _Reader:
+        if len(params) < 2:
+            raise _invalid("MPUB insufficient number of parameters")
+        topic = self._check_topic(params[1], "MPUB", prefix="E_BAD_TOPIC ")
+        partition = self._partition(params[2]) if len(params) > 2 else None
+        self._require_auth("MPUB")
+        refusal = self._gate("MPUB", topic, partition, None)
+        return self._read_mpub(topic, partition, refusal)
+
+    def _read_mpub_head(self) -> Generator[_Request, bytes, tuple[int, int]]:
+        """Body size and message count, checked as nsqd's MPUB checks them."""
+        max_body = self.settings.max_body_size
+        size = yield from self._size_field(_fatal("E_BAD_BODY", "MPUB failed to read body size"))
+        if size <= 0:
+            raise _fatal("E_BAD_BODY", f"MPUB invalid body size {size}")
+        if size > max_body:
+            raise _fatal("E_BAD_BODY", f"MPUB body too big {size} > {max_body}")
+        count = yield from self._read_message_count()
+        return size, count
+
+    def _read_message_count(self) -> Generator[_Request, bytes, int]:
+        count = yield from self._size_field(
+            _fatal("E_BAD_BODY", "MPUB failed to read message count")
+        )
+        if count <= 0 or count > (self.settings.max_body_size - 4) // 5:
+            raise _fatal("E_BAD_BODY", f"MPUB invalid message count {count}")
+        return count
+
+    def _read_mpub_part_size(
+        self, index: int, body_size: int, budget: int
+    ) -> Generator[_Request, bytes, int]:
+        """One part's size: nsqd's checks, plus our bound of the parts by the body size.
+
+        nsqd reads the parts without holding them to the declared body size; we refuse
+        parts that would overrun it, so a lying header cannot make us buffer more than
+        max-body-size.
+        """
+        size = yield from self._size_field(
+            _fatal("E_BAD_MESSAGE", f"MPUB failed to read message({index}) body size")
+        )
+        if size <= 0:
+            raise _fatal("E_BAD_MESSAGE", f"MPUB invalid message({index}) body size {size}")
+        if size > self.settings.max_msg_size:
+            raise _fatal(
+                "E_BAD_MESSAGE", f"MPUB message too big {size} > {self.settings.max_msg_size}"
+            )
+        if size + 4 > budget:
+            raise _fatal("E_BAD_BODY", f"MPUB body size {body_size} is smaller than its messages")
+        return size
+
+    def _read_mpub(
+        self, topic: str, partition: int | None, refusal: ProtocolError | None
+    ) -> _Reader:
+        body_size, count = yield from self._read_mpub_head()
+        budget = body_size - 4
+        bodies: list[bytes] = []
+        eof_body = _fatal("E_BAD_MESSAGE", "MPUB failed to read message body")
+        for index in range(count):
+            size = yield from self._read_mpub_part_size(index, body_size, budget)
+            budget -= size + 4
+            bodies.append((yield size, eof_body))
+        return refusal if refusal is not None else Mpub(topic, tuple(bodies), partition)
+
+    # ---- Youzan publishes
+
+    def _youzan_args(self, params: list[bytes]) -> tuple[str, int | None]:
+        if len(params) < 2:
+            raise _invalid("insufficient number of parameters")
+        partition = self._partition(params[2]) if len(params) > 2 else None
+        return _text(params[1]), partition
+
+    def _pub_youzan(self, params: list[bytes]) -> _Reader:
+        topic, partition = self._youzan_args(params)
+        return self._read_pub_youzan(_text(params[0]), topic, partition)
+
+    def _read_pub_youzan(self, verb: str, topic: str, partition: int | None) -> _Reader:
+        size = yield from self._size_field(_fatal("E_BAD_BODY", "failed to read body size"))
+        if size <= 0:
+            raise _fatal("E_BAD_BODY", f"invalid body size {size}")
+        if size > self.settings.max_msg_size:
+            raise _fatal("E_BAD_MESSAGE", f"message too big {size} > {self.settings.max_msg_size}")
+        refusal = self._gate(verb, topic, partition, size)
+        self._require_auth("PUB")
+        eof_body = _fatal("E_BAD_MESSAGE", "failed to read message body")
+        if verb == "PUB_TRACE":
+            if size <= 8:
+                raise _fatal("E_BAD_BODY", f"invalid body size {size} with trace id enabled")
+            trace_id: int = _UINT64.unpack((yield 8, eof_body))[0]
+            body = yield size - 8, eof_body
+            return refusal if refusal is not None else PubTrace(topic, trace_id, body, partition)
+        if size <= 2:
+            raise _fatal("E_BAD_BODY", f"invalid body size {size} with ext json header enabled")
+        message = yield from self._read_ext_message(size, eof_body)
+        if refusal is not None:
+            return refusal
+        if isinstance(message, ProtocolError):
+            return message
+        return PubExt(topic, message, partition)
+
+    def _read_ext_message(
+        self, size: int, eof_body: ProtocolError
+    ) -> Generator[_Request, bytes, ExtMessage | ProtocolError]:
+        """``[2 json_len][json][body]`` filling ``size`` bytes; bad JSON is non-fatal."""
+        header_length: int = _UINT16.unpack((yield 2, eof_body))[0]
+        if 2 + header_length >= size:
+            raise _fatal(
+                "E_BAD_BODY", f"invalid body size {size} in ext json header content length"
+            )
+        header = yield header_length, eof_body
+        body = yield size - 2 - header_length, eof_body
+        return _ext_message(header, body)
+
+    def _mpub_youzan(self, params: list[bytes]) -> _Reader:
+        topic, partition = self._youzan_args(params)
+        return self._read_mpub_youzan(_text(params[0]), topic, partition)
+
+    def _read_mpub_youzan(self, verb: str, topic: str, partition: int | None) -> _Reader:
+        max_body = self.settings.max_body_size
+        size = yield from self._size_field(_fatal("E_BAD_BODY", "failed to read body size"))
+        if size <= 0:
+            raise _fatal("E_BAD_BODY", f"invalid body size {size}")
+        if size > max_body:
+            raise _fatal("E_BAD_BODY", f"body too big {size} > {max_body}")
+        refusal = self._gate(verb, topic, partition, size)
+        self._require_auth("PUB")
+        count = yield from self._read_message_count()
+        budget = size - 4
+        eof_body = _fatal("E_BAD_MESSAGE", "MPUB failed to read message body")
+        traced = verb == "MPUB_TRACE"
+        minimum = 8 if traced else 2
+        traces: list[TracedMessage] = []
+        exts: list[ExtMessage] = []
+        soft_error: ProtocolError | None = None
+        for index in range(count):
+            part = yield from self._read_mpub_part_size(index, size, budget)
+            budget -= part + 4
+            if part <= minimum:
+                raise _fatal("E_BAD_MESSAGE", f"MPUB invalid message({index}) body size {part}")
+            if traced:
+                trace_id: int = _UINT64.unpack((yield 8, eof_body))[0]
+                traces.append(TracedMessage(trace_id, (yield part - 8, eof_body)))
+                continue
+            message = yield from self._read_ext_message(part, eof_body)
+            if isinstance(message, ProtocolError):
+                soft_error = soft_error or message
+            else:
+                exts.append(message)
+        if refusal is not None:
+            return refusal
+        if traced:
+            return MpubTrace(topic, tuple(traces), partition)
+        if soft_error is not None:
+            return soft_error
+        return MpubExt(topic, tuple(exts), partition)
+
+    def _internal_create_topic(self, params: list[bytes]) -> Event:
+        if len(params) < 3:
+            raise _invalid("CREATE_TOPIC insufficient number of parameters")
+        topic = self._check_topic(params[1], "CREATE_TOPIC")
+        value = go_atoi(params[2])
+        if isinstance(value, str):
+            raise _fatal("E_BAD_PARTITION", f"topic partition is not valid: {value}")
+        if value < 0:
+            raise _fatal("E_BAD_PARTITION", "partition should not less than 0")
+        ext = False
+        if len(params) > 3:
+            parsed = go_parse_bool(params[3])
+            if isinstance(parsed, str):
+                raise _fatal("E_BAD_EXT", f"topic ext is not valid: {parsed}")
+            ext = parsed
+        return InternalCreateTopic(topic, value, ext)
+
+
+def _offset_spec(raw: bytes) -> OffsetSpec:
+    """``<kind>:<int64>``; anything else is ``E_INVALID`` with the reason."""
+    kind, sep, value = raw.partition(b":")
+    kind_text = _text(kind)
+    if not sep or kind_text not in ("timestamp", "virtual_queue", "msgcount", "special"):
+        raise _invalid(f"invalid consume offset: {_text(raw)}")
+    number = go_atoi(value)
+    if isinstance(number, str):
+        raise _invalid(f"invalid consume offset: {_text(raw)}")
+    if kind_text == "special" and number != -1:
+        raise _invalid(f"invalid consume offset: {_text(raw)}")
+    return OffsetSpec(kind_text, number)
+
+
+def _ext_message(header: bytes, body: bytes) -> ExtMessage | ProtocolError:
+    """Check a JSON header the way Youzan's PUB_EXT does; its errors are non-fatal."""
+    try:
+        parsed = orjson.loads(header)
+    except orjson.JSONDecodeError as exc:
+        return ProtocolError(
+            "E_INVALID_JSON_HEADER", f"fail to parse json header:{exc}", fatal=False
+        )
+    if not isinstance(parsed, dict):
+        return ProtocolError(
+            "E_INVALID_JSON_HEADER", "fail to parse json header:not a JSON object", fatal=False
+        )
+    trace_id: int | None = None
+    raw_trace = parsed.get("##trace_id")
+    if raw_trace is not None:
+        if not isinstance(raw_trace, str):
+            return ProtocolError(
+                "INVALID_TRACE_ID", "passin trace id should be string", fatal=False
+            )
+        value = parse_base10(raw_trace.encode("utf-8", "surrogateescape"))
+        if value is None or not raw_trace or value >= 2**64:
+            return ProtocolError("INVALID_TRACE_ID", "invalid trace id", fatal=False)
+        trace_id = value
+    raw_tag = parsed.get("##client_dispatch_tag")
+    tag = raw_tag if isinstance(raw_tag, str) else None
+    return ExtMessage(header, body, trace_id, tag)

@@ -1,0 +1,84 @@
+"""The project's one cattrs converter, for JSON at the edges (IDENTIFY, HTTP, metadata).
+
+Structuring is strict the way Go's ``encoding/json`` is: a JSON number is not a
+string, ``true`` is not ``1``, ``1.0`` is not an int, and ``null`` leaves a field at
+its default. Unknown keys are ignored, as nsqd ignores them.
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+import cattrs
+import orjson
+
+__all__ = ["JsonDecodeError", "dumps", "make_converter", "structure_json"]
+
+T = TypeVar("T")
+
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+
+
+class JsonDecodeError(ValueError):
+    """The bytes were not JSON of the expected shape."""
+
+
+def _strict_int(value: object, _type: object) -> int:
+    if type(value) is not int or not INT64_MIN <= value <= INT64_MAX:
+        raise TypeError(f"expected an integer, got {value!r}")
+    return value
+
+
+def _strict_bool(value: object, _type: object) -> bool:
+    if type(value) is not bool:
+        raise TypeError(f"expected a boolean, got {value!r}")
+    return value
+
+
+def _strict_str(value: object, _type: object) -> str:
+    if type(value) is not str:
+        raise TypeError(f"expected a string, got {value!r}")
+    return value
+
+
+def make_converter() -> cattrs.Converter:
+    """Build a converter with Go-like strict scalars; one per process is plenty."""
+    converter = cattrs.Converter(forbid_extra_keys=False)
+    converter.register_structure_hook(int, _strict_int)
+    converter.register_structure_hook(bool, _strict_bool)
+    converter.register_structure_hook(str, _strict_str)
+    return converter
+
+
+_CONVERTER = make_converter()
+
+
+def structure_json(data: bytes, cls: type[T], converter: cattrs.Converter = _CONVERTER) -> T:
+    """Parse JSON bytes into ``cls``; any failure is a :class:`JsonDecodeError`.
+
+    ``null`` members are dropped first, so they keep the field's default, as in Go.
+    """
+    try:
+        raw = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise JsonDecodeError(str(exc)) from exc
+    if not isinstance(raw, dict):
+        raise JsonDecodeError("expected a JSON object")
+    try:
+        return converter.structure(_drop_nulls(raw), cls)
+    except (cattrs.BaseValidationError, TypeError, ValueError, KeyError) as exc:
+        raise JsonDecodeError(str(exc)) from exc
+
+
+def _drop_nulls(value: object) -> object:
+    if isinstance(value, dict):
+        return {key: _drop_nulls(item) for key, item in value.items() if item is not None}
+    if isinstance(value, list):
+        return [_drop_nulls(item) for item in value]
+    return value
+
+
+def dumps(value: object, converter: cattrs.Converter = _CONVERTER) -> bytes:
+    """Unstructure ``value`` and encode it as compact JSON bytes."""
+    return orjson.dumps(converter.unstructure(value))
