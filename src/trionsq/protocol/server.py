@@ -23,6 +23,7 @@ from __future__ import annotations
 import enum
 import struct
 from collections.abc import Callable, Generator
+from types import GeneratorType
 from typing import Final
 
 import attrs
@@ -96,7 +97,9 @@ command there, a non-fatal one is answered after the body has been skipped."""
 
 # A body reader yields (bytes wanted, error to send if the stream ends first) and
 # is sent exactly that many bytes; it returns its event, or raises ProtocolError.
-_Request = tuple[int, ProtocolError]
+# The EOF error may be a zero-argument factory, so the hot path builds no errors.
+_EofError = ProtocolError | Callable[[], ProtocolError]
+_Request = tuple[int, _EofError]
 _Reader = Generator[_Request, bytes, Event | None]
 
 
@@ -111,6 +114,15 @@ def _fatal(code: str, description: str) -> ProtocolError:
 
 def _invalid(description: str) -> ProtocolError:
     return ProtocolError("E_INVALID", description, fatal=True)
+
+
+_EOF_BODY_SIZE: Final = {
+    verb: _fatal("E_BAD_MESSAGE", f"{verb} failed to read message body size")
+    for verb in ("PUB", "DPUB")
+}
+_EOF_BODY: Final = {
+    verb: _fatal("E_BAD_MESSAGE", f"{verb} failed to read message body") for verb in ("PUB", "DPUB")
+}
 
 
 class ServerConnection:
@@ -143,7 +155,8 @@ class ServerConnection:
         self._partial_line = b""
         self._reader: _Reader | None = None
         self._want = 0
-        self._eof_error: ProtocolError | None = None
+        self._eof_error: _EofError | None = None
+        self._names: dict[bytes, str] = {}
         self._pieces: list[memoryview] = []
         self._have = 0
         self._handlers: dict[bytes, Callable[[list[bytes]], _Reader | Event | None]] = {
@@ -226,8 +239,9 @@ class ServerConnection:
         return need
 
     def _receive_eof(self, events: list[Event]) -> None:
-        if self._reader is not None and self._eof_error is not None:
-            events.append(self._eof_error)
+        error = self._eof_error
+        if self._reader is not None and error is not None:
+            events.append(error if isinstance(error, ProtocolError) else error())
         self._close()
 
     def _close(self) -> None:
@@ -278,6 +292,10 @@ class ServerConnection:
         verb = params[0]
         if self.settings.tls_required and not self.tls and verb != b"IDENTIFY":
             raise _invalid(f"cannot {_text(verb)} in current state (TLS required)")
+        if verb == b"PUB" or verb == b"MPUB":
+            done = self._publish_fast_path(verb, params, data, pos, end, events)
+            if done >= 0:
+                return done
         result: _Reader | Event | None
         if self.binary_ids and line.startswith((b"FIN ", b"REQ ", b"TOUCH ")):
             result = self._positional(line)
@@ -288,10 +306,60 @@ class ServerConnection:
             result = handler(params)
         if result is None:
             return pos
-        if isinstance(result, Generator):
+        if type(result) is GeneratorType:
             return self._start_reader(result, data, pos, end, events)
-        events.append(result)
+        events.append(result)  # type: ignore[arg-type]
         return pos
+
+    def _publish_fast_path(
+        self, verb: bytes, params: list[bytes], data: bytes, pos: int, end: int, events: list[Event]
+    ) -> int:
+        """PUB/MPUB that arrived whole and valid, without a body reader; else -1.
+
+        Only the happy path lives here: anything short, invalid or unusual returns -1
+        and the body reader handles it, so every error text has one home.
+        """
+        if len(params) != 2 or self.settings.auth_enabled:
+            return -1
+        topic = self._names.get(params[1])
+        if topic is None:
+            return -1
+        unpack = _INT32.unpack_from
+        if end - pos < 4:
+            return -1
+        (size,) = unpack(data, pos)
+        if size <= 0 or end - pos - 4 < size:
+            return -1
+        start = pos + 4
+        if verb == b"PUB":
+            if size > self.settings.max_msg_size:
+                return -1
+            refusal = self._gate("PUB", topic, None, size)
+            events.append(refusal or Pub(topic, data[start : start + size]))
+            return start + size
+        # MPUB: walk the parts; nsqd's limits, and the parts must fit the body size
+        if size > self.settings.max_body_size or size < 4:
+            return -1
+        (count,) = unpack(data, start)
+        stop = start + size
+        if count <= 0 or count > (self.settings.max_body_size - 4) // 5 or stop > end:
+            return -1
+        max_msg = self.settings.max_msg_size
+        bodies: list[bytes] = []
+        append = bodies.append
+        cursor = start + 4
+        for _ in range(count):
+            if stop - cursor < 4:
+                return -1
+            (part,) = unpack(data, cursor)
+            cursor += 4
+            if part <= 0 or part > max_msg or stop - cursor < part:
+                return -1
+            append(data[cursor : cursor + part])
+            cursor += part
+        refusal = self._gate("MPUB", topic, None, None)
+        events.append(refusal or Mpub(topic, tuple(bodies)))
+        return cursor
 
     # ------------------------------------------------------------------ body readers
 
@@ -354,7 +422,7 @@ class ServerConnection:
             raise event
         events.append(event)
 
-    def _size_field(self, eof: ProtocolError) -> Generator[_Request, bytes, int]:
+    def _size_field(self, eof: _EofError) -> Generator[_Request, bytes, int]:
         raw = yield 4, eof
         size: int = _INT32.unpack(raw)[0]
         return size
@@ -372,9 +440,15 @@ class ServerConnection:
     # ------------------------------------------------------------------ argument checks
 
     def _check_topic(self, raw: bytes, verb: str, prefix: str = "") -> str:
+        name = self._names.get(raw)
+        if name is not None:
+            return name
         if not is_valid_name(raw):
             raise _fatal("E_BAD_TOPIC", f"{prefix}{verb} topic name {go_quote(raw)} is not valid")
-        return _text(raw)
+        if len(self._names) >= 1024:  # bound the cache; a client rarely uses many names
+            self._names.clear()
+        name = self._names[raw] = _text(raw)
+        return name
 
     def _partition(self, raw: bytes) -> int | None:
         value = go_atoi(raw)
@@ -562,9 +636,7 @@ class ServerConnection:
         return self._read_pub("PUB", topic, partition)
 
     def _read_pub(self, verb: str, topic: str, partition: int | None) -> _Reader:
-        size = yield from self._size_field(
-            _fatal("E_BAD_MESSAGE", f"{verb} failed to read message body size")
-        )
+        size = yield from self._size_field(_EOF_BODY_SIZE[verb])
         if size <= 0:
             raise _fatal("E_BAD_MESSAGE", f"{verb} invalid message body size {size}")
         if size > self.settings.max_msg_size:
@@ -572,7 +644,7 @@ class ServerConnection:
                 "E_BAD_MESSAGE", f"{verb} message too big {size} > {self.settings.max_msg_size}"
             )
         refusal = self._gate(verb, topic, partition, size)
-        body = yield size, _fatal("E_BAD_MESSAGE", f"{verb} failed to read message body")
+        body = yield size, _EOF_BODY[verb]
         self._require_auth(verb)
         return refusal if refusal is not None else Pub(topic, body, partition)
 
@@ -632,7 +704,7 @@ class ServerConnection:
         max-body-size.
         """
         size = yield from self._size_field(
-            _fatal("E_BAD_MESSAGE", f"MPUB failed to read message({index}) body size")
+            lambda: _fatal("E_BAD_MESSAGE", f"MPUB failed to read message({index}) body size")
         )
         if size <= 0:
             raise _fatal("E_BAD_MESSAGE", f"MPUB invalid message({index}) body size {size}")
