@@ -187,7 +187,7 @@ class ServerConnection:
         """The I/O layer finished the TLS handshake; TLS-required commands may follow."""
         self.tls = True
 
-    def receive_data(self, data: bytes) -> list[Event]:
+    def receive_data(self, data: bytes | bytearray | memoryview) -> list[Event]:
         """Parse ``data`` (``b""`` = EOF) and return every event it completes."""
         events: list[Event] = []
         if self.closed:
@@ -327,7 +327,7 @@ class ServerConnection:
         unpack = _INT32.unpack_from
         if end - pos < 4:
             return -1
-        (size,) = unpack(data, pos)
+        size: int = unpack(data, pos)[0]
         if size <= 0 or end - pos - 4 < size:
             return -1
         start = pos + 4
@@ -340,7 +340,7 @@ class ServerConnection:
         # MPUB: walk the parts; nsqd's limits, and the parts must fit the body size
         if size > self.settings.max_body_size or size < 4:
             return -1
-        (count,) = unpack(data, start)
+        count: int = unpack(data, start)[0]
         stop = start + size
         if count <= 0 or count > (self.settings.max_body_size - 4) // 5 or stop > end:
             return -1
@@ -351,7 +351,7 @@ class ServerConnection:
         for _ in range(count):
             if stop - cursor < 4:
                 return -1
-            (part,) = unpack(data, cursor)
+            part: int = unpack(data, cursor)[0]
             cursor += 4
             if part <= 0 or part > max_msg or stop - cursor < part:
                 return -1

@@ -8,6 +8,7 @@ trailing data, and must give the same events each time.
 from __future__ import annotations
 
 import struct
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -28,8 +29,8 @@ from trionsq.protocol import (
     ProtocolError,
     Pub,
     PubExt,
-    PubTrace,
     PublishHeader,
+    PubTrace,
     Rdy,
     Req,
     ServerConnection,
@@ -40,9 +41,11 @@ from trionsq.protocol import (
     Touch,
     TracedMessage,
 )
-from trionsq.protocol.server import Event
 
 from .wire import ext_part, fatal, feed, feed_bytewise, mpub_body, sized, soft
+
+if TYPE_CHECKING:
+    from trionsq.protocol.server import Event
 
 HEX = b"0123456789abcdef"
 SUB = b"SUB t c\n"

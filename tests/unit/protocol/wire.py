@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import struct
+from typing import TYPE_CHECKING
 
 from trionsq.protocol import MAGIC_V2, ProtocolError, ServerConnection, ServerSettings
-from trionsq.protocol.server import Event, PublishGate
+
+if TYPE_CHECKING:
+    from trionsq.protocol.server import Event, PublishGate
 
 
 def sized(body: bytes) -> bytes:
