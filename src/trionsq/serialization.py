@@ -7,10 +7,15 @@ its default. Unknown keys are ignored, as nsqd ignores them.
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
+import attrs
 import cattrs
 import orjson
+from cattrs.gen import make_dict_structure_fn
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = ["JsonDecodeError", "dumps", "make_converter", "structure_json"]
 
@@ -48,6 +53,18 @@ def make_converter() -> cattrs.Converter:
     converter.register_structure_hook(int, _strict_int)
     converter.register_structure_hook(bool, _strict_bool)
     converter.register_structure_hook(str, _strict_str)
+
+    def objects_only(cls: type[object]) -> Callable[[object, object], object]:
+        structure = make_dict_structure_fn(cls, converter)
+
+        def hook(value: object, _type: object) -> object:
+            if not isinstance(value, dict):
+                raise TypeError(f"expected a JSON object for {cls.__name__}, got {value!r}")
+            return structure(value, cls)
+
+        return hook
+
+    converter.register_structure_hook_factory(attrs.has, objects_only)
     return converter
 
 

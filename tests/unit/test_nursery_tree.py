@@ -1,0 +1,14 @@
+"""The task tree table in nursery_tree.py is a tree: one root, every parent named."""
+
+from __future__ import annotations
+
+from trionsq.nursery_tree import TREE
+
+
+def test_every_task_has_a_named_parent_and_one_root() -> None:
+    names = [name for name, _ in TREE]
+    assert len(names) == len(set(names))
+    roots = [name for name, parent in TREE if parent is None]
+    assert roots == ["serve_nsqd"]
+    for name, parent in TREE:
+        assert parent is None or parent in names, f"{name} has unknown parent {parent}"
