@@ -49,6 +49,7 @@ __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
     "MAGIC_V2",
     "NON_FATAL_ERROR_CODES",
+    "TRACED_REPLY_SIZE",
     "ClientConnection",
     "ErrorReply",
     "Frame",

@@ -2,7 +2,8 @@
 
 The server state machine turns bytes into these; the client encoder turns them
 back into bytes. Names and bodies are exactly what was on the wire: topic and
-channel names are decoded as latin-1, so every byte string maps to one ``str``.
+channel names are decoded as UTF-8 with ``surrogateescape``, so every byte string
+maps to one ``str`` and encodes back to the same bytes.
 """
 
 from __future__ import annotations

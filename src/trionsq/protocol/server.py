@@ -29,6 +29,7 @@ from typing import Final
 import attrs
 import orjson
 
+from .broker_errors import topic_not_exist
 from .commands import (
     Auth,
     Cls,
@@ -58,8 +59,8 @@ from .errors import ProtocolError
 from .frames import MAGIC_V2
 from .identify import NegotiatedSettings, decode_identify_request, negotiate
 from .names import go_quote, is_valid_name
-from .numbers import go_atoi, go_parse_bool, parse_base10
 from .settings import ServerSettings
+from .strconv import go_atoi, go_parse_bool, go_parse_uint64, parse_base10, to_int64
 
 __all__ = ["ConnectionState", "Event", "PublishHeader", "ServerConnection"]
 
@@ -286,7 +287,9 @@ class ServerConnection:
         return data[pos:newline], newline + 1
 
     def _dispatch(self, line: bytes, data: bytes, pos: int, end: int, events: list[Event]) -> int:
-        if line.endswith(b"\r"):
+        # A binary id may end in \r: positional commands keep the raw line.
+        positional = self.binary_ids and line.startswith((b"FIN ", b"REQ ", b"TOUCH "))
+        if line.endswith(b"\r") and not positional:
             line = line[:-1]
         params = line.split(b" ")
         verb = params[0]
@@ -297,7 +300,7 @@ class ServerConnection:
             if done >= 0:
                 return done
         result: _Reader | Event | None
-        if self.binary_ids and line.startswith((b"FIN ", b"REQ ", b"TOUCH ")):
+        if positional:
             result = self._positional(line)
         else:
             handler = self._handlers.get(verb)
@@ -460,6 +463,11 @@ class ServerConnection:
             raise _fatal("E_BAD_PARTITION", "partition should not less than 0")
         return value
 
+    def _require_existable(self, topic: str) -> None:
+        """Youzan publishes never auto-create, and a name that is not valid cannot exist."""
+        if not is_valid_name(topic.encode("utf-8", "surrogateescape")):
+            raise topic_not_exist()
+
     def _require_auth(self, verb: str) -> None:
         if self.settings.auth_enabled and not self.authenticated:
             raise _fatal("E_AUTH_FIRST", f"AUTH required before {verb}")
@@ -549,7 +557,7 @@ class ServerConnection:
         # Every SUB failure the broker finds is fatal, so the state moves now.
         self.state = ConnectionState.SUBSCRIBED
         if verb == "SUB":
-            if partition is not None:
+            if len(params) == 4:  # only Youzan clients send a partition, even -1
                 self.binary_ids = True
             return Sub(topic, channel, partition)
         self.binary_ids = True
@@ -567,7 +575,7 @@ class ServerConnection:
             parsed = parse_base10(params[1])
             if parsed is None:
                 raise _invalid(f"RDY could not parse count {_text(params[1])}")
-            count = parsed
+            count = to_int64(parsed)
         if not 0 <= count <= self.settings.max_rdy_count:
             raise _invalid(f"RDY count {count} out of range 0-{self.settings.max_rdy_count}")
         return Rdy(count)
@@ -583,10 +591,13 @@ class ServerConnection:
         if len(params) < 3:
             raise _invalid("REQ insufficient number of params")
         message_id = self._check_message_id(params[1])
-        timeout = parse_base10(params[2])
+        return Req(message_id, self._req_timeout(params[2]))
+
+    def _req_timeout(self, raw: bytes) -> int:
+        timeout = parse_base10(raw)
         if timeout is None:
-            raise _invalid(f"REQ could not parse timeout {_text(params[2])}")
-        return Req(message_id, timeout)
+            raise _invalid(f"REQ could not parse timeout {_text(raw)}")
+        return to_int64(timeout)
 
     def _touch(self, params: list[bytes]) -> Event:
         self._require_consuming("TOUCH")
@@ -601,17 +612,15 @@ class ServerConnection:
         id_end = start + _MESSAGE_ID_LENGTH
         message_id = line[start:id_end]
         rest = line[id_end:]
+        if rest.endswith(b"\r"):
+            rest = rest[:-1]
         if verb == b"REQ":
             self._require_consuming("REQ")
             if not rest:
                 raise _invalid("REQ insufficient number of params")
             if not rest.startswith(b" "):
                 raise _invalid("invalid message ID")
-            raw_timeout = rest[1:].split(b" ", 1)[0]
-            timeout = parse_base10(raw_timeout)
-            if timeout is None:
-                raise _invalid(f"REQ could not parse timeout {_text(raw_timeout)}")
-            return Req(message_id, timeout)
+            return Req(message_id, self._req_timeout(rest[1:].split(b" ", 1)[0]))
         self._require_consuming(_text(verb))
         if rest and not rest.startswith(b" "):
             raise _invalid("invalid message ID")
@@ -652,9 +661,10 @@ class ServerConnection:
         if len(params) < 3:
             raise _invalid("DPUB insufficient number of parameters")
         topic = self._check_topic(params[1], "DPUB")
-        defer_ms = parse_base10(params[2])
-        if defer_ms is None:
+        parsed = parse_base10(params[2])
+        if parsed is None:
             raise _invalid(f"DPUB could not parse timeout {_text(params[2])}")
+        defer_ms = to_int64(parsed)
         max_ms = self.settings.max_req_timeout_ms
         if not 0 <= defer_ms <= max_ms:
             raise _invalid(f"DPUB timeout {defer_ms} out of range 0-{max_ms}")
@@ -747,6 +757,7 @@ class ServerConnection:
             raise _fatal("E_BAD_BODY", f"invalid body size {size}")
         if size > self.settings.max_msg_size:
             raise _fatal("E_BAD_MESSAGE", f"message too big {size} > {self.settings.max_msg_size}")
+        self._require_existable(topic)
         refusal = self._gate(verb, topic, partition, size)
         self._require_auth("PUB")
         eof_body = _fatal("E_BAD_MESSAGE", "failed to read message body")
@@ -789,6 +800,7 @@ class ServerConnection:
             raise _fatal("E_BAD_BODY", f"invalid body size {size}")
         if size > max_body:
             raise _fatal("E_BAD_BODY", f"body too big {size} > {max_body}")
+        self._require_existable(topic)
         refusal = self._gate(verb, topic, partition, size)
         self._require_auth("PUB")
         count = yield from self._read_message_count()
@@ -872,8 +884,8 @@ def _ext_message(header: bytes, body: bytes) -> ExtMessage | ProtocolError:
             return ProtocolError(
                 "INVALID_TRACE_ID", "passin trace id should be string", fatal=False
             )
-        value = parse_base10(raw_trace.encode("utf-8", "surrogateescape"))
-        if value is None or not raw_trace or value >= 2**64:
+        value = go_parse_uint64(raw_trace.encode("utf-8", "surrogateescape"))
+        if value is None:
             return ProtocolError("INVALID_TRACE_ID", "invalid trace id", fatal=False)
         trace_id = value
     raw_tag = parsed.get("##client_dispatch_tag")

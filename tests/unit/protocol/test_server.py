@@ -716,6 +716,47 @@ CASES = [
         None,
         id="mpub-ext",
     ),
+    P(
+        b"PUB_TRACE ../x\n" + sized(b"123456789"),
+        [fatal("E_TOPIC_NOT_EXIST", "")],
+        None,
+        id="youzan-invalid-name-cannot-exist",
+    ),
+    P(
+        b"MPUB_EXT " + b"t" * 65 + b"\n" + I32.pack(20),
+        [fatal("E_TOPIC_NOT_EXIST", "")],
+        None,
+        id="youzan-mpub-invalid-name-cannot-exist",
+    ),
+    P(
+        SUB + b"RDY " + b"1" * 5000 + b"\n",
+        [SUBBED, invalid("RDY count 8198552921648689607 out of range 0-2500")],
+        None,
+        id="rdy-huge-wraps-like-go-uint64",
+    ),
+    P(
+        b"SUB t c " + b"9" * 5000 + b"\n",
+        [
+            fatal(
+                "E_BAD_PARTITION",
+                f'topic partition is not valid: strconv.Atoi: parsing "{"9" * 5000}": value out of range',
+            )
+        ],
+        None,
+        id="partition-out-of-range",
+    ),
+    P(
+        b"SUB t c -1\nFIN 0123456789abcde\n\n",
+        [SUBBED, Fin(b"0123456789abcde\n")],
+        None,
+        id="explicit-partition-arg-means-binary-ids",
+    ),
+    P(
+        b"SUB t c 0\nFIN " + b"\x00" * 15 + b"\r\n",
+        [Sub("t", "c", 0), Fin(b"\x00" * 15 + b"\r")],
+        None,
+        id="binary-id-ending-in-cr",
+    ),
     # -- INTERNAL_CREATE_TOPIC
     P(b"INTERNAL_CREATE_TOPIC t 0\n", [InternalCreateTopic("t", 0)], None, id="create-topic"),
     P(

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trionsq.protocol.names import go_quote, is_ephemeral, is_valid_name
-from trionsq.protocol.numbers import go_atoi, go_parse_bool, parse_base10
+from trionsq.protocol.strconv import go_atoi, go_parse_bool, go_parse_uint64, parse_base10, to_int64
 
 
 @pytest.mark.parametrize(
@@ -79,6 +79,13 @@ def test_parse_base10() -> None:
     assert parse_base10(b"1 ") is None
 
 
-@given(st.integers(min_value=0, max_value=2**70))
-def test_parse_base10_round_trips_digits(value: int) -> None:
-    assert parse_base10(str(value).encode()) == value
+@given(st.integers(min_value=0, max_value=10**80))
+def test_parse_base10_wraps_like_go_uint64(value: int) -> None:
+    assert parse_base10(str(value).encode()) == value % 2**64
+
+
+def test_parse_base10_accepts_more_digits_than_int_allows() -> None:
+    assert parse_base10(b"0" * 10_000 + b"7") == 7
+    assert go_parse_uint64(b"0" * 10_000 + b"7") == 7
+    assert go_parse_uint64(b"18446744073709551616") is None
+    assert to_int64(2**64 - 1) == -1
