@@ -31,6 +31,7 @@ __all__ = [
     "sub_failed",
     "sub_failed_deleted",
     "sub_order_is_must",
+    "too_many_connections",
     "topic_not_exist",
     "touch_failed",
     "unauthorized",
@@ -178,3 +179,8 @@ def no_channel() -> ProtocolError:
 def create_topic_failed(reason: str) -> ProtocolError:
     """INTERNAL_CREATE_TOPIC refused (non-fatal)."""
     return ProtocolError("E_CREATE_TOPIC_FAILED", reason, fatal=False)
+
+
+def too_many_connections() -> ProtocolError:
+    """Youzan's refusal past max-conn-for-client: the frame text has no E_ code at all."""
+    return ProtocolError("too much client connections", None)

@@ -354,16 +354,9 @@ class LookupServerConnection:
         return data[pos:newline], newline + 1
 
     def _read_body_size(self, data: bytes, pos: int, end: int, events: list[LookupEvent]) -> int:
-        if not self._size_bytes and end - pos >= 4:
-            raw = data[pos : pos + 4]
-            pos += 4
-        else:
-            take = min(4 - len(self._size_bytes), end - pos)
-            self._size_bytes += data[pos : pos + take]
-            pos += take
-            if len(self._size_bytes) < 4:
-                return pos
-            raw, self._size_bytes = self._size_bytes, b""
+        raw, self._size_bytes, pos = _take_size_field(self._size_bytes, data, pos, end)
+        if raw is None:
+            return pos
         size: int = _INT32.unpack(raw)[0]
         if size < 0:
             raise _fatal("E_BAD_BODY", f"IDENTIFY invalid body size {size}")
@@ -665,16 +658,9 @@ class LookupClientConnection:
         while pos < end:
             size = self._size
             if size is None:
-                if not self._size_bytes and end - pos >= 4:
-                    raw = data[pos : pos + 4]
-                    pos += 4
-                else:
-                    take = min(4 - len(self._size_bytes), end - pos)
-                    self._size_bytes += data[pos : pos + take]
-                    pos += take
-                    if len(self._size_bytes) < 4:
-                        return
-                    raw, self._size_bytes = self._size_bytes, b""
+                raw, self._size_bytes, pos = _take_size_field(self._size_bytes, data, pos, end)
+                if raw is None:
+                    return
                 size = _INT32.unpack(raw)[0]
                 if size < 0:
                     raise ProtocolError("E_BAD_RESPONSE", f"invalid response body size {size}")
@@ -699,3 +685,20 @@ class LookupClientConnection:
                 self._pieces = []
                 self._have = 0
                 self._size = None
+
+
+def _take_size_field(
+    partial: bytes, data: bytes, pos: int, end: int
+) -> tuple[bytes | None, bytes, int]:
+    """The 4 bytes of a size field from ``partial`` then ``data[pos:end]``.
+
+    Returns (the field, or None while incomplete; the bytes still held; new pos).
+    """
+    if not partial and end - pos >= 4:
+        return data[pos : pos + 4], b"", pos + 4
+    take = min(4 - len(partial), end - pos)
+    partial += data[pos : pos + take]
+    pos += take
+    if len(partial) < 4:
+        return None, partial, pos
+    return partial, b"", pos

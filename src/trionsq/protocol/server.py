@@ -369,14 +369,21 @@ class ServerConnection:
     def _start_reader(
         self, reader: _Reader, data: bytes, pos: int, end: int, events: list[Event]
     ) -> int:
-        want, self._eof_error = next(reader)
-        return self._drive(reader, want, data, pos, end, events)
+        return self._advance(reader, None, data, pos, end, events)
 
-    def _drive(
-        self, reader: _Reader, want: int, data: bytes, pos: int, end: int, events: list[Event]
+    def _advance(
+        self,
+        reader: _Reader,
+        field: bytes | None,
+        data: bytes,
+        pos: int,
+        end: int,
+        events: list[Event],
     ) -> int:
-        """Send the reader every field ``data`` completes; park it when data runs out."""
+        """Send ``field`` (None: start), then every field ``data`` completes; park the
+        reader when data runs out, emit its event when it finishes."""
         try:
+            want, self._eof_error = next(reader) if field is None else reader.send(field)
             while end - pos >= want:
                 field = data[pos : pos + want]
                 pos += want
@@ -396,6 +403,7 @@ class ServerConnection:
         return end
 
     def _continue_reader(self, data: bytes, pos: int, end: int, events: list[Event]) -> int:
+        """Complete a parked reader's field from ``data`` (one join), then go on."""
         reader = self._reader
         if reader is None:  # pragma: no cover - receive_data only calls with a reader
             return pos
@@ -408,17 +416,7 @@ class ServerConnection:
         field = b"".join(self._pieces)
         self._pieces = []
         self._have = 0
-        try:
-            want, self._eof_error = reader.send(field)
-        except StopIteration as done:
-            self._reader = None
-            if done.value is not None:
-                self._emit(done.value, events)
-            return pos
-        except ProtocolError:
-            self._reader = None
-            raise
-        return self._drive(reader, want, data, pos, end, events)
+        return self._advance(reader, field, data, pos, end, events)
 
     def _emit(self, event: Event, events: list[Event]) -> None:
         if isinstance(event, ProtocolError) and event.fatal:

@@ -99,6 +99,12 @@ CASES = [
 ]
 
 
+def test_too_many_connections_is_a_bare_text() -> None:
+    error = be.too_many_connections()
+    assert error.data == b"too much client connections"
+    assert error.fatal
+
+
 @pytest.mark.parametrize(("error", "data", "is_fatal"), CASES)
 def test_broker_error_text(error: ProtocolError, data: bytes, is_fatal: bool) -> None:
     assert error.data == data
