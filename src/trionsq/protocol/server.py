@@ -121,6 +121,8 @@ _EOF_BODY_SIZE: Final = {
     verb: _fatal("E_BAD_MESSAGE", f"{verb} failed to read message body size")
     for verb in ("PUB", "DPUB")
 }
+_EOF_YOUZAN_BODY: Final = _fatal("E_BAD_MESSAGE", "failed to read message body")
+_EOF_MPUB_BODY: Final = _fatal("E_BAD_MESSAGE", "MPUB failed to read message body")
 _EOF_BODY: Final = {
     verb: _fatal("E_BAD_MESSAGE", f"{verb} failed to read message body") for verb in ("PUB", "DPUB")
 }
@@ -446,6 +448,10 @@ class ServerConnection:
             return name
         if not is_valid_name(raw):
             raise _fatal("E_BAD_TOPIC", f"{prefix}{verb} topic name {go_quote(raw)} is not valid")
+        return self._remember_name(raw)
+
+    def _remember_name(self, raw: bytes) -> str:
+        """Cache a valid name's text, so the next command with it skips the regex."""
         if len(self._names) >= 1024:  # bound the cache; a client rarely uses many names
             self._names.clear()
         name = self._names[raw] = _text(raw)
@@ -463,8 +469,11 @@ class ServerConnection:
 
     def _require_existable(self, topic: str) -> None:
         """Youzan publishes never auto-create, and a name that is not valid cannot exist."""
-        if not is_valid_name(topic.encode("utf-8", "surrogateescape")):
-            raise topic_not_exist()
+        raw = topic.encode("utf-8", "surrogateescape")
+        if raw not in self._names:
+            if not is_valid_name(raw):
+                raise topic_not_exist()
+            self._remember_name(raw)
 
     def _require_auth(self, verb: str) -> None:
         if self.settings.auth_enabled and not self.authenticated:
@@ -730,7 +739,7 @@ class ServerConnection:
         body_size, count = yield from self._read_mpub_head()
         budget = body_size - 4
         bodies: list[bytes] = []
-        eof_body = _fatal("E_BAD_MESSAGE", "MPUB failed to read message body")
+        eof_body = _EOF_MPUB_BODY
         for index in range(count):
             size = yield from self._read_mpub_part_size(index, body_size, budget)
             budget -= size + 4
@@ -758,7 +767,7 @@ class ServerConnection:
         self._require_existable(topic)
         refusal = self._gate(verb, topic, partition, size)
         self._require_auth("PUB")
-        eof_body = _fatal("E_BAD_MESSAGE", "failed to read message body")
+        eof_body = _EOF_YOUZAN_BODY
         if verb == "PUB_TRACE":
             if size <= 8:
                 raise _fatal("E_BAD_BODY", f"invalid body size {size} with trace id enabled")
@@ -803,7 +812,7 @@ class ServerConnection:
         self._require_auth("PUB")
         count = yield from self._read_message_count()
         budget = size - 4
-        eof_body = _fatal("E_BAD_MESSAGE", "MPUB failed to read message body")
+        eof_body = _EOF_MPUB_BODY
         traced = verb == "MPUB_TRACE"
         minimum = 8 if traced else 2
         traces: list[TracedMessage] = []
