@@ -1,0 +1,98 @@
+"""A channel's position over its partition log (design §2).
+
+The cursor reads forward by id; FIN marks ids finished, and the confirmed position
+advances over the contiguous finished prefix (Youzan's "confirm"). Everything below
+the confirmed position is done for this channel, which is what retention and crash
+recovery need. Redelivery (requeue, timeouts, deferral) is the channel's business;
+the cursor only knows what has been read and what has been finished.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import attrs
+
+if TYPE_CHECKING:
+    from .memory_log import MemoryLog
+    from .record import Record
+
+__all__ = ["ChannelCursor", "CursorStatistics"]
+
+
+@attrs.frozen
+class CursorStatistics:
+    """A snapshot for /stats and for persisting."""
+
+    read_id: int
+    confirmed_id: int
+    confirmed_offset: int
+    finished_ahead: int
+    """Ids finished out of order, waiting for the ones before them."""
+    backlog: int
+    """Records in the log not yet read by this channel."""
+
+
+class ChannelCursor:
+    """Read position, confirmed position and the out-of-order finished set."""
+
+    def __init__(self, log: MemoryLog, start_id: int) -> None:
+        """Start at ``start_id``: the log's oldest record for a topic's first channel,
+        its next id for any later channel (nsqd's semantics)."""
+        self.log = log
+        self.read_id = start_id
+        self.confirmed_id = start_id
+        """Every id below this is finished for the channel."""
+        self._finished: set[int] = set()
+
+    @property
+    def backlog(self) -> int:
+        """Records appended and not yet read."""
+        return self.log.next_id - self.read_id
+
+    def take(self, max_count: int) -> list[Record]:
+        """Read up to ``max_count`` new records and move past them."""
+        records = self.log.read(self.read_id, max_count)
+        if records:
+            self.read_id = records[-1].internal_id + 1
+        return records
+
+    def finish(self, internal_id: int) -> None:
+        """The channel is done with ``internal_id`` (FIN, or dropped by sampling)."""
+        if internal_id < self.confirmed_id or internal_id >= self.read_id:
+            return
+        if internal_id == self.confirmed_id:
+            confirmed = internal_id + 1
+            finished = self._finished
+            while confirmed in finished:
+                finished.remove(confirmed)
+                confirmed += 1
+            self.confirmed_id = confirmed
+        else:
+            self._finished.add(internal_id)
+
+    def move_to(self, internal_id: int) -> None:
+        """Jump (channel empty, ``setoffset``): everything before is treated as finished."""
+        self.read_id = internal_id
+        self.confirmed_id = internal_id
+        self._finished.clear()
+
+    @property
+    def confirmed_offset(self) -> int:
+        """The log offset below which the channel has finished everything."""
+        record = self.log.get(self.confirmed_id)
+        if record is not None:
+            return record.offset
+        if self.confirmed_id >= self.log.next_id:
+            return self.log.next_offset
+        return self.log.start_offset
+
+    def statistics(self) -> CursorStatistics:
+        """A frozen snapshot."""
+        return CursorStatistics(
+            self.read_id,
+            self.confirmed_id,
+            self.confirmed_offset,
+            len(self._finished),
+            self.backlog,
+        )

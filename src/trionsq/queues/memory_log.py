@@ -1,0 +1,100 @@
+"""A partition log held in memory: real ids and offsets, no files.
+
+Design §2 lets the broker run on this until the durable log lands behind the same
+methods. Records are kept in a list indexed by ``internal_id - base``; discarding
+consumed records advances ``start_id`` and compacts the list now and then.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .record import Record, record_size
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+__all__ = ["MemoryLog"]
+
+
+class MemoryLog:
+    """One topic partition's records, appended in batches and read by id."""
+
+    def __init__(self, *, first_id: int = 1, first_offset: int = 0) -> None:
+        self._records: list[Record] = []
+        self._base_id = first_id
+        """The id of ``_records[0]``."""
+        self._skip = 0
+        """Leading list entries already discarded (compacted lazily)."""
+        self.next_id = first_id
+        self.next_offset = first_offset
+        self.bytes_held = 0
+        """Body bytes of the records held (for /stats and memory bounds)."""
+
+    @property
+    def start_id(self) -> int:
+        """The oldest id still held (== ``next_id`` when empty)."""
+        return self._base_id + self._skip
+
+    @property
+    def start_offset(self) -> int:
+        """The offset of the oldest record held (== ``next_offset`` when empty)."""
+        index = self._skip
+        return self._records[index].offset if index < len(self._records) else self.next_offset
+
+    def __len__(self) -> int:
+        return len(self._records) - self._skip
+
+    def append(
+        self,
+        bodies: Sequence[bytes],
+        timestamp: int,
+        *,
+        trace_ids: Sequence[int] | None = None,
+        ext_version: int = 0,
+        exts: Sequence[bytes] | None = None,
+    ) -> list[Record]:
+        """Append a batch (one PUB, or all of an MPUB) and return its records."""
+        records: list[Record] = []
+        append = records.append
+        internal_id = self.next_id
+        offset = self.next_offset
+        held = 0
+        for index, body in enumerate(bodies):
+            ext = exts[index] if exts is not None else b""
+            size = record_size(len(body), ext_version, len(ext))
+            trace_id = trace_ids[index] if trace_ids is not None else 0
+            append(Record(offset, size, internal_id, timestamp, body, trace_id, ext_version, ext))
+            internal_id += 1
+            offset += size
+            held += len(body)
+        self._records.extend(records)
+        self.next_id = internal_id
+        self.next_offset = offset
+        self.bytes_held += held
+        return records
+
+    def read(self, from_id: int, max_count: int) -> list[Record]:
+        """Up to ``max_count`` records from ``from_id`` on (ids before ``start_id`` are gone)."""
+        first = max(from_id, self.start_id) - self._base_id
+        return self._records[first : first + max_count]
+
+    def get(self, internal_id: int) -> Record | None:
+        """The record with this id, if still held."""
+        if not self.start_id <= internal_id < self.next_id:
+            return None
+        return self._records[internal_id - self._base_id]
+
+    def discard_before(self, internal_id: int) -> int:
+        """Drop records with ids below ``internal_id``; returns how many went."""
+        stop = min(internal_id, self.next_id) - self._base_id
+        if stop <= self._skip:
+            return 0
+        dropped = self._records[self._skip : stop]
+        self.bytes_held -= sum(len(r.body) for r in dropped)
+        self._skip = stop
+        if self._skip > 1024 and self._skip * 2 > len(self._records):
+            del self._records[: self._skip]
+            self._base_id += self._skip
+            self._skip = 0
+        return len(dropped)

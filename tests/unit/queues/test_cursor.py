@@ -1,0 +1,74 @@
+"""The channel cursor: reading forward, confirming the contiguous finished prefix."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from trionsq.queues.cursor import ChannelCursor
+from trionsq.queues.memory_log import MemoryLog
+
+
+def filled(count: int) -> MemoryLog:
+    log = MemoryLog()
+    log.append([b"m%d" % i for i in range(count)], timestamp=0)
+    return log
+
+
+def test_take_and_backlog() -> None:
+    log = filled(10)
+    cursor = ChannelCursor(log, log.start_id)
+    assert cursor.backlog == 10
+    assert [r.internal_id for r in cursor.take(4)] == [1, 2, 3, 4]
+    assert cursor.backlog == 6
+    late = ChannelCursor(log, log.next_id)  # a later channel starts at the tail
+    assert late.take(5) == []
+    log.append([b"new"], timestamp=1)
+    assert [r.body for r in late.take(5)] == [b"new"]
+
+
+def test_confirmed_advances_over_the_contiguous_prefix() -> None:
+    log = filled(6)
+    cursor = ChannelCursor(log, 1)
+    cursor.take(6)
+    cursor.finish(2)
+    cursor.finish(3)
+    assert cursor.confirmed_id == 1
+    assert cursor.statistics().finished_ahead == 2
+    cursor.finish(1)
+    assert cursor.confirmed_id == 4
+    record = log.get(4)
+    assert record is not None
+    assert cursor.confirmed_offset == record.offset
+    cursor.finish(99)  # never read: ignored
+    cursor.finish(1)  # already confirmed: ignored
+    for i in (4, 5, 6):
+        cursor.finish(i)
+    assert cursor.confirmed_id == 7
+    assert cursor.confirmed_offset == log.next_offset
+    assert cursor.statistics().finished_ahead == 0
+
+
+def test_move_to_resets_everything() -> None:
+    log = filled(5)
+    cursor = ChannelCursor(log, 1)
+    cursor.take(3)
+    cursor.finish(2)
+    cursor.move_to(5)
+    assert (cursor.read_id, cursor.confirmed_id, cursor.backlog) == (5, 5, 1)
+    assert cursor.statistics().finished_ahead == 0
+
+
+@given(st.permutations(list(range(1, 31))), st.integers(0, 30))
+def test_finishing_in_any_order_confirms_exactly_the_prefix(order: list[int], done: int) -> None:
+    log = filled(30)
+    cursor = ChannelCursor(log, 1)
+    cursor.take(30)
+    finished = set(order[:done])
+    for internal_id in order[:done]:
+        cursor.finish(internal_id)
+    expected = 1
+    while expected in finished:
+        expected += 1
+    assert cursor.confirmed_id == expected
+    assert cursor.statistics().finished_ahead == len([i for i in finished if i > expected])
