@@ -53,8 +53,12 @@ class MemoryLog:
         trace_ids: Sequence[int] | None = None,
         ext_version: int = 0,
         exts: Sequence[bytes] | None = None,
+        deliver_at: int = 0,
     ) -> list[Record]:
-        """Append a batch (one PUB, or all of an MPUB) and return its records."""
+        """Append a batch (one PUB, or all of an MPUB) and return its records.
+
+        ``deliver_at`` (ns since the epoch) holds a DPUB back until then.
+        """
         records: list[Record] = []
         append = records.append
         internal_id = self.next_id
@@ -62,9 +66,21 @@ class MemoryLog:
         held = 0
         for index, body in enumerate(bodies):
             ext = exts[index] if exts is not None else b""
-            size = record_size(len(body), ext_version, len(ext))
+            size = record_size(len(body), ext_version, len(ext), deferred=deliver_at != 0)
             trace_id = trace_ids[index] if trace_ids is not None else 0
-            append(Record(offset, size, internal_id, timestamp, body, trace_id, ext_version, ext))
+            append(
+                Record(
+                    offset,
+                    size,
+                    internal_id,
+                    timestamp,
+                    body,
+                    trace_id,
+                    ext_version,
+                    ext,
+                    deliver_at,
+                )
+            )
             internal_id += 1
             offset += size
             held += len(body)

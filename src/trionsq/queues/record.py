@@ -8,9 +8,12 @@ layout, ``/channel/setoffset``) stays true when storage changes.
 Layout, big-endian::
 
     [4 size][4 crc32 of everything after it][8 timestamp ns][8 internal id]
-    [8 trace id][1 ext version][if ext version: 2 ext length, ext][body]
+    [8 trace id][1 flags][1 ext version][if flags & DEFERRED: 8 deliver-at ns]
+    [if ext version: 2 ext length, ext][body]
 
-``raw_size`` = 4 + size. Attempts are not stored: they belong to each channel.
+``raw_size`` = 4 + size. Attempts are not stored: they belong to each channel. A
+DPUB's delivery time is stored, since a channel may read the record long after it
+was published (or after a restart) and must still hold it back until then.
 """
 
 from __future__ import annotations
@@ -24,9 +27,11 @@ import attrs
 __all__ = ["Record", "RecordError", "decode_records", "encode_record", "record_size"]
 
 _HEAD: Final = struct.Struct(">II")
-_FIXED: Final = struct.Struct(">qQQB")
+_FIXED: Final = struct.Struct(">qQQBB")
+_DELIVER_AT: Final = struct.Struct(">q")
+DEFERRED: Final = 0x01
 _EXT_LEN: Final = struct.Struct(">H")
-FIXED_SIZE: Final = _HEAD.size + _FIXED.size  # 33: a record with an empty body, no ext
+FIXED_SIZE: Final = _HEAD.size + _FIXED.size  # 34: a record with an empty body, no ext
 MAX_EXT_LENGTH: Final = 0xFFFF - 1
 
 
@@ -50,6 +55,8 @@ class Record:
     trace_id: int = 0
     ext_version: int = 0
     ext: bytes = b""
+    deliver_at: int = 0
+    """DPUB: not before this time (ns since the epoch); 0 = at once."""
 
     @property
     def end(self) -> int:
@@ -57,9 +64,13 @@ class Record:
         return self.offset + self.raw_size
 
 
-def record_size(body_length: int, ext_version: int = 0, ext_length: int = 0) -> int:
+def record_size(
+    body_length: int, ext_version: int = 0, ext_length: int = 0, *, deferred: bool = False
+) -> int:
     """The raw size of a record, without encoding it."""
     size = FIXED_SIZE + body_length
+    if deferred:
+        size += _DELIVER_AT.size
     if ext_version:
         size += _EXT_LEN.size + ext_length
     return size
@@ -67,7 +78,14 @@ def record_size(body_length: int, ext_version: int = 0, ext_length: int = 0) -> 
 
 def encode_record(record: Record) -> bytes:
     """The bytes of ``record`` as a log stores them."""
-    parts = [_FIXED.pack(record.timestamp, record.internal_id, record.trace_id, record.ext_version)]
+    flags = DEFERRED if record.deliver_at else 0
+    parts = [
+        _FIXED.pack(
+            record.timestamp, record.internal_id, record.trace_id, flags, record.ext_version
+        )
+    ]
+    if flags & DEFERRED:
+        parts.append(_DELIVER_AT.pack(record.deliver_at))
     if record.ext_version:
         if len(record.ext) > MAX_EXT_LENGTH:
             raise ValueError("ext header longer than its 2-byte length allows")
@@ -100,8 +118,14 @@ def decode_records(data: bytes, offset: int) -> tuple[list[Record], int]:
         payload = data[pos + _HEAD.size : stop]
         if zlib.crc32(payload) != crc:
             raise RecordError(f"record at offset {offset + pos} fails its checksum")
-        timestamp, internal_id, trace_id, ext_version = _FIXED.unpack_from(payload)
+        timestamp, internal_id, trace_id, flags, ext_version = _FIXED.unpack_from(payload)
         cursor = _FIXED.size
+        deliver_at = 0
+        if flags & DEFERRED:
+            if len(payload) < cursor + _DELIVER_AT.size:
+                raise RecordError(f"record at offset {offset + pos} is too short for its delay")
+            (deliver_at,) = _DELIVER_AT.unpack_from(payload, cursor)
+            cursor += _DELIVER_AT.size
         ext = b""
         if ext_version:
             if len(payload) < cursor + 2:
@@ -122,6 +146,7 @@ def decode_records(data: bytes, offset: int) -> tuple[list[Record], int]:
                 trace_id,
                 ext_version,
                 ext,
+                deliver_at,
             )
         )
         pos = stop

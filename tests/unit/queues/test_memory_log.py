@@ -11,9 +11,9 @@ def test_append_assigns_ids_and_offsets() -> None:
     first = log.append([b"a" * 200], timestamp=1)
     batch = log.append([b"b", b"cc", b"ddd"], timestamp=2, trace_ids=[7, 8, 9])
     assert [(r.internal_id, r.offset) for r in first] == [(1, 0)]
-    assert first[0].raw_size == record_size(200) == 233
+    assert first[0].raw_size == record_size(200) == 234
     assert [r.internal_id for r in batch] == [2, 3, 4]
-    assert [r.offset for r in batch] == [233, 233 + 34, 233 + 34 + 35]
+    assert [r.offset for r in batch] == [234, 234 + 35, 234 + 35 + 36]
     assert [r.trace_id for r in batch] == [7, 8, 9]
     assert log.next_id == 5
     assert log.next_offset == batch[-1].end
@@ -26,6 +26,13 @@ def test_ext_records_count_their_header() -> None:
     (record,) = log.append([b"x"], timestamp=0, ext_version=4, exts=[b'{"a":1}'])
     assert record.raw_size == record_size(1, 4, 7)
     assert record.ext == b'{"a":1}'
+
+
+def test_deferred_records_carry_their_time() -> None:
+    log = MemoryLog()
+    (record,) = log.append([b"x"], timestamp=5, deliver_at=99)
+    assert record.deliver_at == 99
+    assert record.raw_size == record_size(1, deferred=True)
 
 
 def test_read_get_and_discard() -> None:

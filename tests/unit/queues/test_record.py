@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -25,24 +26,32 @@ records = st.builds(
     trace_id=st.integers(0, 2**64 - 1),
     ext_version=st.sampled_from([0, 2, 4]),
     ext=st.binary(max_size=100),
+    deliver_at=st.sampled_from([0, 1_700_000_000_000_000_000]),
 ).map(
     lambda r: Record(
         0,
-        record_size(len(r.body), r.ext_version, len(r.ext) if r.ext_version else 0),
+        record_size(
+            len(r.body),
+            r.ext_version,
+            len(r.ext) if r.ext_version else 0,
+            deferred=r.deliver_at != 0,
+        ),
         r.internal_id,
         r.timestamp,
         r.body,
         r.trace_id,
         r.ext_version,
         r.ext if r.ext_version else b"",
+        r.deliver_at,
     )
 )
 
 
 def test_plain_record_size() -> None:
-    assert FIXED_SIZE == 33
-    assert record_size(200) == 233
-    assert record_size(5, 4, 10) == 33 + 5 + 2 + 10
+    assert FIXED_SIZE == 34
+    assert record_size(200) == 234
+    assert record_size(5, 4, 10) == 34 + 5 + 2 + 10
+    assert record_size(5, deferred=True) == 34 + 8 + 5
 
 
 @given(st.lists(records, min_size=1, max_size=20))
@@ -50,18 +59,7 @@ def test_records_round_trip_with_real_offsets(batch: list[Record]) -> None:
     offset = 1000
     placed = []
     for r in batch:
-        placed.append(
-            Record(
-                offset,
-                r.raw_size,
-                r.internal_id,
-                r.timestamp,
-                r.body,
-                r.trace_id,
-                r.ext_version,
-                r.ext,
-            )
-        )
+        placed.append(attrs.evolve(r, offset=offset))
         offset += r.raw_size
     data = b"".join(encode_record(r) for r in placed)
     assert len(data) == sum(r.raw_size for r in placed)
