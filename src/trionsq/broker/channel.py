@@ -1,0 +1,307 @@
+"""One channel of a topic partition: which consumer gets which message, and when.
+
+Pure state with time passed in (``now``: monotonic seconds; ``wall_ns``: wall clock
+for DPUB delivery times). The channel's router task calls :meth:`Channel.route` when
+there is work and room; its expiry task calls :meth:`Channel.expire` at
+:meth:`Channel.next_deadline`; connections call the consumer methods. Semantics are
+nsqd's (spec semantics.md §5, §7, §10) with the decided differences of design §6: a
+departing consumer's messages are requeued at once.
+
+Redelivery order: requeued messages (REQ, timeouts, departures, due deferrals) go
+out before new ones; messages waiting for a tag holder keep their place without
+holding back the rest.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from typing import TYPE_CHECKING, Final
+
+import attrs
+import orjson
+
+from ..dispatch.assign import ConsumerSlot, assign
+from ..queues.cursor import ChannelCursor
+from ..queues.deferred import DeferredQueue
+from ..queues.inflight import InFlightTable
+from ..queues.record import Record
+
+if TYPE_CHECKING:
+    from ..queues.memory_log import MemoryLog
+
+__all__ = ["Channel", "ChannelStatistics", "Consumer", "Delivery"]
+
+MAX_ATTEMPTS: Final = 0xFFFF
+DEFAULT_MAX_BATCH: Final = 256
+
+
+@attrs.define(eq=False)
+class Consumer:
+    """One subscribed connection, as the channel sees it."""
+
+    client_id: int
+    msg_timeout: float
+    """Seconds a delivered message stays in flight before it is requeued."""
+    tag: str | None = None
+    """``desired_tag`` on an ext topic (tag dispatch); None: untagged."""
+    sample_rate: int = 0
+    """1..99: deliver about that percentage, drop the rest for this channel."""
+    rdy: int = 0
+    closing: bool = False
+    message_count: int = 0
+    finish_count: int = 0
+    requeue_count: int = 0
+    timeout_count: int = 0
+
+
+@attrs.frozen
+class Delivery:
+    """A message on its way to a consumer, with its attempt number."""
+
+    record: Record
+    attempts: int
+
+
+@attrs.frozen
+class ChannelStatistics:
+    """A snapshot in the shape /stats reports a channel."""
+
+    name: str
+    depth: int
+    in_flight_count: int
+    deferred_count: int
+    message_count: int
+    requeue_count: int
+    timeout_count: int
+    client_count: int
+    paused: bool
+
+
+class Channel:
+    """A cursor over one partition log plus the redelivery state nsqd keeps per channel."""
+
+    def __init__(
+        self,
+        name: str,
+        log: MemoryLog,
+        start_id: int,
+        *,
+        max_msg_timeout: float,
+        ordered: bool = False,
+        max_batch: int = DEFAULT_MAX_BATCH,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.name: Final = name
+        self.cursor = ChannelCursor(log, start_id)
+        self.ordered: Final = ordered
+        """SUB_ORDERED: at most one message in flight for the channel."""
+        self.max_batch: Final = max_batch
+        self.paused = False
+        self.consumers: dict[int, Consumer] = {}
+        self.in_flight: InFlightTable[Record] = InFlightTable(max_msg_timeout)
+        self.deferred: DeferredQueue[Record] = DeferredQueue()
+        self.message_count = 0
+        self.requeue_count = 0
+        self.timeout_count = 0
+        self._requeued: deque[Record] = deque()
+        self._waiting: deque[Record] = deque()
+        self._attempts: dict[int, int] = {}
+        self._turn = 0
+        self._rng = rng if rng is not None else random.Random()  # noqa: S311 - sampling, not crypto
+
+    # ---------------------------------------------------------------- consumers
+
+    def subscribe(self, consumer: Consumer) -> None:
+        """A connection joins (SUB); RDY starts at 0."""
+        self.consumers[consumer.client_id] = consumer
+
+    def unsubscribe(self, client_id: int) -> list[Record]:
+        """A connection leaves: its in-flight messages go back at once (design §6)."""
+        self.consumers.pop(client_id, None)
+        returned = [entry.payload for entry in self.in_flight.remove_client(client_id)]
+        self._requeued.extend(returned)
+        return returned
+
+    def set_rdy(self, client_id: int, count: int) -> None:
+        """RDY: the window of messages the consumer may hold."""
+        consumer = self.consumers[client_id]
+        if not consumer.closing:
+            consumer.rdy = count
+
+    def start_close(self, client_id: int) -> None:
+        """CLS: no more deliveries; the consumer may still FIN/REQ/TOUCH."""
+        consumer = self.consumers[client_id]
+        consumer.closing = True
+        consumer.rdy = 0
+
+    def room_for(self, consumer: Consumer) -> int:
+        """How many more messages ``consumer`` may receive now."""
+        if self.paused or consumer.closing:
+            return 0
+        return max(0, consumer.rdy - self.in_flight.count_for(consumer.client_id))
+
+    # ---------------------------------------------------------------- delivery
+
+    @property
+    def depth(self) -> int:
+        """Messages waiting to be delivered (nsqd's depth: not in flight, not deferred)."""
+        return self.cursor.backlog + len(self._requeued) + len(self._waiting)
+
+    def has_work(self) -> bool:
+        """Something could be delivered if a consumer had room."""
+        return bool(self._requeued or self._waiting or self.cursor.backlog)
+
+    def route(self, now: float, wall_ns: int) -> dict[int, list[Delivery]]:
+        """One routing pass: what each consumer gets now, recorded as in flight."""
+        if self.paused:
+            return {}
+        slots = [
+            ConsumerSlot(c.client_id, self.room_for(c), c.tag) for c in self.consumers.values()
+        ]
+        room = min(sum(slot.room for slot in slots), self.max_batch)
+        if self.ordered:
+            room = min(room, 1 - len(self.in_flight))
+        if room <= 0:
+            return {}
+        batch = self._collect(room, now, wall_ns)
+        if not batch:
+            return {}
+        result = assign(batch, slots, _tag_of, turn=self._turn)
+        self._turn = result.next_turn
+        self._waiting = deque(result.waiting)
+        deliveries: dict[int, list[Delivery]] = {}
+        for client_id, records in result.deliveries.items():
+            sent = self._deliver(self.consumers[client_id], records, now)
+            if sent:
+                deliveries[client_id] = sent
+        return deliveries
+
+    def _collect(self, room: int, now: float, wall_ns: int) -> list[Record]:
+        """Requeued first, then messages already waiting, then new ones from the log."""
+        batch: list[Record] = []
+        requeued = self._requeued
+        while requeued and len(batch) < room:
+            batch.append(requeued.popleft())
+        batch.extend(self._waiting)
+        fresh = room - len(batch) + len(self._waiting)
+        if fresh > 0 and len(self._waiting) < self.max_batch:
+            for record in self.cursor.take(fresh):
+                self.message_count += 1
+                if record.deliver_at > wall_ns:  # DPUB: held back until its time
+                    due = now + (record.deliver_at - wall_ns) / 1e9
+                    self.deferred.push(record.internal_id, due, record)
+                else:
+                    batch.append(record)
+        return batch
+
+    def _deliver(self, consumer: Consumer, records: list[Record], now: float) -> list[Delivery]:
+        sent: list[Delivery] = []
+        attempts = self._attempts
+        for record in records:
+            key = record.internal_id
+            if consumer.sample_rate and self._rng.randrange(100) > consumer.sample_rate:
+                self._forget(key)  # sampled out: dropped for this channel, as nsqd does
+                continue
+            count = min(attempts.get(key, 0) + 1, MAX_ATTEMPTS)
+            attempts[key] = count
+            self.in_flight.add(key, record, consumer.client_id, now, consumer.msg_timeout)
+            consumer.message_count += 1
+            sent.append(Delivery(record, count))
+        return sent
+
+    def _forget(self, internal_id: int) -> None:
+        self._attempts.pop(internal_id, None)
+        self.cursor.finish(internal_id)
+
+    # ---------------------------------------------------------------- FIN / REQ / TOUCH
+
+    def finish(self, client_id: int, internal_id: int) -> Record:
+        """FIN. Raises InFlightError (not in flight / not the owner)."""
+        entry = self.in_flight.finish(internal_id, client_id)
+        self._forget(internal_id)
+        consumer = self.consumers.get(client_id)
+        if consumer is not None:
+            consumer.finish_count += 1
+        return entry.payload
+
+    def requeue(self, client_id: int, internal_id: int, delay: float, now: float) -> Record:
+        """REQ: back at once (delay 0) or after ``delay`` seconds. Raises InFlightError."""
+        entry = self.in_flight.finish(internal_id, client_id)
+        self.requeue_count += 1
+        consumer = self.consumers.get(client_id)
+        if consumer is not None:
+            consumer.requeue_count += 1
+        if delay <= 0:
+            self._requeued.append(entry.payload)
+        else:
+            self.deferred.push(internal_id, now + delay, entry.payload)
+        return entry.payload
+
+    def touch(self, client_id: int, internal_id: int, now: float) -> float:
+        """TOUCH: a fresh msg_timeout, capped by max-msg-timeout. Raises InFlightError."""
+        consumer = self.consumers[client_id]
+        return self.in_flight.touch(internal_id, client_id, now, consumer.msg_timeout)
+
+    # ---------------------------------------------------------------- timers
+
+    def next_deadline(self) -> float | None:
+        """The earliest in-flight timeout or deferred due time."""
+        a = self.in_flight.next_deadline()
+        b = self.deferred.next_due()
+        if a is None:
+            return b
+        return a if b is None else min(a, b)
+
+    def expire(self, now: float) -> int:
+        """Requeue timed-out messages and release due deferrals; returns how many."""
+        moved = 0
+        for entry in self.in_flight.pop_expired(now):
+            self.timeout_count += 1
+            consumer = self.consumers.get(entry.client)
+            if consumer is not None:
+                consumer.timeout_count += 1
+            self._requeued.append(entry.payload)
+            moved += 1
+        due = self.deferred.pop_due(now)
+        self._requeued.extend(due)
+        return moved + len(due)
+
+    # ---------------------------------------------------------------- admin
+
+    def empty(self) -> None:
+        """Channel empty: drop everything queued, in flight and deferred."""
+        self.in_flight.clear()
+        self.deferred.clear()
+        self._requeued.clear()
+        self._waiting.clear()
+        self._attempts.clear()
+        self.cursor.move_to(self.cursor.log.next_id)
+
+    def statistics(self) -> ChannelStatistics:
+        """A frozen snapshot for /stats."""
+        return ChannelStatistics(
+            name=self.name,
+            depth=self.depth,
+            in_flight_count=len(self.in_flight),
+            deferred_count=len(self.deferred),
+            message_count=self.message_count,
+            requeue_count=self.requeue_count,
+            timeout_count=self.timeout_count,
+            client_count=len(self.consumers),
+            paused=self.paused,
+        )
+
+
+def _tag_of(record: Record) -> str | None:
+    """The dispatch tag of an ext message (spec §8.7); parsed only while tags are held."""
+    if record.ext_version == 2:
+        return record.ext.decode("utf-8", "replace")
+    if record.ext_version == 4 and b"##client_dispatch_tag" in record.ext:
+        try:
+            header = orjson.loads(record.ext)
+        except orjson.JSONDecodeError:
+            return None
+        tag = header.get("##client_dispatch_tag") if isinstance(header, dict) else None
+        return tag if isinstance(tag, str) else None
+    return None

@@ -1,0 +1,187 @@
+"""Channel semantics (spec semantics.md §5, §7, §10; design §6), time passed in."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from trionsq.broker.channel import Channel, Consumer, Delivery
+from trionsq.queues.inflight import NOT_IN_FLIGHT, NOT_OWNER, InFlightError
+from trionsq.queues.memory_log import MemoryLog
+
+WALL = 1_700_000_000_000_000_000
+
+
+def make(count: int = 0, **kwargs: object) -> tuple[MemoryLog, Channel]:
+    log = MemoryLog()
+    if count:
+        log.append([b"m%d" % i for i in range(count)], timestamp=WALL)
+    channel = Channel("ch", log, log.start_id, max_msg_timeout=900.0, **kwargs)  # type: ignore[arg-type]
+    return log, channel
+
+
+def ids(deliveries: list[Delivery]) -> list[int]:
+    return [d.record.internal_id for d in deliveries]
+
+
+def consumer(client_id: int, rdy: int, **kwargs: object) -> Consumer:
+    c = Consumer(client_id, msg_timeout=60.0, **kwargs)  # type: ignore[arg-type]
+    c.rdy = rdy
+    return c
+
+
+def test_rdy_is_a_window_over_in_flight() -> None:
+    _, ch = make(5)
+    ch.subscribe(consumer(1, 2))
+    first = ch.route(0.0, WALL)
+    assert ids(first[1]) == [1, 2]
+    assert ch.route(0.0, WALL) == {}  # window full
+    ch.finish(1, 1)
+    assert ids(ch.route(0.0, WALL)[1]) == [3]
+    assert [d.attempts for d in first[1]] == [1, 1]
+    assert ch.depth == 2
+
+
+def test_competing_consumers_each_message_once() -> None:
+    _, ch = make(100)
+    for client in (1, 2, 3):
+        ch.subscribe(consumer(client, 1000))
+    got = ch.route(0.0, WALL)
+    all_ids = sorted(i for ds in got.values() for i in ids(ds))
+    assert all_ids == list(range(1, 101))
+    assert sorted(len(ds) for ds in got.values()) == [33, 33, 34]
+
+
+def test_fin_needs_the_owner_and_a_message_in_flight() -> None:
+    _, ch = make(1)
+    ch.subscribe(consumer(1, 1))
+    ch.subscribe(consumer(2, 1))
+    (owner,) = ch.route(0.0, WALL)
+    other = 2 if owner == 1 else 1
+    with pytest.raises(InFlightError) as not_owner:
+        ch.finish(other, 1)
+    assert not_owner.value.reason == NOT_OWNER
+    ch.finish(owner, 1)
+    with pytest.raises(InFlightError) as gone:
+        ch.finish(owner, 1)
+    assert gone.value.reason == NOT_IN_FLIGHT
+    assert ch.cursor.confirmed_id == 2
+
+
+def test_req_zero_redelivers_first_with_attempts_kept() -> None:
+    _, ch = make(3)
+    ch.subscribe(consumer(1, 1))
+    assert ids(ch.route(0.0, WALL)[1]) == [1]
+    ch.requeue(1, 1, delay=0, now=1.0)
+    again = ch.route(1.0, WALL)[1]
+    assert [(d.record.internal_id, d.attempts) for d in again] == [(1, 2)]
+    assert ch.requeue_count == 1
+    assert ch.consumers[1].requeue_count == 1
+
+
+def test_req_with_delay_is_deferred_until_due() -> None:
+    _, ch = make(1)
+    ch.subscribe(consumer(1, 5))
+    ch.route(0.0, WALL)
+    ch.requeue(1, 1, delay=30.0, now=10.0)
+    assert ch.next_deadline() == 40.0
+    assert ch.statistics().deferred_count == 1
+    assert ch.route(20.0, WALL) == {}
+    assert ch.expire(39.9) == 0
+    assert ch.expire(40.0) == 1
+    assert [(d.record.internal_id, d.attempts) for d in ch.route(40.0, WALL)[1]] == [(1, 2)]
+
+
+def test_timeout_requeues_and_counts() -> None:
+    _, ch = make(1)
+    ch.subscribe(consumer(1, 1))
+    ch.route(0.0, WALL)
+    assert ch.next_deadline() == 60.0
+    ch.touch(1, 1, now=50.0)
+    assert ch.next_deadline() == 110.0
+    assert ch.expire(110.0) == 1
+    assert (ch.timeout_count, ch.consumers[1].timeout_count) == (1, 1)
+    redelivered = ch.route(110.0, WALL)[1]
+    assert [d.attempts for d in redelivered] == [2]
+
+
+def test_departing_consumer_requeues_at_once() -> None:
+    _, ch = make(4)
+    ch.subscribe(consumer(1, 4))
+    ch.route(0.0, WALL)
+    ch.subscribe(consumer(2, 4))
+    assert [r.internal_id for r in ch.unsubscribe(1)] == [1, 2, 3, 4]
+    assert len(ch.in_flight) == 0
+    got = ch.route(0.0, WALL)[2]
+    assert [(d.record.internal_id, d.attempts) for d in got] == [(1, 2), (2, 2), (3, 2), (4, 2)]
+
+
+def test_pause_holds_everything_and_cls_stops_deliveries() -> None:
+    _, ch = make(2)
+    ch.subscribe(consumer(1, 5))
+    ch.paused = True
+    assert ch.route(0.0, WALL) == {}
+    ch.paused = False
+    ch.start_close(1)
+    assert ch.route(0.0, WALL) == {}
+    ch.set_rdy(1, 5)  # ignored while closing
+    assert ch.route(0.0, WALL) == {}
+
+
+def test_dpub_is_held_until_its_time() -> None:
+    log, ch = make()
+    ch.subscribe(consumer(1, 5))
+    log.append([b"later"], timestamp=WALL, deliver_at=WALL + 5_000_000_000)
+    log.append([b"now"], timestamp=WALL)
+    assert [d.record.body for d in ch.route(100.0, WALL)[1]] == [b"now"]
+    assert ch.next_deadline() == 105.0  # the DPUB, before the in-flight one's 160
+    assert ch.in_flight.next_deadline() == 160.0
+    ch.expire(105.0)
+    assert [d.record.body for d in ch.route(105.0, WALL)[1]] == [b"later"]
+    assert ch.message_count == 2
+
+
+def test_tagged_consumers_get_their_tag_and_untagged_messages_wait() -> None:
+    log, ch = make()
+    log.append([b"a"], timestamp=WALL, ext_version=4, exts=[b'{"##client_dispatch_tag":"red"}'])
+    log.append([b"b"], timestamp=WALL, ext_version=4, exts=[b'{"k":"v"}'])
+    ch.subscribe(consumer(1, 5, tag="red"))
+    got = ch.route(0.0, WALL)
+    assert [d.record.body for d in got[1]] == [b"a"]
+    assert ch.depth == 1  # the untagged one waits for an untagged consumer
+    ch.subscribe(consumer(2, 5))
+    assert [d.record.body for d in ch.route(0.0, WALL)[2]] == [b"b"]
+
+
+def test_ordered_channel_has_one_in_flight() -> None:
+    _, ch = make(3, ordered=True)
+    ch.subscribe(consumer(1, 100))
+    assert ids(ch.route(0.0, WALL)[1]) == [1]
+    assert ch.route(0.0, WALL) == {}
+    ch.finish(1, 1)
+    assert ids(ch.route(0.0, WALL)[1]) == [2]
+
+
+def test_sample_rate_drops_the_rest_for_this_channel() -> None:
+    _, ch = make(1000, rng=random.Random(7))
+    ch.subscribe(consumer(1, 2000, sample_rate=10))
+    got: list[Delivery] = []
+    while ch.depth:
+        got += ch.route(0.0, WALL).get(1, [])
+    assert 50 < len(got) < 170  # about 11% (r <= 10 of 0..99)
+    assert ch.depth == 0
+    for d in got:
+        ch.finish(1, d.record.internal_id)
+    assert ch.cursor.confirmed_id == 1001  # dropped ones count as done
+
+
+def test_empty_drops_everything() -> None:
+    log, ch = make(10)
+    ch.subscribe(consumer(1, 3))
+    ch.route(0.0, WALL)
+    ch.empty()
+    stats = ch.statistics()
+    assert (stats.depth, stats.in_flight_count, stats.deferred_count) == (0, 0, 0)
+    log.append([b"new"], timestamp=WALL)
+    assert [d.record.body for d in ch.route(0.0, WALL)[1]] == [b"new"]
