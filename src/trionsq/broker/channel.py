@@ -98,6 +98,8 @@ class Channel:
         """SUB_ORDERED: at most one message in flight for the channel."""
         self.max_batch: Final = max_batch
         self.paused = False
+        self.intake_paused = False
+        """The topic is paused: no new messages from the log (redeliveries still go)."""
         self.consumers: dict[int, Consumer] = {}
         self.in_flight: InFlightTable[Record] = InFlightTable(max_msg_timeout)
         self.deferred: DeferredQueue[Record] = DeferredQueue()
@@ -150,7 +152,8 @@ class Channel:
 
     def has_work(self) -> bool:
         """Something could be delivered if a consumer had room."""
-        return bool(self._requeued or self._waiting or self.cursor.backlog)
+        fresh = self.cursor.backlog and not self.intake_paused
+        return bool(self._requeued or self._waiting or fresh)
 
     def route(self, now: float, wall_ns: int) -> dict[int, list[Delivery]]:
         """One routing pass: what each consumer gets now, recorded as in flight."""
@@ -185,7 +188,7 @@ class Channel:
             batch.append(requeued.popleft())
         batch.extend(self._waiting)
         fresh = room - len(batch) + len(self._waiting)
-        if fresh > 0 and len(self._waiting) < self.max_batch:
+        if fresh > 0 and len(self._waiting) < self.max_batch and not self.intake_paused:
             for record in self.cursor.take(fresh):
                 self.message_count += 1
                 if record.deliver_at > wall_ns:  # DPUB: held back until its time
