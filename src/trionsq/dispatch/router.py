@@ -1,0 +1,91 @@
+"""The router and expiry tasks of one channel (design §3-§5).
+
+The router sleeps on an Event until there is work (a publish, a requeue, an expiry)
+or room (RDY, FIN, a new consumer), makes one routing pass over the channel, and
+hands each consumer its whole batch with one call: nothing on this path awaits per
+message. The expiry task is an :class:`ExpiryTimer` on the channel's earliest
+deadline. Both live in the channel's own cancel scope, so deleting the channel is
+cancelling that scope.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Protocol
+
+import trio
+
+from .expiry import ExpiryTimer
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    from ..broker.channel import Channel, Delivery
+
+__all__ = ["ChannelRunner", "Outbox"]
+
+
+class Outbox(Protocol):
+    """Where a consumer's messages go: its connection's outbound buffer."""
+
+    def push(self, deliveries: list[Delivery]) -> None:
+        """Take a batch for sending; must not block (the router never awaits here)."""
+
+
+class ChannelRunner:
+    """Drives one :class:`~trionsq.broker.channel.Channel` from Trio."""
+
+    def __init__(
+        self,
+        channel: Channel,
+        outboxes: Mapping[int, Outbox],
+        *,
+        wall_clock: Callable[[], int] = time.time_ns,
+    ) -> None:
+        self.channel = channel
+        self.outboxes = outboxes
+        """client id -> outbox, kept by whoever subscribes consumers."""
+        self.timer = ExpiryTimer()
+        self.cancel_scope = trio.CancelScope()
+        """Cancelling it ends both tasks (channel delete)."""
+        self.passes = 0
+        """Routing passes made (statistics, tests)."""
+        self._wall_clock = wall_clock
+        self._work = trio.Event()
+
+    def wake(self) -> None:
+        """Something changed that may let messages move. Not a checkpoint."""
+        self._work.set()
+
+    def deadline_changed(self) -> None:
+        """A deadline may now be earlier (REQ with delay, TOUCH): re-aim the timer."""
+        deadline = self.channel.next_deadline()
+        if deadline is not None:
+            self.timer.schedule(deadline)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run the router and the expiry timer until the cancel scope is cancelled."""
+        with self.cancel_scope:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(self.timer.run, self.channel.next_deadline, self._expired)
+                task_status.started()
+                await self._route_forever()
+
+    def _expired(self, now: float) -> None:
+        if self.channel.expire(now):
+            self.wake()
+
+    async def _route_forever(self) -> None:
+        channel = self.channel
+        while True:
+            await self._work.wait()
+            self._work = trio.Event()
+            deliveries = channel.route(trio.current_time(), self._wall_clock())
+            self.passes += 1
+            for client_id, batch in deliveries.items():
+                outbox = self.outboxes.get(client_id)
+                if outbox is not None:
+                    outbox.push(batch)
+            self.deadline_changed()
+            if deliveries and channel.has_work():
+                self._work.set()  # a batch cap, not a lack of room, may have stopped us

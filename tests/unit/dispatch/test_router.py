@@ -1,0 +1,112 @@
+"""The channel runner under the autojump clock: batches out, exact redelivery times."""
+
+from __future__ import annotations
+
+import trio
+import trio.testing
+
+from trionsq.broker.channel import Channel, Consumer, Delivery
+from trionsq.dispatch.router import ChannelRunner
+from trionsq.queues.memory_log import MemoryLog
+
+WALL = 1_700_000_000_000_000_000
+
+
+class RecordingOutbox:
+    """An in-memory outbox: keeps every batch with the virtual time it arrived."""
+
+    def __init__(self) -> None:
+        self.batches: list[tuple[float, list[Delivery]]] = []
+
+    def push(self, deliveries: list[Delivery]) -> None:
+        self.batches.append((trio.current_time(), deliveries))
+
+    def seen(self) -> list[tuple[float, int, int]]:
+        return [(t, d.record.internal_id, d.attempts) for t, batch in self.batches for d in batch]
+
+
+def setup(rdy: int = 10) -> tuple[MemoryLog, Channel, ChannelRunner, RecordingOutbox]:
+    log = MemoryLog()
+    channel = Channel("c", log, log.start_id, max_msg_timeout=900.0)
+    consumer = Consumer(1, msg_timeout=60.0)
+    consumer.rdy = rdy
+    channel.subscribe(consumer)
+    outbox = RecordingOutbox()
+    runner = ChannelRunner(channel, {1: outbox}, wall_clock=lambda: WALL)
+    return log, channel, runner, outbox
+
+
+async def test_publish_is_delivered_in_one_batch(autojump_clock: trio.testing.MockClock) -> None:
+    log, _, runner, outbox = setup(rdy=500)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(runner.run)
+        log.append([b"%d" % i for i in range(300)], WALL)
+        runner.wake()
+        await trio.testing.wait_all_tasks_blocked()
+        assert [len(batch) for _, batch in outbox.batches] == [256, 44]  # the batch cap
+        assert runner.passes == 2  # the second pass empties the backlog: no idle third pass
+        runner.cancel_scope.cancel()
+
+
+async def test_timeout_redelivers_at_exactly_msg_timeout(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    log, _, runner, outbox = setup()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(runner.run)
+        t0 = trio.current_time()
+        log.append([b"x"], WALL)
+        runner.wake()
+        await trio.sleep(61)
+        assert outbox.seen() == [(t0, 1, 1), (t0 + 60, 1, 2)]
+        runner.cancel_scope.cancel()
+
+
+async def test_req_with_delay_comes_back_exactly_then(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    log, channel, runner, outbox = setup()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(runner.run)
+        t0 = trio.current_time()
+        log.append([b"x"], WALL)
+        runner.wake()
+        await trio.sleep(5)
+        channel.requeue(1, 1, delay=30.0, now=trio.current_time())
+        runner.deadline_changed()
+        runner.wake()
+        await trio.sleep(40)
+        assert outbox.seen() == [(t0, 1, 1), (t0 + 35, 1, 2)]
+        channel.finish(1, 1)
+        runner.cancel_scope.cancel()
+
+
+async def test_rdy_room_wakes_the_router(autojump_clock: trio.testing.MockClock) -> None:
+    log, channel, runner, outbox = setup(rdy=0)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(runner.run)
+        log.append([b"a", b"b"], WALL)
+        runner.wake()
+        await trio.testing.wait_all_tasks_blocked()
+        assert outbox.batches == []
+        channel.set_rdy(1, 1)
+        runner.wake()
+        await trio.testing.wait_all_tasks_blocked()
+        assert [i for _, i, _ in outbox.seen()] == [1]
+        channel.finish(1, 1)
+        runner.wake()
+        await trio.testing.wait_all_tasks_blocked()
+        assert [i for _, i, _ in outbox.seen()] == [1, 2]
+        runner.cancel_scope.cancel()
+
+
+async def test_cancelling_the_channel_scope_ends_its_tasks(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    _, _, runner, _ = setup()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(runner.run)
+        assert len(nursery.child_tasks) == 1
+        runner.cancel_scope.cancel()
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(nursery.child_tasks) == 0
