@@ -1,0 +1,1 @@
+"""The broker's network edges: TCP protocol V2 connections (and later HTTP, admin)."""

@@ -1,0 +1,114 @@
+"""A connection's outbound bytes and nsqd's rules for when to write them (spec §6).
+
+Pure: the messagePump asks :meth:`OutboundBuffer.flush_due` and writes
+:meth:`OutboundBuffer.take` with one ``send_all``. Message frames wait in the buffer
+until it reaches ``output_buffer_size``, until ``output_buffer_timeout`` has passed
+since the first of them, or until the client stops being ready; any response or
+error frame (heartbeats included) flushes everything before it, in order.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..protocol.frames import FRAME_TYPE_MESSAGE, frame
+from ..protocol.message import (
+    Message,
+    binary_id,
+    encode_message,
+    encode_message_frame,
+    hex_id,
+)
+
+if TYPE_CHECKING:
+    from ..broker.channel import Delivery
+
+__all__ = ["OutboundBuffer"]
+
+
+class OutboundBuffer:
+    """Frames for one client, in order, with the flush policy it negotiated."""
+
+    def __init__(
+        self,
+        *,
+        buffer_size: int,
+        buffer_timeout: float,
+        binary_ids: bool = False,
+        extended: bool = False,
+        detail: bool = False,
+    ) -> None:
+        """``buffer_timeout`` 0 means no timer (IDENTIFY ``output_buffer_timeout`` -1)."""
+        self.buffer_size = buffer_size
+        self.buffer_timeout = buffer_timeout
+        self.binary_ids = binary_ids
+        """Youzan ids ``[internal id][trace id]``; else nsqd's 16 hex characters."""
+        self.extended = extended
+        """Ext topic and ``extend_support``: ext version, length and header in each message."""
+        self.detail = detail
+        """SUB_ORDERED / SUB_ADVANCED: offset and raw size in each message."""
+        self._buffer = bytearray()
+        self._urgent = False
+        self._first_message_at: float | None = None
+
+    def __len__(self) -> int:
+        return len(self._buffer)
+
+    def add_response(self, frame_bytes: bytes) -> None:
+        """A response or error frame: it and everything before it go out now."""
+        self._buffer += frame_bytes
+        self._urgent = True
+
+    def add_deliveries(self, deliveries: list[Delivery], now: float) -> None:
+        """Encode a batch of messages in this client's layout and buffer them."""
+        if not deliveries:
+            return
+        if self._first_message_at is None:
+            self._first_message_at = now
+        buffer = self._buffer
+        if not (self.extended or self.detail):
+            make_id = binary_id if self.binary_ids else None
+            for d in deliveries:
+                r = d.record
+                message_id = (
+                    make_id(r.internal_id, r.trace_id) if make_id else hex_id(r.internal_id)
+                )
+                buffer += encode_message_frame(r.timestamp, d.attempts, message_id, r.body)
+            return
+        for d in deliveries:
+            r = d.record
+            message = Message(
+                r.timestamp,
+                d.attempts,
+                binary_id(r.internal_id, r.trace_id) if self.binary_ids else hex_id(r.internal_id),
+                r.body,
+                r.ext_version,
+                r.ext,
+                r.offset,
+                r.raw_size,
+            )
+            data = encode_message(message, extended=self.extended, detail=self.detail)
+            buffer += frame(FRAME_TYPE_MESSAGE, data)
+
+    def flush_deadline(self) -> float | None:
+        """When buffered messages must go out by timer (None: no timer running)."""
+        if self._first_message_at is None or self.buffer_timeout <= 0:
+            return None
+        return self._first_message_at + self.buffer_timeout
+
+    def flush_due(self, now: float, *, ready: bool) -> bool:
+        """Whether the pump should write now."""
+        if not self._buffer:
+            return False
+        if self._urgent or len(self._buffer) >= self.buffer_size or not ready:
+            return True
+        deadline = self.flush_deadline()
+        return deadline is not None and now >= deadline
+
+    def take(self) -> bytes:
+        """Everything buffered, for one ``send_all``; the buffer starts over."""
+        data = bytes(self._buffer)
+        self._buffer.clear()
+        self._urgent = False
+        self._first_message_at = None
+        return data
