@@ -1,11 +1,30 @@
 """trionsq: an NSQ-compatible message broker on Trio.
 
-This package root imports nothing heavy: ``trionsq.protocol`` must stay importable
-without trio, so the Trio-facing API is added here only as it lands.
+The package root imports nothing heavy: ``trionsq.protocol`` must stay importable
+without trio, so the Trio-facing API (``serve_nsqd``, ``open_nsqd``, ``NsqdConfig``)
+is loaded on first attribute access.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+__all__ = ["BoundAddresses", "NsqdConfig", "__version__", "open_nsqd", "serve_nsqd"]
+
+if TYPE_CHECKING:
+    from .config import NsqdConfig
+    from .nursery_tree import BoundAddresses, open_nsqd, serve_nsqd
+
+
+def __getattr__(name: str) -> object:
+    if name == "NsqdConfig":
+        from .config import NsqdConfig
+
+        return NsqdConfig
+    if name in ("BoundAddresses", "open_nsqd", "serve_nsqd"):
+        from . import nursery_tree
+
+        return getattr(nursery_tree, name)
+    raise AttributeError(f"module 'trionsq' has no attribute {name!r}")

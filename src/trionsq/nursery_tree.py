@@ -18,15 +18,71 @@ trionsq::
     └── lookupd peers: one task per lookupd address
     task_status.started(BoundAddresses(...))   # after every listener accepts
 
-State of the build: the protocol core (``trionsq.protocol``) is in place; the broker
-issue adds ``serve_nsqd`` here and the nurseries above, branch by branch.
+State of the build: ``serve_nsqd`` runs the broker nursery (channel runners) and
+the TCP listener with its per-connection nurseries; HTTP, the admin websocket and
+lookupd peers arrive with their issues.
 """
 
 from __future__ import annotations
 
-from typing import Final
+import itertools
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Final
 
-__all__ = ["TREE"]
+import attrs
+import trio
+
+from . import __version__
+from .broker.broker import Broker
+from .config import NsqdConfig
+from .server.tcp import ClientSession
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+__all__ = ["TREE", "BoundAddresses", "open_nsqd", "serve_nsqd"]
+
+
+@attrs.frozen
+class BoundAddresses:
+    """Where a started broker listens (the real ports, so port 0 works)."""
+
+    tcp: tuple[str, int]
+
+
+async def serve_nsqd(
+    config: NsqdConfig, *, task_status: trio.TaskStatus[BoundAddresses] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """Run a broker until cancelled; ``task_status.started`` gets the bound addresses.
+
+    Use as ``addresses = await nursery.start(serve_nsqd, config)``.
+    """
+    host, port = config.tcp_host_port
+    settings = config.server_settings(__version__)
+    async with trio.open_nursery() as broker_nursery:
+        broker = Broker(config, broker_nursery)
+        listeners = await trio.open_tcp_listeners(port, host=host)
+        client_ids = itertools.count(1)
+
+        async def handle(stream: trio.SocketStream) -> None:
+            await ClientSession(next(client_ids), stream, broker, settings).run()
+
+        await broker_nursery.start(trio.serve_listeners, handle, listeners)
+        bound = listeners[0].socket.getsockname()
+        task_status.started(BoundAddresses(tcp=(bound[0], bound[1])))
+
+
+@asynccontextmanager
+async def open_nsqd(config: NsqdConfig | None = None) -> AsyncIterator[BoundAddresses]:
+    """``async with open_nsqd() as addresses:`` a broker on 127.0.0.1, port 0 by default."""
+    async with trio.open_nursery() as nursery:
+        chosen = config if config is not None else NsqdConfig(tcp_address="127.0.0.1:0")
+        addresses: BoundAddresses = await nursery.start(serve_nsqd, chosen)
+        try:
+            yield addresses
+        finally:
+            nursery.cancel_scope.cancel()
+
 
 TREE: Final = (
     ("serve_nsqd", None),

@@ -1,0 +1,117 @@
+"""The broker: topics by name, and one running :class:`ChannelRunner` per channel.
+
+Topics and channels outlive the connections that create them, so their tasks start
+in the broker nursery (design §3); deleting a channel cancels its runner's scope.
+Connections call in here for PUB/SUB and for leaving.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..dispatch.router import ChannelRunner
+from .topic import Topic
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    import trio
+
+    from ..config import NsqdConfig
+    from ..dispatch.router import Outbox
+    from ..queues.record import Record
+    from .channel import Channel, Consumer
+
+__all__ = ["Broker"]
+
+RELEASE_EVERY = 4096
+"""Records appended between attempts to release what every channel has confirmed."""
+
+
+class Broker:
+    """Topics, channels and their runners."""
+
+    def __init__(self, config: NsqdConfig, nursery: trio.Nursery) -> None:
+        self.config = config
+        self._nursery = nursery
+        self.topics: dict[str, Topic] = {}
+        self.runners: dict[tuple[str, int, str], ChannelRunner] = {}
+        self._outboxes: dict[tuple[str, int, str], dict[int, Outbox]] = {}
+        self._since_release: dict[str, int] = {}
+
+    def topic(self, name: str) -> Topic:
+        """The topic, created on first use (PUB/SUB auto-create plain topics)."""
+        topic = self.topics.get(name)
+        if topic is None:
+            topic = self.topics[name] = Topic(
+                name,
+                max_msg_timeout=self.config.max_msg_timeout,
+                mem_queue_size=self.config.mem_queue_size,
+            )
+        return topic
+
+    def publish(
+        self, topic_name: str, bodies: Sequence[bytes], timestamp: int, *, deliver_at: int = 0
+    ) -> list[Record]:
+        """Append a batch to partition 0 and wake every channel's router once."""
+        partition = self.topic(topic_name).partitions[0]
+        records = partition.publish(bodies, timestamp, deliver_at=deliver_at)
+        for name in partition.channels:
+            self.runners[(topic_name, 0, name)].wake()
+        count = self._since_release.get(topic_name, 0) + len(records)
+        if count >= RELEASE_EVERY:
+            partition.release()
+            count = 0
+        self._since_release[topic_name] = count
+        return records
+
+    async def subscribe(
+        self, topic_name: str, channel_name: str, consumer: Consumer, outbox: Outbox
+    ) -> ChannelRunner:
+        """Add a consumer to a channel, creating topic, channel and runner as needed."""
+        key = (topic_name, 0, channel_name)
+        runner = self.runners.get(key)
+        if runner is None:
+            channel = self.topic(topic_name).partitions[0].channel(channel_name)
+            outboxes: dict[int, Outbox] = {}
+            runner = ChannelRunner(channel, outboxes)
+            self.runners[key] = runner
+            self._outboxes[key] = outboxes
+            await self._nursery.start(runner.run)
+        runner.channel.subscribe(consumer)
+        self._outboxes[key][consumer.client_id] = outbox
+        runner.wake()
+        return runner
+
+    def unsubscribe(self, runner: ChannelRunner, client_id: int) -> None:
+        """A consumer left: requeue its messages; drop an ephemeral channel it leaves empty."""
+        channel = runner.channel
+        channel.unsubscribe(client_id)
+        key = self._key_of(runner)
+        if key is None:
+            return
+        self._outboxes[key].pop(client_id, None)
+        runner.wake()
+        if channel.name.endswith("#ephemeral") and not channel.consumers:
+            self.delete_channel(*key)
+
+    def delete_channel(self, topic_name: str, partition: int, channel_name: str) -> Channel | None:
+        """Remove a channel and stop its tasks; an ephemeral topic left bare goes too."""
+        key = (topic_name, partition, channel_name)
+        runner = self.runners.pop(key, None)
+        self._outboxes.pop(key, None)
+        if runner is not None:
+            runner.cancel_scope.cancel()
+        topic = self.topics.get(topic_name)
+        if topic is None:
+            return None
+        channel = topic.partitions[partition].delete_channel(channel_name)
+        if topic.ephemeral and not any(p.channels for p in topic.partitions):
+            del self.topics[topic_name]
+        return channel
+
+    def _key_of(self, runner: ChannelRunner) -> tuple[str, int, str] | None:
+        for key, candidate in self.runners.items():
+            if candidate is runner:
+                return key
+        return None

@@ -1,0 +1,282 @@
+"""One TCP client connection: a nursery with a reader task and a messagePump task.
+
+The reader turns bytes into protocol events (one ``receive_data`` per read, every
+complete command at once) and applies them to the broker; replies go into the
+connection's :class:`OutboundBuffer`. The pump owns the socket's write side: it
+writes the buffer with one ``send_all`` when nsqd's rules say so, and sends
+heartbeats. The router pushes message batches in through :meth:`push`; nothing on
+that path awaits per message.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import TYPE_CHECKING
+
+import trio
+
+from ..broker.channel import Consumer
+from ..protocol import broker_errors
+from ..protocol.commands import (
+    Cls,
+    Dpub,
+    Fin,
+    Identify,
+    Mpub,
+    Nop,
+    Pub,
+    Rdy,
+    Req,
+    Sub,
+    Touch,
+)
+from ..protocol.errors import ProtocolError
+from ..protocol.frames import (
+    CLOSE_WAIT_FRAME,
+    HEARTBEAT_FRAME,
+    OK_FRAME,
+    error_frame,
+    response_frame,
+)
+from ..protocol.identify import encode_identify_response
+from ..protocol.message import parse_binary_id, parse_hex_id
+from ..protocol.server import ServerConnection
+from ..queues.inflight import InFlightError
+from .outbound import OutboundBuffer
+
+if TYPE_CHECKING:
+    from ..broker.broker import Broker
+    from ..broker.channel import Delivery
+    from ..dispatch.router import ChannelRunner
+    from ..protocol.server import Event
+    from ..protocol.settings import ServerSettings
+
+__all__ = ["ClientSession"]
+
+log = logging.getLogger("trionsq.tcp")
+READ_SIZE = 65536
+
+
+class ClientSession:
+    """One connected client: protocol state, outbound buffer, subscription."""
+
+    def __init__(
+        self, client_id: int, stream: trio.SocketStream, broker: Broker, settings: ServerSettings
+    ) -> None:
+        self.client_id = client_id
+        self.stream = stream
+        self.broker = broker
+        self.settings = settings
+        self.protocol = ServerConnection(settings)
+        self.outbound = OutboundBuffer(
+            buffer_size=settings.output_buffer_size,
+            buffer_timeout=settings.output_buffer_timeout_ms / 1000,
+        )
+        self.heartbeat_interval = settings.default_heartbeat_interval_ms / 1000
+        self.consumer: Consumer | None = None
+        self.runner: ChannelRunner | None = None
+        self._wake = trio.Event()
+        self._finished = False
+        self._handlers = {
+            Identify: self._identify,
+            Pub: self._pub,
+            Mpub: self._mpub,
+            Dpub: self._dpub,
+            Rdy: self._rdy,
+            Fin: self._fin,
+            Req: self._req,
+            Touch: self._touch,
+            Cls: self._cls,
+            Nop: self._nop,
+        }
+
+    # ------------------------------------------------------------- Outbox for the router
+
+    def push(self, deliveries: list[Delivery]) -> None:
+        """A batch from the router: encode now, write when the pump decides."""
+        self.outbound.add_deliveries(deliveries, trio.current_time())
+        self._wake.set()
+
+    def _reply(self, frame_bytes: bytes) -> None:
+        self.outbound.add_response(frame_bytes)
+        self._wake.set()
+
+    def _ready(self) -> bool:
+        consumer, runner = self.consumer, self.runner
+        return consumer is not None and runner is not None and runner.channel.room_for(consumer) > 0
+
+    # ------------------------------------------------------------- tasks
+
+    async def run(self) -> None:
+        """Serve the connection until either side ends it; never raises for client faults."""
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._pump)
+                await self._read()
+                self._finished = True
+                self._wake.set()
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass  # the client went away mid-write
+        except Exception:
+            log.exception("client %d: connection handler failed", self.client_id)
+        finally:
+            if self.runner is not None:
+                self.broker.unsubscribe(self.runner, self.client_id)
+            await trio.aclose_forcefully(self.stream)
+
+    async def _read(self) -> None:
+        protocol = self.protocol
+        while not protocol.closed:
+            timeout = 2 * self.heartbeat_interval if self.heartbeat_interval > 0 else math.inf
+            with trio.move_on_after(timeout) as scope:
+                data = await self.stream.receive_some(READ_SIZE)
+            if scope.cancelled_caught:
+                log.info("client %d: no command for %.0fs, closing", self.client_id, timeout)
+                return
+            for event in protocol.receive_data(data):
+                await self._handle(event)
+            if not data:
+                return
+
+    async def _pump(self) -> None:
+        outbound = self.outbound
+        interval = self.heartbeat_interval
+        next_heartbeat = trio.current_time() + interval if interval > 0 else math.inf
+        while True:
+            deadline = next_heartbeat
+            flush_at = outbound.flush_deadline()
+            if flush_at is not None and flush_at < deadline:
+                deadline = flush_at
+            with trio.move_on_at(deadline):
+                await self._wake.wait()
+            self._wake = trio.Event()
+            now = trio.current_time()
+            if interval != self.heartbeat_interval:  # IDENTIFY changed it
+                interval = self.heartbeat_interval
+                next_heartbeat = now + interval if interval > 0 else math.inf
+            if now >= next_heartbeat:
+                outbound.add_response(HEARTBEAT_FRAME)
+                next_heartbeat = now + interval
+            if outbound.flush_due(now, ready=self._ready()) or (self._finished and len(outbound)):
+                await self.stream.send_all(outbound.take())
+            if self._finished and not len(outbound):
+                return
+
+    # ------------------------------------------------------------- commands
+
+    async def _handle(self, event: Event) -> None:
+        if isinstance(event, ProtocolError):
+            self._reply(error_frame(event))
+            if event.fatal:
+                log.info("client %d: %s", self.client_id, event.text)
+            return
+        if isinstance(event, Sub):
+            await self._sub(event)
+            return
+        handler = self._handlers.get(type(event))
+        if handler is None:
+            verb = type(event).__name__.upper()
+            self._fail(ProtocolError("E_INVALID", f"{verb} is not supported yet"))
+            return
+        handler(event)  # type: ignore[operator]
+
+    def _fail(self, error: ProtocolError) -> None:
+        self._reply(error_frame(error))
+        if error.fatal:
+            self.protocol.closed = True
+
+    def _identify(self, event: Identify) -> None:
+        settings = event.settings
+        self.heartbeat_interval = settings.heartbeat_interval_ms / 1000
+        self.outbound.buffer_size = settings.output_buffer_size
+        self.outbound.buffer_timeout = settings.output_buffer_timeout_ms / 1000
+        if event.response is None:
+            self._reply(OK_FRAME)
+        else:
+            self._reply(response_frame(encode_identify_response(event.response)))
+
+    def _pub(self, event: Pub) -> None:
+        self.broker.publish(event.topic, [event.body], time.time_ns())
+        self._reply(OK_FRAME)
+
+    def _mpub(self, event: Mpub) -> None:
+        self.broker.publish(event.topic, event.bodies, time.time_ns())
+        self._reply(OK_FRAME)
+
+    def _dpub(self, event: Dpub) -> None:
+        now = time.time_ns()
+        self.broker.publish(
+            event.topic, [event.body], now, deliver_at=now + event.defer_ms * 1_000_000
+        )
+        self._reply(OK_FRAME)
+
+    async def _sub(self, event: Sub) -> None:
+        negotiated = self.protocol.negotiated
+        consumer = Consumer(
+            self.client_id,
+            msg_timeout=negotiated.msg_timeout_ms / 1000,
+            sample_rate=negotiated.sample_rate,
+        )
+        self.outbound.binary_ids = self.protocol.binary_ids
+        self.consumer = consumer
+        self.runner = await self.broker.subscribe(event.topic, event.channel, consumer, self)
+        self._reply(OK_FRAME)
+
+    def _internal_id(self, message_id: bytes) -> int:
+        if self.protocol.binary_ids:
+            return parse_binary_id(message_id)[0]
+        return parse_hex_id(message_id)
+
+    def _rdy(self, event: Rdy) -> None:
+        if self.runner is not None:
+            self.runner.channel.set_rdy(self.client_id, event.count)
+            self.runner.wake()
+            self._wake.set()  # readiness changed: the pump may need to flush
+
+    def _fin(self, event: Fin) -> None:
+        runner = self.runner
+        if runner is None:
+            return
+        try:
+            runner.channel.finish(self.client_id, self._internal_id(event.message_id))
+        except InFlightError as error:
+            self._reply(error_frame(broker_errors.fin_failed(event.message_id, error.reason)))
+            return
+        runner.wake()
+
+    def _req(self, event: Req) -> None:
+        runner = self.runner
+        if runner is None:
+            return
+        max_ms = self.settings.max_req_timeout_ms
+        delay = min(max(event.timeout_ms, 0), max_ms) / 1000
+        try:
+            runner.channel.requeue(
+                self.client_id, self._internal_id(event.message_id), delay, trio.current_time()
+            )
+        except InFlightError as error:
+            self._reply(error_frame(broker_errors.req_failed(event.message_id, error.reason)))
+            return
+        runner.deadline_changed()
+        runner.wake()
+
+    def _touch(self, event: Touch) -> None:
+        runner = self.runner
+        if runner is None:
+            return
+        try:
+            runner.channel.touch(
+                self.client_id, self._internal_id(event.message_id), trio.current_time()
+            )
+        except InFlightError as error:
+            self._reply(error_frame(broker_errors.touch_failed(event.message_id, error.reason)))
+
+    def _cls(self, event: Cls) -> None:
+        if self.runner is not None:
+            self.runner.channel.start_close(self.client_id)
+        self._reply(CLOSE_WAIT_FRAME)
+
+    def _nop(self, event: Nop) -> None:
+        """Heartbeat answer: reading it already reset the read deadline."""
