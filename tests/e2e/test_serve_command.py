@@ -1,0 +1,55 @@
+"""``trionsq serve`` as a user runs it: a subprocess, real sockets, signals."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import trio
+
+from trionsq.protocol import MAGIC_V2, Pub
+from trionsq.protocol.client import ClientConnection, Response, encode_commands
+
+TRIONSQ = Path(sys.executable).with_name("trionsq")
+
+
+async def test_serve_listens_answers_and_stops_on_sigterm() -> None:
+    started = time.monotonic()
+    process = await trio.lowlevel.open_process(
+        [str(TRIONSQ), "serve", "--tcp-address", "127.0.0.1:0"],
+        stdin=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert process.stderr is not None
+        seen = b""
+        with trio.fail_after(20):
+            while b"TCP: listening on" not in seen:
+                chunk = await process.stderr.receive_some(4096)
+                assert chunk, f"exited early: {seen!r}"
+                seen += chunk
+        startup = time.monotonic() - started
+        match = re.search(rb"\[nsqd\] \S+ \S+ INFO: TCP: listening on 127\.0\.0\.1:(\d+)", seen)
+        assert match is not None, seen
+        stream = await trio.open_tcp_stream("127.0.0.1", int(match.group(1)))
+        async with stream:
+            await stream.send_all(MAGIC_V2 + encode_commands([Pub("t", b"hi")]))
+            decoder = ClientConnection()
+            with trio.fail_after(10):
+                frames = decoder.receive_data(await stream.receive_some(4096))
+            assert isinstance(frames[0], Response)
+            assert frames[0].is_ok
+        process.send_signal(signal.SIGTERM)
+        with trio.fail_after(10):
+            assert await process.wait() == 0
+        assert startup < 10  # the acceptance figure (< 1 s idle) is measured in the closing note
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        if process.stderr is not None:
+            await process.stderr.aclose()
