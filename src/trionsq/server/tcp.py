@@ -112,13 +112,14 @@ class ClientSession:
     async def run(self) -> None:
         """Serve the connection until either side ends it; never raises for client faults."""
         try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._pump)
-                await self._read()
-                self._finished = True
-                self._wake.set()
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass  # the client went away mid-write
+            try:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._pump)
+                    await self._read()
+                    self._finished = True
+                    self._wake.set()
+            except* (trio.BrokenResourceError, trio.ClosedResourceError):
+                log.debug("client %d: connection reset", self.client_id)
         except Exception:
             log.exception("client %d: connection handler failed", self.client_id)
         finally:

@@ -1,0 +1,43 @@
+"""pynsq, gnsq and ansq from PyPI publish and consume through trionsq, REQ included."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+import trio
+
+from trionsq import NsqdConfig, serve_nsqd
+
+if TYPE_CHECKING:
+    from trionsq.nursery_tree import BoundAddresses
+
+CLIENTS = Path(__file__).with_name("clients")
+COUNT = 50
+
+
+@pytest.mark.parametrize("client", ["pynsq", "gnsq", "ansq"])
+async def test_round_trip(client: str, nursery: trio.Nursery) -> None:
+    addresses: BoundAddresses = await nursery.start(
+        serve_nsqd, NsqdConfig(tcp_address="127.0.0.1:0")
+    )
+    host, port = addresses.tcp
+    script = CLIENTS / f"{client}_roundtrip.py"
+    with trio.fail_after(60):
+        result = await trio.run_process(
+            [sys.executable, str(script), f"{host}:{port}", f"rt_{client}", str(COUNT)],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    summary = json.loads(result.stdout.decode().strip().splitlines()[-1])
+    seen: dict[str, list[int]] = summary["seen"]
+    assert sorted(seen) == sorted(f"m{i}" for i in range(COUNT))
+    assert seen["m0"] == [1, 2]  # requeued once, redelivered with attempts 2
+    assert all(attempts == [1] for body, attempts in seen.items() if body != "m0")
