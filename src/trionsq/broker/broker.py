@@ -56,8 +56,9 @@ class Broker:
         """Append a batch to partition 0 and wake every channel's router once."""
         partition = self.topic(topic_name).partitions[0]
         records = partition.publish(bodies, timestamp, deliver_at=deliver_at)
-        for name in partition.channels:
-            self.runners[(topic_name, 0, name)].wake()
+        for name, channel in partition.channels.items():
+            if channel.consumers:  # a channel nobody reads is woken when someone subscribes
+                self.runners[(topic_name, 0, name)].wake()
         count = self._since_release.get(topic_name, 0) + len(records)
         if count >= RELEASE_EVERY:
             partition.release()

@@ -78,6 +78,9 @@ class ClientSession:
         self.consumer: Consumer | None = None
         self.runner: ChannelRunner | None = None
         self._wake = trio.Event()
+        self._send_lock = trio.StrictFIFOLock()
+        """Reader (replies) and pump (messages, heartbeats) both write, like nsqd's
+        IOLoop and messagePump; the lock keeps each write whole and in order."""
         self._finished = False
         self._handlers = {
             Identify: self._identify,
@@ -100,8 +103,8 @@ class ClientSession:
         self._wake.set()
 
     def _reply(self, frame_bytes: bytes) -> None:
+        """Replies come only from the reader, which writes them after each read."""
         self.outbound.add_response(frame_bytes)
-        self._wake.set()
 
     def _ready(self) -> bool:
         consumer, runner = self.consumer, self.runner
@@ -138,6 +141,9 @@ class ClientSession:
                 return
             for event in protocol.receive_data(data):
                 await self._handle(event)
+            if self.outbound.flush_due(trio.current_time(), ready=self._ready()):
+                # answer every command of this read with one write, without a task switch
+                await self._write()
             if not data:
                 return
 
@@ -161,9 +167,23 @@ class ClientSession:
                 outbound.add_response(HEARTBEAT_FRAME)
                 next_heartbeat = now + interval
             if outbound.flush_due(now, ready=self._ready()) or (self._finished and len(outbound)):
-                await self.stream.send_all(outbound.take())
+                await self._write()
             if self._finished and not len(outbound):
                 return
+
+    async def _write(self) -> None:
+        """Write everything buffered; the lock is taken without a checkpoint when free."""
+        lock = self._send_lock
+        try:
+            lock.acquire_nowait()
+        except trio.WouldBlock:
+            await lock.acquire()
+        try:
+            data = self.outbound.take()
+            if data:
+                await self.stream.send_all(data)
+        finally:
+            lock.release()
 
     # ------------------------------------------------------------- commands
 
@@ -193,6 +213,7 @@ class ClientSession:
         self.heartbeat_interval = settings.heartbeat_interval_ms / 1000
         self.outbound.buffer_size = settings.output_buffer_size
         self.outbound.buffer_timeout = settings.output_buffer_timeout_ms / 1000
+        self._wake.set()  # the pump re-reads the heartbeat interval
         if event.response is None:
             self._reply(OK_FRAME)
         else:
