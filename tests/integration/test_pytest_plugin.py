@@ -33,7 +33,7 @@ async def test_a_broker_starts_quickly(nursery: trio.Nursery) -> None:
     started = time.perf_counter()
     await nursery.start(serve_nsqd, NsqdConfig(tcp_address="127.0.0.1:0"))
     elapsed = time.perf_counter() - started
-    assert elapsed < 0.5  # measured ~2 ms here; generous for a loaded CI machine
+    assert elapsed < 0.5  # median 0.14 ms here; the bound is generous for a loaded CI machine
 
 
 def test_thread_hosted_broker_for_non_trio_code(nsqd_thread: BoundAddresses) -> None:
