@@ -1,21 +1,21 @@
 """Where every long-lived task of a broker process gets its parent.
 
 The tree this module builds (design §3); a task not named here has no place in
-trionsq::
+trionsq. Branches marked (planned) arrive with their issues::
 
     serve_nsqd(config, task_status)                  this module: builds the tree
     ├── broker nursery
-    │   ├── per topic partition: log writer/sync task         queues/
-    │   │   └── per channel [own CancelScope; delete = cancel]
-    │   │       ├── router task    cursor -> ready consumers   dispatch/
-    │   │       └── expiry task    in-flight + deferred deadlines
-    │   └── metadata persister (debounced on a dirty Event)
-    ├── TCP listener -> per connection nursery
-    │   ├── reader task            bytes -> protocol events -> broker calls
-    │   └── messagePump task       outbound buffer -> send_all; heartbeats
-    ├── HTTP listener (h11 connection loop)
-    ├── admin websocket listener (trio-websocket)
-    └── lookupd peers: one task per lookupd address
+    │   ├── per channel: ChannelRunner [own CancelScope; delete = cancel]   dispatch/router.py
+    │   │   ├── router task    cursor -> ready consumers, in batches
+    │   │   └── expiry task    in-flight + deferred deadlines (ExpiryTimer)
+    │   ├── per topic partition: log writer/sync task (planned: durable log)
+    │   ├── metadata persister (planned: durable log)
+    │   └── TCP listener (trio.serve_listeners) -> per connection nursery   server/tcp.py
+    │       ├── reader task            bytes -> protocol events -> broker; writes replies
+    │       └── messagePump task       message batches + heartbeats -> socket
+    ├── HTTP listener (planned: HTTP API)
+    ├── admin websocket listener (planned)
+    └── lookupd peers: one task per lookupd address (planned: lookupd)
     task_status.started(BoundAddresses(...))   # after every listener accepts
 
 State of the build: ``serve_nsqd`` runs the broker nursery (channel runners) and
@@ -87,17 +87,18 @@ async def open_nsqd(config: NsqdConfig | None = None) -> AsyncIterator[BoundAddr
 TREE: Final = (
     ("serve_nsqd", None),
     ("broker nursery", "serve_nsqd"),
-    ("partition log writer", "broker nursery"),
-    ("channel router", "partition log writer"),
-    ("channel expiry", "partition log writer"),
-    ("metadata persister", "broker nursery"),
-    ("tcp listener", "serve_nsqd"),
+    ("channel runner", "broker nursery"),
+    ("channel router", "channel runner"),
+    ("channel expiry", "channel runner"),
+    ("tcp listener", "broker nursery"),
     ("connection nursery", "tcp listener"),
     ("connection reader", "connection nursery"),
     ("connection message pump", "connection nursery"),
-    ("http listener", "serve_nsqd"),
-    ("admin websocket listener", "serve_nsqd"),
-    ("lookupd peer", "serve_nsqd"),
+    ("partition log writer (planned)", "broker nursery"),
+    ("metadata persister (planned)", "broker nursery"),
+    ("http listener (planned)", "serve_nsqd"),
+    ("admin websocket listener (planned)", "serve_nsqd"),
+    ("lookupd peer (planned)", "serve_nsqd"),
 )
 """Each long-lived task and the task or nursery that is its parent, as data, so the
 tree in the docstring and the code that builds it can be checked against each other."""
