@@ -151,3 +151,33 @@ async def test_bad_input_gets_its_error_and_others_keep_going(
     good = await clients.connect(addresses.tcp)
     await good.send(Pub("t", b"x"))
     assert ok((await good.read(1))[0])
+
+
+async def _held_then_resubscribe(
+    clients: Clients, address: tuple[str, int], topic: str, channel: str
+) -> list[bytes]:
+    """Publish with a consumer holding RDY 0, drop it, then see what a new consumer gets."""
+    first = await clients.connect(address)
+    await first.send(Sub(topic, channel))
+    assert ok((await first.read(1))[0])
+    producer = await clients.connect(address)
+    await producer.send(Pub(topic, b"held"))
+    assert ok((await producer.read(1))[0])
+    await first.stream.send_eof()  # the only consumer leaves...
+    await first.wait_closed()  # ...and the broker has closed its side: it has unsubscribed it
+    second = await clients.connect(address)
+    await second.send(Sub(topic, channel), Rdy(1))
+    frames = await second.drain()
+    return [f.message.body for f in frames if isinstance(f, MessageFrame)]
+
+
+async def test_ephemeral_channel_and_topic_go_with_their_last_consumer(
+    clients: Clients, nursery: trio.Nursery
+) -> None:
+    addresses = await start(nursery)
+    durable = await _held_then_resubscribe(clients, addresses.tcp, "keep", "c")
+    assert durable == [b"held"]  # a durable channel keeps its messages for the next consumer
+    ephemeral = await _held_then_resubscribe(
+        clients, addresses.tcp, "gone#ephemeral", "c#ephemeral"
+    )
+    assert ephemeral == []  # channel and topic were deleted when the consumer left
