@@ -98,18 +98,13 @@ def assign(
     deliveries: dict[int, list[M]] = {}
     waiting: list[M] = []
     default = _Rotation(untagged, turn)
-    if not by_tag:
-        for message in messages:
-            client = default.take()
-            if client is None:
-                waiting.append(message)
-            else:
-                deliveries.setdefault(client, []).append(message)
-        return Assignment(deliveries, waiting, turn + 1)
     rotations = {tag: _Rotation(slots, turn) for tag, slots in by_tag.items()}
     for message in messages:
-        tag = tag_of(message)
-        rotation = rotations.get(tag, default) if tag is not None else default
+        rotation = default
+        if rotations:  # tags are only parsed while someone holds one
+            tag = tag_of(message)
+            if tag is not None:
+                rotation = rotations.get(tag, default)
         client = rotation.take()
         if client is None:
             waiting.append(message)
