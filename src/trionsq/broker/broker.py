@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..dispatch.router import ChannelRunner
+from ..protocol.names import is_ephemeral
 from .topic import Topic
 
 if TYPE_CHECKING:
@@ -36,7 +37,6 @@ class Broker:
         self._nursery = nursery
         self.topics: dict[str, Topic] = {}
         self.runners: dict[tuple[str, int, str], ChannelRunner] = {}
-        self._outboxes: dict[tuple[str, int, str], dict[int, Outbox]] = {}
         self._since_release: dict[str, int] = {}
 
     def topic(self, name: str) -> Topic:
@@ -74,13 +74,11 @@ class Broker:
         runner = self.runners.get(key)
         if runner is None:
             channel = self.topic(topic_name).partitions[0].channel(channel_name)
-            outboxes: dict[int, Outbox] = {}
-            runner = ChannelRunner(channel, outboxes)
+            runner = ChannelRunner(channel, {})
             self.runners[key] = runner
-            self._outboxes[key] = outboxes
             await self._nursery.start(runner.run)
         runner.channel.subscribe(consumer)
-        self._outboxes[key][consumer.client_id] = outbox
+        runner.outboxes[consumer.client_id] = outbox
         runner.wake()
         return runner
 
@@ -88,19 +86,18 @@ class Broker:
         """A consumer left: requeue its messages; drop an ephemeral channel it leaves empty."""
         channel = runner.channel
         channel.unsubscribe(client_id)
-        key = self._key_of(runner)
-        if key is None:
+        runner.outboxes.pop(client_id, None)
+        key = (channel.topic, channel.partition, channel.name)
+        if self.runners.get(key) is not runner:  # the channel was deleted meanwhile
             return
-        self._outboxes[key].pop(client_id, None)
         runner.wake()
-        if channel.name.endswith("#ephemeral") and not channel.consumers:
+        if is_ephemeral(channel.name) and not channel.consumers:
             self.delete_channel(*key)
 
     def delete_channel(self, topic_name: str, partition: int, channel_name: str) -> Channel | None:
         """Remove a channel and stop its tasks; an ephemeral topic left bare goes too."""
         key = (topic_name, partition, channel_name)
         runner = self.runners.pop(key, None)
-        self._outboxes.pop(key, None)
         if runner is not None:
             runner.cancel_scope.cancel()
         topic = self.topics.get(topic_name)
@@ -110,9 +107,3 @@ class Broker:
         if topic.ephemeral and not any(p.channels for p in topic.partitions):
             del self.topics[topic_name]
         return channel
-
-    def _key_of(self, runner: ChannelRunner) -> tuple[str, int, str] | None:
-        for key, candidate in self.runners.items():
-            if candidate is runner:
-                return key
-        return None

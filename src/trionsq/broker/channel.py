@@ -88,11 +88,15 @@ class Channel:
         start_id: int,
         *,
         max_msg_timeout: float,
+        topic: str = "",
+        partition: int = 0,
         ordered: bool = False,
         max_batch: int = DEFAULT_MAX_BATCH,
         rng: random.Random | None = None,
     ) -> None:
         self.name: Final = name
+        self.topic: Final = topic
+        self.partition: Final = partition
         self.cursor = ChannelCursor(log, start_id)
         self.ordered: Final = ordered
         """SUB_ORDERED: at most one message in flight for the channel."""

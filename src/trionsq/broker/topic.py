@@ -68,7 +68,14 @@ class Partition:
         if existing is not None:
             return existing
         start = self.log.start_id if not self.channels else self.log.next_id
-        channel = Channel(name, self.log, start, max_msg_timeout=self.max_msg_timeout)
+        channel = Channel(
+            name,
+            self.log,
+            start,
+            max_msg_timeout=self.max_msg_timeout,
+            topic=self.topic,
+            partition=self.index,
+        )
         channel.intake_paused = self.paused
         self.channels[name] = channel
         return channel

@@ -18,7 +18,7 @@ import trio
 from .expiry import ExpiryTimer
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable
 
     from ..broker.channel import Channel, Delivery
 
@@ -38,13 +38,13 @@ class ChannelRunner:
     def __init__(
         self,
         channel: Channel,
-        outboxes: Mapping[int, Outbox],
+        outboxes: dict[int, Outbox],
         *,
         wall_clock: Callable[[], int] = time.time_ns,
     ) -> None:
         self.channel = channel
         self.outboxes = outboxes
-        """client id -> outbox, kept by whoever subscribes consumers."""
+        """client id -> outbox; whoever subscribes and unsubscribes consumers keeps it."""
         self.timer = ExpiryTimer()
         self.cancel_scope = trio.CancelScope()
         """Cancelling it ends both tasks (channel delete)."""
