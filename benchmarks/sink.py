@@ -221,19 +221,11 @@ def serve_connection(
 
 
 @dataclass
-class Totals:
+class Totals(Counters):
+    """Every connection's counters added up, plus how many connections there were."""
+
     connections: int = 0
     open: int = 0
-    pub: int = 0
-    mpub: int = 0
-    published: int = 0
-    published_bytes: int = 0
-    streamed: int = 0
-    finished: int = 0
-    heartbeats: int = 0
-    errors: int = 0
-    bytes_in: int = 0
-    bytes_out: int = 0
 
 
 class Sink:
