@@ -45,9 +45,12 @@ __all__ = ["TREE", "BoundAddresses", "open_nsqd", "serve_nsqd"]
 
 @attrs.frozen
 class BoundAddresses:
-    """Where a started broker listens (the real ports, so port 0 works)."""
+    """Where a started broker listens (the real ports, so port 0 works), and the broker."""
 
     tcp: tuple[str, int]
+    broker: Broker = attrs.field(eq=False, repr=False)
+    """The running broker, for in-process control (pause, empty, delete) by an
+    embedding app or a test. Call it only from the broker's own Trio thread."""
 
 
 async def serve_nsqd(
@@ -69,7 +72,7 @@ async def serve_nsqd(
 
         await broker_nursery.start(trio.serve_listeners, handle, listeners)
         bound = listeners[0].socket.getsockname()
-        task_status.started(BoundAddresses(tcp=(bound[0], bound[1])))
+        task_status.started(BoundAddresses(tcp=(bound[0], bound[1]), broker=broker))
 
 
 @asynccontextmanager

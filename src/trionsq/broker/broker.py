@@ -70,16 +70,21 @@ class Broker:
         self, topic_name: str, channel_name: str, consumer: Consumer, outbox: Outbox
     ) -> ChannelRunner:
         """Add a consumer to a channel, creating topic, channel and runner as needed."""
-        key = (topic_name, 0, channel_name)
-        runner = self.runners.get(key)
-        if runner is None:
-            channel = self.topic(topic_name).partitions[0].channel(channel_name)
-            runner = ChannelRunner(channel, {})
-            self.runners[key] = runner
-            await self._nursery.start(runner.run)
+        runner = await self._runner(topic_name, 0, channel_name)
         runner.channel.subscribe(consumer)
         runner.outboxes[consumer.client_id] = outbox
         runner.wake()
+        return runner
+
+    async def _runner(self, topic_name: str, partition: int, channel_name: str) -> ChannelRunner:
+        """The channel's runner, creating channel and runner (in the broker nursery)."""
+        key = (topic_name, partition, channel_name)
+        runner = self.runners.get(key)
+        if runner is None:
+            channel = self.topic(topic_name).partitions[partition].channel(channel_name)
+            runner = ChannelRunner(channel, {})
+            self.runners[key] = runner
+            await self._nursery.start(runner.run)
         return runner
 
     def unsubscribe(self, runner: ChannelRunner, client_id: int) -> None:
@@ -95,11 +100,16 @@ class Broker:
             self.delete_channel(*key)
 
     def delete_channel(self, topic_name: str, partition: int, channel_name: str) -> Channel | None:
-        """Remove a channel and stop its tasks; an ephemeral topic left bare goes too."""
+        """Remove a channel, stop its tasks and close its consumers' connections.
+
+        An ephemeral topic left without channels goes too.
+        """
         key = (topic_name, partition, channel_name)
         runner = self.runners.pop(key, None)
         if runner is not None:
             runner.cancel_scope.cancel()
+            for outbox in list(runner.outboxes.values()):
+                outbox.close()
         topic = self.topics.get(topic_name)
         if topic is None:
             return None
@@ -107,3 +117,75 @@ class Broker:
         if topic.ephemeral and not any(p.channels for p in topic.partitions):
             del self.topics[topic_name]
         return channel
+
+    # ------------------------------------------------------------- admin (HTTP, embedding)
+
+    def find_channel(self, topic_name: str, channel_name: str) -> list[Channel]:
+        """The channel in every partition of an existing topic (empty list: none)."""
+        topic = self.topics.get(topic_name)
+        if topic is None:
+            return []
+        return [p.channels[channel_name] for p in topic.partitions if channel_name in p.channels]
+
+    async def create_channel(self, topic_name: str, channel_name: str) -> None:
+        """Create a channel (and its topic) with a running router, without consumers."""
+        for partition in self.topic(topic_name).partitions:
+            await self._runner(topic_name, partition.index, channel_name)
+
+    def delete_topic(self, topic_name: str) -> bool:
+        """Delete a topic, its channels and its messages; False if there was none."""
+        topic = self.topics.get(topic_name)
+        if topic is None:
+            return False
+        for partition in topic.partitions:
+            for channel_name in list(partition.channels):
+                self.delete_channel(topic_name, partition.index, channel_name)
+        self.topics.pop(topic_name, None)
+        self._since_release.pop(topic_name, None)
+        return True
+
+    def empty_topic(self, topic_name: str) -> bool:
+        """Drop what the topic itself holds (not its channels'); False if no such topic."""
+        topic = self.topics.get(topic_name)
+        if topic is None:
+            return False
+        for partition in topic.partitions:
+            partition.empty()
+        return True
+
+    def set_topic_paused(self, topic_name: str, paused: bool) -> bool:
+        """Pause or unpause a topic; False if no such topic."""
+        topic = self.topics.get(topic_name)
+        if topic is None:
+            return False
+        topic.set_paused(paused)
+        if not paused:
+            self._wake_topic(topic_name)
+        return True
+
+    def empty_channel(self, topic_name: str, channel_name: str) -> bool:
+        """Drop a channel's queued, in-flight and deferred messages; False if none."""
+        channels = self.find_channel(topic_name, channel_name)
+        for channel in channels:
+            channel.empty()
+            self._wake(channel)
+        return bool(channels)
+
+    def set_channel_paused(self, topic_name: str, channel_name: str, paused: bool) -> bool:
+        """Pause or unpause delivery from a channel; False if no such channel."""
+        channels = self.find_channel(topic_name, channel_name)
+        for channel in channels:
+            channel.paused = paused
+            self._wake(channel)
+        return bool(channels)
+
+    def _wake(self, channel: Channel) -> None:
+        runner = self.runners.get((channel.topic, channel.partition, channel.name))
+        if runner is not None:
+            runner.wake()
+            runner.deadline_changed()
+
+    def _wake_topic(self, topic_name: str) -> None:
+        for partition in self.topics[topic_name].partitions:
+            for channel in partition.channels.values():
+                self._wake(channel)

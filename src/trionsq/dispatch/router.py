@@ -31,6 +31,9 @@ class Outbox(Protocol):
     def push(self, deliveries: list[Delivery]) -> None:
         """Take a batch for sending; must not block (the router never awaits here)."""
 
+    def close(self) -> None:
+        """The channel is gone (deleted): end the connection, as nsqd closes its clients."""
+
 
 class ChannelRunner:
     """Drives one :class:`~trionsq.broker.channel.Channel` from Trio."""

@@ -83,6 +83,7 @@ class ClientSession:
         """Reader (replies) and pump (messages, heartbeats) both write, like nsqd's
         IOLoop and messagePump; the lock keeps each write whole and in order."""
         self._finished = False
+        self._scope = trio.CancelScope()
         self._handlers = {
             Identify: self._identify,
             Pub: self._pub,
@@ -103,6 +104,10 @@ class ClientSession:
         self.outbound.add_deliveries(deliveries, trio.current_time())
         self._wake.set()
 
+    def close(self) -> None:
+        """Our channel was deleted: end the connection (nsqd closes it without a frame)."""
+        self._scope.cancel()
+
     def _reply(self, frame_bytes: bytes) -> None:
         """Replies come only from the reader, which writes them after each read."""
         self.outbound.add_response(frame_bytes)
@@ -117,11 +122,12 @@ class ClientSession:
         """Serve the connection until either side ends it; never raises for client faults."""
         try:
             try:
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._pump)
-                    await self._read()
-                    self._finished = True
-                    self._wake.set()
+                with self._scope:
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(self._pump)
+                        await self._read()
+                        self._finished = True
+                        self._wake.set()
             except* (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 log.debug("client %d: connection reset", self.client_id)
         except Exception:

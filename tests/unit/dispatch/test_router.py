@@ -17,9 +17,13 @@ class RecordingOutbox:
 
     def __init__(self) -> None:
         self.batches: list[tuple[float, list[Delivery]]] = []
+        self.closed = False
 
     def push(self, deliveries: list[Delivery]) -> None:
         self.batches.append((trio.current_time(), deliveries))
+
+    def close(self) -> None:
+        self.closed = True
 
     def seen(self) -> list[tuple[float, int, int]]:
         return [(t, d.record.internal_id, d.attempts) for t, batch in self.batches for d in batch]
