@@ -49,6 +49,10 @@ class BoundAddresses:
 
     tcp: tuple[str, int]
     broker: Broker = attrs.field(eq=False, repr=False)
+    http: tuple[str, int] | None = None
+    """None while the HTTP listener is disabled (``http_address=""``)."""
+    https: tuple[str, int] | None = None
+    """None unless a TLS certificate is configured."""
     """The running broker, for in-process control (pause, empty, delete) by an
     embedding app or a test. Call it only from the broker's own Trio thread."""
 
