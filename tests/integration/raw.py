@@ -1,10 +1,23 @@
-"""Raw protocol clients for the integration tests: the plugin's ProtocolClient."""
+"""Raw protocol clients for the integration tests: the plugin's ProtocolClient, plus helpers."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import trio
 
+from trionsq import NsqdConfig, serve_nsqd
+from trionsq.protocol import Nop, Rdy, Sub
+from trionsq.protocol.client import ErrorReply, MessageFrame, Response, encode_identify
 from trionsq.testing import ProtocolClient
+
+if TYPE_CHECKING:
+    from trionsq.nursery_tree import BoundAddresses
+    from trionsq.protocol import Command, IdentifyRequest
+    from trionsq.protocol.client import Frame
+    from trionsq.protocol.message import Message
+
+LOCAL = NsqdConfig(tcp_address="127.0.0.1:0")
 
 
 class Clients:
@@ -18,6 +31,77 @@ class Clients:
         self.opened.append(client)
         return client
 
+    async def subscribe(
+        self,
+        address: tuple[str, int],
+        topic: str,
+        channel: str,
+        *,
+        rdy: int = 0,
+        identify: IdentifyRequest | None = None,
+    ) -> ProtocolClient:
+        """A consumer: connected, optionally identified, subscribed (OK checked), RDY sent."""
+        client = await self.connect(address)
+        if identify is not None:
+            await client.stream.send_all(encode_identify(identify))
+            assert ok(await next_frame(client))
+        await client.send(Sub(topic, channel))
+        assert ok(await next_frame(client))
+        if rdy:
+            await client.send(Rdy(rdy))
+        return client
+
     async def close_all(self) -> None:
         for client in self.opened:
             await trio.aclose_forcefully(client.stream)
+
+
+async def start(nursery: trio.Nursery, config: NsqdConfig = LOCAL) -> BoundAddresses:
+    addresses: BoundAddresses = await nursery.start(serve_nsqd, config)
+    return addresses
+
+
+def ok(frame: object) -> bool:
+    return isinstance(frame, Response) and frame.is_ok
+
+
+def is_heartbeat(frame: object) -> bool:
+    return isinstance(frame, Response) and frame.is_heartbeat
+
+
+async def next_frame(client: ProtocolClient) -> Frame:
+    """The next frame that is not a heartbeat (heartbeats are answered with NOP)."""
+    while True:
+        frames = await client.read(1)
+        assert frames, "the server closed the connection"
+        if not is_heartbeat(frames[0]):
+            return frames[0]
+        await client.send(Nop())
+
+
+async def next_message(client: ProtocolClient) -> Message:
+    frame = await next_frame(client)
+    assert isinstance(frame, MessageFrame), frame
+    return frame.message
+
+
+async def next_error(client: ProtocolClient) -> ErrorReply:
+    frame = await next_frame(client)
+    assert isinstance(frame, ErrorReply), frame
+    return frame
+
+
+async def publish(client: ProtocolClient, *commands: Command) -> None:
+    """Send publishes and check each is answered OK."""
+    await client.send(*commands)
+    for _ in commands:
+        assert ok(await next_frame(client))
+
+
+async def quiet(client: ProtocolClient, seconds: float) -> list[Frame]:
+    """Every frame but heartbeats until nothing has come for ``seconds``."""
+    return [f for f in await client.drain(quiet=seconds) if not is_heartbeat(f)]
+
+
+def bodies(frames: list[Frame]) -> list[bytes]:
+    return [f.message.body for f in frames if isinstance(f, MessageFrame)]

@@ -28,6 +28,7 @@ from ..queues.inflight import InFlightTable
 from ..queues.record import Record
 
 if TYPE_CHECKING:
+    from ..queues.ephemeral import EphemeralFeed
     from ..queues.memory_log import MemoryLog
 
 __all__ = ["Channel", "ChannelStatistics", "Consumer", "Delivery"]
@@ -93,17 +94,25 @@ class Channel:
         ordered: bool = False,
         max_batch: int = DEFAULT_MAX_BATCH,
         rng: random.Random | None = None,
+        feed: EphemeralFeed | None = None,
     ) -> None:
+        """``feed``: an ephemeral channel reads it instead of a cursor over ``log``."""
         self.name: Final = name
         self.topic: Final = topic
         self.partition: Final = partition
-        self.cursor = ChannelCursor(log, start_id)
+        self.log = log
+        self.feed = feed
+        self.cursor: ChannelCursor | EphemeralFeed = (
+            feed if feed is not None else ChannelCursor(log, start_id)
+        )
         self.ordered: Final = ordered
         """SUB_ORDERED: at most one message in flight for the channel."""
         self.max_batch: Final = max_batch
         self.paused = False
-        self.intake_paused = False
-        """The topic is paused: no new messages from the log (redeliveries still go)."""
+        self.intake_limit: int | None = None
+        """Set while the topic is paused: records from this id on are not taken from the
+        log. What was published before the pause had reached the channel in nsqd, so it
+        and redeliveries still go out."""
         self.consumers: dict[int, Consumer] = {}
         self.in_flight: InFlightTable[Record] = InFlightTable(max_msg_timeout)
         self.deferred: DeferredQueue[Record] = DeferredQueue()
@@ -156,8 +165,13 @@ class Channel:
 
     def has_work(self) -> bool:
         """Something could be delivered if a consumer had room."""
-        fresh = self.cursor.backlog and not self.intake_paused
-        return bool(self._requeued or self._waiting or fresh)
+        return bool(self._requeued or self._waiting or self._intake())
+
+    def _intake(self) -> int:
+        """How many new records the channel may take from the log now."""
+        backlog = self.cursor.backlog
+        limit = self.intake_limit
+        return backlog if limit is None else min(backlog, max(0, limit - self.cursor.read_id))
 
     def route(self, now: float, wall_ns: int) -> dict[int, list[Delivery]]:
         """One routing pass: what each consumer gets now, recorded as in flight."""
@@ -191,8 +205,8 @@ class Channel:
         while requeued and len(batch) < room:
             batch.append(requeued.popleft())
         batch.extend(self._waiting)
-        fresh = room - len(batch) + len(self._waiting)
-        if fresh > 0 and len(self._waiting) < self.max_batch and not self.intake_paused:
+        fresh = min(room - len(batch) + len(self._waiting), self._intake())
+        if fresh > 0 and len(self._waiting) < self.max_batch:
             for record in self.cursor.take(fresh):
                 self.message_count += 1
                 if record.deliver_at > wall_ns:  # DPUB: held back until its time
@@ -283,7 +297,7 @@ class Channel:
         self._requeued.clear()
         self._waiting.clear()
         self._attempts.clear()
-        self.cursor.move_to(self.cursor.log.next_id)
+        self.cursor.move_to(self.log.next_id)
 
     def statistics(self) -> ChannelStatistics:
         """A frozen snapshot for /stats."""

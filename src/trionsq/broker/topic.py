@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Final
 import attrs
 
 from ..protocol.names import is_ephemeral
+from ..queues.ephemeral import EphemeralFeed
 from ..queues.memory_log import MemoryLog
 from .channel import Channel
 
@@ -57,17 +58,33 @@ class Partition:
         self.log = MemoryLog()
         self.channels: dict[str, Channel] = {}
         self.paused = False
+        self.pause_from: int | None = None
+        """While paused with channels: the first id the topic holds back from them."""
         self.message_count = 0
         self.message_bytes = 0
         self.dropped = 0
         """Ephemeral messages dropped past mem-queue-size (nsqd reports these as success)."""
 
     def channel(self, name: str) -> Channel:
-        """The channel, created if missing: the first starts at the oldest message held."""
+        """The channel, created if missing.
+
+        The first channel starts at the oldest message held, a later one at the tail
+        (nsqd's fan-out); while the topic is paused, at where the pause began, because
+        nsqd hands what it held back to every channel existing at unpause. An
+        ``#ephemeral`` channel reads its own bounded feed instead of the log.
+        """
         existing = self.channels.get(name)
         if existing is not None:
             return existing
-        start = self.log.start_id if not self.channels else self.log.next_id
+        if not self.channels:
+            start = self.log.start_id
+            if self.paused:
+                self.pause_from = start
+        elif self.paused and self.pause_from is not None:
+            start = self.pause_from
+        else:
+            start = self.log.next_id
+        feed = EphemeralFeed(self.mem_queue_size, start) if is_ephemeral(name) else None
         channel = Channel(
             name,
             self.log,
@@ -75,22 +92,59 @@ class Partition:
             max_msg_timeout=self.max_msg_timeout,
             topic=self.topic,
             partition=self.index,
+            feed=feed,
         )
-        channel.intake_paused = self.paused
         self.channels[name] = channel
+        if self.paused:
+            if feed is None:
+                channel.intake_limit = start  # nothing fanned out to it yet
+        elif feed is not None:
+            self._offer(feed)
         return channel
 
     def delete_channel(self, name: str) -> Channel | None:
-        """Remove a channel; its position no longer holds records back."""
+        """Remove a channel; its position no longer holds records back.
+
+        The last channel takes along everything that was fanned out to it, as nsqd's
+        channel does with its queue: a channel created later does not get it. Only what
+        a paused topic held back stays in the topic.
+        """
         channel = self.channels.pop(name, None)
-        self.release()
+        if channel is not None and not self.channels:
+            held_from = self.pause_from if self.paused else None
+            self.log.discard_before(self.log.next_id if held_from is None else held_from)
+        else:
+            self.release()
         return channel
 
     def set_paused(self, paused: bool) -> None:
-        """Topic pause: channels take no new messages; publishing goes on."""
+        """Topic pause: channels take nothing published from now on; publishing goes on.
+
+        What was published before still goes out: nsqd had fanned it out already.
+        """
+        if paused == self.paused:
+            return
         self.paused = paused
+        if paused:
+            self.pause_from = self.log.next_id if self.channels else None
+            for channel in self.channels.values():
+                if channel.feed is None:
+                    channel.intake_limit = self.pause_from
+            return
+        self.pause_from = None
         for channel in self.channels.values():
-            channel.intake_paused = paused
+            channel.intake_limit = None
+            if channel.feed is not None:
+                self._offer(channel.feed)
+
+    def _offer(self, feed: EphemeralFeed, records: Sequence[Record] = ()) -> None:
+        """Hand an ephemeral channel's feed what it has not been offered yet."""
+        if records and records[0].internal_id == feed.next_offer_id:
+            self.dropped += feed.offer(records)
+            return
+        missing = self.log.read(feed.next_offer_id, self.log.next_id - feed.next_offer_id)
+        self.dropped += feed.offer(missing)
+        feed.next_offer_id = self.log.next_id
 
     def publish(
         self,
@@ -102,9 +156,13 @@ class Partition:
         ext_version: int = 0,
         exts: Sequence[bytes] | None = None,
     ) -> list[Record]:
-        """Append a batch; an ephemeral partition keeps at most mem-queue-size unread."""
-        if self.ephemeral:
-            space = self.mem_queue_size - self.backlog()
+        """Append a batch and offer it to the ephemeral channels' feeds.
+
+        An ephemeral topic keeps at most mem-queue-size of what it holds itself (with
+        no channel, or paused); the rest is dropped and still reported as published.
+        """
+        if self.ephemeral and (self.paused or not self.channels):
+            space = self.mem_queue_size - self.held()
             if space < len(bodies):
                 keep = max(space, 0)
                 self.dropped += len(bodies) - keep
@@ -123,19 +181,29 @@ class Partition:
         )
         self.message_count += len(records)
         self.message_bytes += sum(len(body) for body in bodies)
+        if not self.paused:
+            for channel in self.channels.values():
+                if channel.feed is not None:
+                    self._offer(channel.feed, records)
         return records
 
-    def backlog(self) -> int:
-        """Messages not yet read by the slowest channel (all held, with no channel)."""
+    def held(self) -> int:
+        """Messages the topic itself holds: all, with no channel; since the pause, paused."""
         if not self.channels:
             return len(self.log)
-        return max(channel.cursor.backlog for channel in self.channels.values())
+        if self.paused and self.pause_from is not None:
+            return self.log.next_id - max(self.pause_from, self.log.start_id)
+        return 0
 
     def release(self) -> int:
-        """Let go of records every channel has confirmed; returns how many."""
+        """Let go of records no channel needs from the log; returns how many."""
         if not self.channels:
             return 0
-        floor = min(channel.cursor.confirmed_id for channel in self.channels.values())
+        floor = self.log.next_id
+        for channel in self.channels.values():
+            floor = min(floor, channel.cursor.confirmed_id)
+        if self.paused and self.pause_from is not None:
+            floor = min(floor, self.pause_from)
         return self.log.discard_before(floor)
 
     def empty(self) -> int:
@@ -190,7 +258,7 @@ class Topic:
         names = sorted({name for p in self.partitions for name in p.channels})
         return TopicStatistics(
             name=self.name,
-            depth=sum(len(p.log) if not p.channels else 0 for p in self.partitions),
+            depth=sum(p.held() for p in self.partitions),
             message_count=sum(p.message_count for p in self.partitions),
             message_bytes=sum(p.message_bytes for p in self.partitions),
             paused=self.paused,

@@ -674,7 +674,8 @@ class ServerConnection:
         defer_ms = to_int64(parsed)
         max_ms = self.settings.max_req_timeout_ms
         if not 0 <= defer_ms <= max_ms:
-            raise _invalid(f"DPUB timeout {defer_ms} out of range 0-{max_ms}")
+            # nsqd prints the parsed uint64, not its int64 reading
+            raise _invalid(f"DPUB timeout {parsed} out of range 0-{max_ms}")
         return self._read_dpub(topic, defer_ms)
 
     def _read_dpub(self, topic: str, defer_ms: int) -> _Reader:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 import time
 from typing import TYPE_CHECKING
 
@@ -58,6 +59,12 @@ __all__ = ["ClientSession"]
 
 log = logging.getLogger("trionsq.tcp")
 READ_SIZE = 65536
+_WORD_START = re.compile(r"(?<=[a-z])(?=[A-Z])")
+
+
+def _wire_verb(event_class: str) -> str:
+    """The command as the client spelled it: ``PubTrace`` -> ``PUB_TRACE``."""
+    return _WORD_START.sub("_", event_class).upper()
 
 
 class ClientSession:
@@ -227,9 +234,26 @@ class ClientSession:
                         try:
                             sent += os.write(fd, view[sent:])
                         except BlockingIOError:
-                            await trio.lowlevel.wait_writable(fd)
+                            await self._wait_writable(fd)
         finally:
             lock.release()
+
+    async def _wait_writable(self, fd: int) -> None:
+        """Wait for room in the socket, at most one heartbeat interval (spec §6).
+
+        nsqd gives every write a deadline of one heartbeat interval; here each wait
+        for room has it, so a client that reads slowly keeps its connection and one
+        that reads nothing for that long is dropped (its messages are requeued).
+        """
+        interval = self.heartbeat_interval
+        if interval <= 0:  # heartbeats disabled: no write deadline either
+            await trio.lowlevel.wait_writable(fd)
+            return
+        with trio.move_on_after(interval):
+            await trio.lowlevel.wait_writable(fd)
+            return
+        log.info("client %d: nothing written for a heartbeat interval, closing", self.client_id)
+        raise trio.BrokenResourceError("write deadline passed")
 
     # ------------------------------------------------------------- commands
 
@@ -244,7 +268,7 @@ class ClientSession:
             return
         handler = self._handlers.get(type(event))
         if handler is None:
-            verb = type(event).__name__.upper()
+            verb = _wire_verb(type(event).__name__)
             self._fail(ProtocolError("E_INVALID", f"{verb} is not supported yet"))
             return
         handler(event)  # type: ignore[operator]

@@ -87,14 +87,56 @@ def test_topic_pause_holds_new_messages_but_not_redeliveries() -> None:
     assert [d.record.body for d in channel.route(0.0, WALL)[1]] == [b"two"]
 
 
-def test_ephemeral_partition_drops_past_mem_queue_size() -> None:
+def test_ephemeral_topic_holds_at_most_mem_queue_size_without_a_channel() -> None:
     p = partition(ephemeral=True, mem_queue_size=3)
-    p.channel("c")
     assert len(p.publish([b"1", b"2"], WALL)) == 2
     assert len(p.publish([b"3", b"4", b"5"], WALL)) == 1
     assert p.dropped == 2
     assert drain(p, "c", 1) == [b"1", b"2", b"3"]
-    assert len(p.publish([b"6"], WALL)) == 1
+    assert len(p.publish([b"6", b"7", b"8", b"9"], WALL)) == 4  # fanned out: the channel's now
+
+
+def test_ephemeral_channel_keeps_the_oldest_mem_queue_size_and_drops_newer() -> None:
+    p = partition(mem_queue_size=3)
+    p.channel("durable")
+    tail = p.channel("tail#ephemeral")
+    p.publish([b"%d" % i for i in range(10)], WALL)
+    assert tail.depth == 3
+    assert p.dropped == 7
+    assert drain(p, "tail#ephemeral", 1) == [b"0", b"1", b"2"]
+    assert drain(p, "durable", 2) == [b"%d" % i for i in range(10)]  # others lose nothing
+
+
+def test_an_idle_ephemeral_channel_does_not_pin_the_log() -> None:
+    p = partition(mem_queue_size=2)
+    p.channel("idle#ephemeral")
+    p.publish([b"x"] * 100, WALL)
+    assert p.release() == 100  # the feed holds its two; the log keeps nothing for it
+    assert p.channel("idle#ephemeral").depth == 2
+
+
+def test_ephemeral_channel_gets_what_a_paused_topic_held_at_unpause() -> None:
+    p = partition(mem_queue_size=5)
+    tail = p.channel("tail#ephemeral")
+    p.set_paused(True)
+    p.publish([b"a", b"b"], WALL)
+    assert tail.depth == 0
+    assert p.held() == 2
+    p.release()
+    p.set_paused(False)
+    assert drain(p, "tail#ephemeral", 1) == [b"a", b"b"]
+
+
+def test_a_channel_created_during_a_pause_gets_what_the_pause_held() -> None:
+    p = partition()
+    p.channel("first")
+    p.set_paused(True)
+    p.publish([b"held"], WALL)
+    late = p.channel("late")
+    assert late.depth == 1
+    p.set_paused(False)
+    assert drain(p, "late", 1) == [b"held"]
+    assert drain(p, "first", 2) == [b"held"]
 
 
 def test_topic_empty_and_statistics() -> None:
