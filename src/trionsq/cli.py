@@ -3,21 +3,17 @@
 from __future__ import annotations
 
 import gc
-import logging
-import signal
 
-import attrs
 import click
 import trio
 
 from . import __version__
-from .config import NsqdConfig
+from .config import ConfigError, NsqdConfig, TlsRequired
 from .durations import format_duration, parse_duration
 from .logs import configure_logging
 
 __all__ = ["main"]
 
-log = logging.getLogger("trionsq")
 DEFAULTS = NsqdConfig()
 
 
@@ -27,6 +23,13 @@ def _as_duration(ctx: click.Context, param: click.Parameter, value: str) -> floa
         return parse_duration(value)
     except ValueError as error:
         raise click.BadParameter(str(error), ctx, param) from None
+
+
+def _as_tls_required(ctx: click.Context, param: click.Parameter, value: str) -> TlsRequired:
+    """Click callback: nsqd's ``--tls-required`` words to the config's enum."""
+    return {"true": TlsRequired.YES, "tcp-https": TlsRequired.EXCEPT_HTTP}.get(
+        value, TlsRequired.NO
+    )
 
 
 def _duration_option(name: str, default: float, text: str) -> click.Option:
@@ -46,6 +49,63 @@ SERVE_OPTIONS: list[click.Parameter] = [
         default=DEFAULTS.tcp_address,
         show_default=True,
         help="<addr>:<port> for NSQ clients (TCP protocol V2); port 0 picks a free port.",
+    ),
+    click.Option(
+        ["--http-address"],
+        default=DEFAULTS.http_address,
+        show_default=True,
+        help="<addr>:<port> for the HTTP API; an empty string turns HTTP off.",
+    ),
+    click.Option(
+        ["--https-address"],
+        default=DEFAULTS.https_address,
+        show_default=True,
+        help="<addr>:<port> for the HTTPS API; used only with --tls-cert and --tls-key.",
+    ),
+    click.Option(
+        ["--data-path"],
+        default=DEFAULTS.data_path,
+        metavar="DIR",
+        help="Directory for message logs and metadata.  [default: current directory]",
+    ),
+    click.Option(
+        ["--lookupd-tcp-address", "lookupd_tcp_addresses"],
+        multiple=True,
+        metavar="ADDR:PORT",
+        help="An nsqlookupd to register with; repeat for several.",
+    ),
+    click.Option(
+        ["--broadcast-address"],
+        default=DEFAULTS.broadcast_address,
+        show_default=True,
+        help="The address this broker gives nsqlookupd for clients to connect to.",
+    ),
+    click.Option(
+        ["--node-id"],
+        type=click.IntRange(0, 1023),
+        default=DEFAULTS.node_id,
+        show_default=True,
+        help="Node part of message IDs; the default comes from the hostname.",
+    ),
+    click.Option(
+        ["--tls-cert"],
+        default=DEFAULTS.tls_cert,
+        metavar="FILE",
+        help="Certificate (PEM); with --tls-key, clients may upgrade to TLS and HTTPS listens.",
+    ),
+    click.Option(
+        ["--tls-key"],
+        default=DEFAULTS.tls_key,
+        metavar="FILE",
+        help="Private key (PEM) of --tls-cert.",
+    ),
+    click.Option(
+        ["--tls-required"],
+        type=click.Choice(["false", "true", "tcp-https"]),
+        default="false",
+        show_default=True,
+        callback=_as_tls_required,
+        help="Refuse clients that do not upgrade to TLS (tcp-https: TCP only, HTTP stays open).",
     ),
     click.Option(
         ["--mem-queue-size"],
@@ -145,35 +205,28 @@ def tune_garbage_collector() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
-def _serve(log_level: str, **options: object) -> None:
-    """Start the broker. Options have nsqd's names and defaults.
+def _serve(**options: object) -> None:
+    """Start the broker. Options have nsqd's names and defaults; the nsqd command
+    takes the same options in nsqd's own syntax, plus -config FILE.
 
     Stops cleanly on Ctrl-C (SIGINT) or SIGTERM.
     """
-    configure_logging(log_level)
-    tune_garbage_collector()
-    fields = {f.name for f in attrs.fields(NsqdConfig)}
-    config = NsqdConfig(**{k: v for k, v in options.items() if k in fields})  # type: ignore[arg-type]
+    from .nsqd_command import first_os_error, run_until_signalled
+
     try:
-        trio.run(_run_until_signalled, config)
-    except OSError as error:
-        raise click.ClickException(
-            f"cannot listen on {config.tcp_address}: {error.strerror}"
-        ) from None
-
-
-async def _run_until_signalled(config: NsqdConfig) -> None:
-    from .nursery_tree import serve_nsqd
-
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with trio.open_nursery() as nursery:
-            addresses = await nursery.start(serve_nsqd, config)
-            host, port = addresses.tcp
-            log.info("TCP: listening on %s:%d", host, port)
-            async for signum in signals:
-                log.info("%s: shutting down", signal.Signals(signum).name)
-                nursery.cancel_scope.cancel()
-                break
+        config = NsqdConfig.from_options(options)
+        config.validate()
+    except ConfigError as error:
+        raise click.UsageError(str(error)) from None
+    configure_logging(config.log_level, config.log_prefix)
+    tune_garbage_collector()
+    try:
+        trio.run(run_until_signalled, config)
+    except BaseException as error:
+        failure = first_os_error(error)
+        if failure is None:
+            raise
+        raise click.ClickException(f"cannot listen: {failure.strerror or failure}") from None
 
 
 main.add_command(click.Command("serve", callback=_serve, params=SERVE_OPTIONS, help=_serve.__doc__))

@@ -1,43 +1,280 @@
 """The broker's configuration: nsqd's option names and defaults (spec defaults.md).
 
-Durations are seconds here; the CLI accepts nsqd's Go syntax (``60s``, ``100ms``).
-Only options for what exists are present; each later issue adds its own.
+Durations are seconds here; the command lines accept nsqd's Go syntax (``60s``,
+``100ms``). Every nsqd option has a field, even where trionsq does not act on it
+yet, so nsqd command lines and config files are accepted unchanged; what a field
+does arrives with its issue.
 """
 
 from __future__ import annotations
+
+import enum
+import hashlib
+import socket
+import zlib
+from typing import TYPE_CHECKING, Final
 
 import attrs
 
 from .protocol.settings import ServerSettings
 
-__all__ = ["NsqdConfig"]
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+__all__ = [
+    "AUTH_HTTP_REQUEST_METHODS",
+    "EXPERIMENTS",
+    "LOG_LEVELS",
+    "TLS_CLIENT_AUTH_POLICIES",
+    "TLS_VERSIONS",
+    "ConfigError",
+    "NsqdConfig",
+    "TlsRequired",
+    "default_node_id",
+    "split_host_port",
+]
+
+LOG_LEVELS: Final = ("debug", "info", "warn", "error", "fatal")
+TLS_VERSIONS: Final = ("ssl3.0", "tls1.0", "tls1.1", "tls1.2", "tls1.3")
+TLS_CLIENT_AUTH_POLICIES: Final = ("", "require", "require-verify")
+AUTH_HTTP_REQUEST_METHODS: Final = ("get", "post")
+EXPERIMENTS: Final = ("topology-aware-consumption",)
+
+
+class ConfigError(ValueError):
+    """A configuration nsqd would refuse at startup; the message is one line."""
+
+
+class TlsRequired(enum.IntEnum):
+    """``--tls-required``; the numbers are nsqd's, as its ``/config`` API shows them."""
+
+    NO = 0
+    EXCEPT_HTTP = 1
+    """``tcp-https``: TCP clients must upgrade; plain HTTP stays open."""
+    YES = 2
+
+
+def default_node_id() -> int:
+    """nsqd's default ``--node-id``: the CRC-32 of the MD5 of the hostname, mod 1024,
+    so one host keeps one id across restarts without configuration."""
+    digest = hashlib.md5(socket.gethostname().encode(), usedforsecurity=False).digest()
+    return zlib.crc32(digest) % 1024
+
+
+def split_host_port(address: str) -> tuple[str, int]:
+    """``"host:port"`` (``[v6]:port`` too) to a pair; an empty host means every interface.
+
+    Raises:
+        ValueError: no port, or a port that is not a number in [0, 65535].
+    """
+    host, colon, port = address.rpartition(":")
+    if not colon or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"{address!r} is not <addr>:<port>")
+    return host.strip("[]") or "0.0.0.0", int(port)  # noqa: S104 - nsqd's default
 
 
 @attrs.frozen
 class NsqdConfig:
-    """Options of ``trionsq serve`` / ``serve_nsqd``; field = nsqd flag with ``_``."""
+    """Options of ``nsqd`` / ``trionsq serve`` / ``serve_nsqd``; field = flag with ``_``.
 
+    Three fields are named after their flag, not their config-file key:
+    ``node_id`` (key ``id``), ``lookupd_tcp_addresses`` (key
+    ``nsqlookupd_tcp_addresses``; flag ``lookupd-tcp-address``, repeatable) and
+    the plural list fields of the repeatable flags ``auth-http-address`` and
+    ``e2e-processing-latency-percentile``.
+    """
+
+    # identity and logging
+    node_id: int = attrs.field(factory=default_node_id)
+    log_level: str = "info"
+    log_prefix: str = "[nsqd] "
+
+    # listeners and cluster
     tcp_address: str = "0.0.0.0:4150"
+    http_address: str = "0.0.0.0:4151"
+    """``""`` disables the HTTP listener."""
+    https_address: str = "0.0.0.0:4152"
+    """Used only when ``tls_cert``/``tls_key`` are set."""
+    broadcast_address: str = attrs.field(factory=socket.gethostname)
+    broadcast_tcp_port: int = 0
+    """0: the port the TCP listener really bound."""
+    broadcast_http_port: int = 0
+    """0: the port the HTTP listener really bound."""
+    lookupd_tcp_addresses: tuple[str, ...] = ()
+    auth_http_addresses: tuple[str, ...] = ()
+    auth_http_request_method: str = "get"
+    http_client_connect_timeout: float = 2.0
+    http_client_request_timeout: float = 5.0
+    topology_region: str = ""
+    topology_zone: str = ""
+
+    # storage
+    data_path: str = ""
+    """``""``: the current directory."""
     mem_queue_size: int = 10_000
+    max_bytes_per_file: int = 104_857_600
+    sync_every: int = 2500
+    sync_timeout: float = 2.0
+
+    # timeouts scanning (nsqd's queue scan loop; trionsq uses deadlines, design §5)
+    queue_scan_worker_pool_max: int = 4
+    queue_scan_selection_count: int = 20
+    queue_scan_interval: float = 0.1
+    """No flag in nsqd."""
+    queue_scan_refresh_interval: float = 5.0
+    """No flag in nsqd."""
+    queue_scan_dirty_percent: float = 0.25
+    """No flag in nsqd."""
+
+    # messages and commands
     msg_timeout: float = 60.0
     max_msg_timeout: float = 900.0
     max_msg_size: int = 1_048_576
     max_body_size: int = 5_242_880
     max_req_timeout: float = 3600.0
-    max_rdy_count: int = 2500
+    client_timeout: float = 60.0
+    """No flag in nsqd; the default heartbeat interval is half of it."""
+
+    # limits a client may negotiate
     max_heartbeat_interval: float = 60.0
+    max_rdy_count: int = 2500
     max_output_buffer_size: int = 65_536
     max_output_buffer_timeout: float = 30.0
     min_output_buffer_timeout: float = 0.025
     output_buffer_timeout: float = 0.25
-    client_timeout: float = 60.0
-    """Not a flag in nsqd; the default heartbeat interval is half of it."""
+    max_channel_consumers: int = 0
+    """0: unlimited."""
+
+    # statsd
+    statsd_address: str = ""
+    statsd_prefix: str = "nsq.%s"
+    statsd_interval: float = 60.0
+    statsd_mem_stats: bool = True
+    statsd_udp_packet_size: int = 508
+    statsd_exclude_ephemeral: bool = False
+
+    # end-to-end latency
+    e2e_processing_latency_percentiles: tuple[float, ...] = ()
+    e2e_processing_latency_window_time: float = 600.0
+
+    # TLS
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_client_auth_policy: str = ""
+    tls_root_ca_file: str = ""
+    tls_required: TlsRequired = TlsRequired.NO
+    tls_min_version: str = "tls1.0"
+
+    # compression
+    deflate: bool = True
+    max_deflate_level: int = 6
+    snappy: bool = True
+
+    enable_experiment: tuple[str, ...] = ()
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, object]) -> NsqdConfig:
+        """Build from field name -> value (what the command lines resolve).
+
+        Raises:
+            TypeError: a name that is not a field.
+        """
+        return cls(**options)  # type: ignore[arg-type]
+
+    @classmethod
+    def loopback(cls, **changes: object) -> NsqdConfig:
+        """Every listener on 127.0.0.1 with a free port: for tests and embedding."""
+        options: dict[str, object] = {
+            "tcp_address": "127.0.0.1:0",
+            "http_address": "127.0.0.1:0",
+            "https_address": "127.0.0.1:0",
+        }
+        options.update(changes)
+        return cls.from_options(options)
 
     @property
     def tcp_host_port(self) -> tuple[str, int]:
         """``tcp_address`` split; an empty host means every interface."""
-        host, _, port = self.tcp_address.rpartition(":")
-        return host.strip("[]") or "0.0.0.0", int(port)  # noqa: S104 - nsqd's default
+        return split_host_port(self.tcp_address)
+
+    @property
+    def http_host_port(self) -> tuple[str, int]:
+        """``http_address`` split; check ``http_address`` first (``""`` disables HTTP)."""
+        return split_host_port(self.http_address)
+
+    @property
+    def https_host_port(self) -> tuple[str, int]:
+        """``https_address`` split; check ``tls_enabled`` and ``https_address`` first."""
+        return split_host_port(self.https_address)
+
+    @property
+    def tls_enabled(self) -> bool:
+        """A certificate is configured: IDENTIFY may offer TLS and HTTPS listens."""
+        return bool(self.tls_cert and self.tls_key)
+
+    @property
+    def effective_tls_required(self) -> TlsRequired:
+        """nsqd turns a client-certificate policy into "TLS required"."""
+        if self.tls_client_auth_policy and self.tls_required == TlsRequired.NO:
+            return TlsRequired.YES
+        return self.tls_required
+
+    def validate(self) -> None:
+        """Refuse what nsqd refuses at startup (defaults.md), before anything listens.
+
+        Raises:
+            ConfigError: one line naming the flag and the offending value.
+        """
+        for flag, address, optional in (
+            ("tcp-address", self.tcp_address, False),
+            ("http-address", self.http_address, True),
+            ("https-address", self.https_address, True),
+        ):
+            if optional and not address:
+                continue
+            try:
+                split_host_port(address)
+            except ValueError:
+                raise ConfigError(
+                    f"--{flag} must be <addr>:<port> with a port in [0,65535], got {address!r}"
+                ) from None
+        if not 0 <= self.node_id < 1024:
+            raise ConfigError(f"--node-id must be in [0,1024), got {self.node_id}")
+        if not 1 <= self.max_deflate_level <= 9:
+            raise ConfigError(f"--max-deflate-level must be in [1,9], got {self.max_deflate_level}")
+        if self.log_level not in LOG_LEVELS:
+            raise ConfigError(
+                f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}"
+            )
+        if self.auth_http_request_method not in AUTH_HTTP_REQUEST_METHODS:
+            raise ConfigError(
+                "--auth-http-request-method must be get or post,"
+                f" got {self.auth_http_request_method!r}"
+            )
+        for percentile in self.e2e_processing_latency_percentiles:
+            if not 0 < percentile <= 1:
+                raise ConfigError(
+                    "--e2e-processing-latency-percentile values must be in (0,1],"
+                    f" got {percentile!r}"
+                )
+        self._validate_tls()
+
+    def _validate_tls(self) -> None:
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ConfigError("--tls-cert and --tls-key must be given together")
+        if self.tls_min_version not in TLS_VERSIONS:
+            raise ConfigError(
+                f"--tls-min-version must be one of {', '.join(TLS_VERSIONS)},"
+                f" got {self.tls_min_version!r}"
+            )
+        if self.tls_client_auth_policy not in TLS_CLIENT_AUTH_POLICIES:
+            raise ConfigError(
+                "--tls-client-auth-policy must be require or require-verify,"
+                f" got {self.tls_client_auth_policy!r}"
+            )
+        if self.effective_tls_required != TlsRequired.NO and not self.tls_enabled:
+            cause = "--tls-client-auth-policy" if self.tls_client_auth_policy else "--tls-required"
+            raise ConfigError(f"{cause} needs TLS, but --tls-cert and --tls-key are not set")
 
     def server_settings(self, version: str) -> ServerSettings:
         """What the protocol state machine needs. TLS, snappy, deflate and AUTH arrive

@@ -11,7 +11,7 @@ __all__ = ["NsqdFormatter", "configure_logging"]
 _LEVELS = {
     "DEBUG": "DEBUG",
     "INFO": "INFO",
-    "WARNING": "WARN",
+    "WARNING": "WARNING",
     "ERROR": "ERROR",
     "CRITICAL": "FATAL",
 }

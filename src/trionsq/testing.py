@@ -135,7 +135,7 @@ class ThreadedNsqd:
 @pytest.fixture
 def nsqd_config() -> NsqdConfig:
     """The brokers' configuration: override in a conftest.py to change options."""
-    return NsqdConfig(tcp_address="127.0.0.1:0")
+    return NsqdConfig.loopback()
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ COUNT = 200
 @pytest.mark.parametrize("client", ["pynsq", "gnsq", "ansq"])
 async def test_round_trip(client: str, nursery: trio.Nursery) -> None:
     addresses: BoundAddresses = await nursery.start(
-        serve_nsqd, NsqdConfig(tcp_address="127.0.0.1:0")
+        serve_nsqd, NsqdConfig.loopback()
     )
     host, port = addresses.tcp
     script = CLIENTS / f"{client}_roundtrip.py"

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from trionsq.protocol.client import Frame
     from trionsq.protocol.message import Message
 
-LOCAL = NsqdConfig(tcp_address="127.0.0.1:0")
+LOCAL = NsqdConfig.loopback()
 
 
 class Clients:

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
     from .raw import Clients
 
-LOCAL = NsqdConfig(tcp_address="127.0.0.1:0")
+LOCAL = NsqdConfig.loopback()
 
 
 async def start(nursery: trio.Nursery, config: NsqdConfig = LOCAL) -> BoundAddresses:

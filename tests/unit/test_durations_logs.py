@@ -45,4 +45,4 @@ def test_format_duration_round_trips() -> None:
 def test_nsqd_log_line() -> None:
     record = logging.LogRecord("trionsq", logging.WARNING, __file__, 1, "TCP: %s", ("x",), None)
     line = NsqdFormatter().format(record)
-    assert re.fullmatch(r"\[nsqd\] \d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d{6} WARN: TCP: x", line)
+    assert re.fullmatch(r"\[nsqd\] \d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d{6} WARNING: TCP: x", line)

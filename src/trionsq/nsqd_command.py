@@ -1,0 +1,359 @@
+"""The ``nsqd`` and ``nsqlookupd`` commands: trionsq behind nsqd's own command line.
+
+Scripts, service units and container images written for nsqd start trionsq unchanged:
+the same flags in Go's syntax (``goflags``), the same ``-config`` TOML keys, the same
+defaults and the same stderr lines (``TCP: listening on 127.0.0.1:4150``) for tools
+that wait for them. ``trionsq serve`` is the readable front door to the same options.
+
+Exit codes are nsqd's: 2 for a bad command line (one line on stderr, Go's wording),
+1 for a configuration nsqd would refuse or a port that cannot be bound (one FATAL log
+line), 0 after ``-version``, ``-h`` or a clean SIGINT/SIGTERM shutdown.
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+import signal
+import sys
+import tomllib
+from typing import TYPE_CHECKING, Final
+
+import attrs
+
+from . import __version__, goflags
+from .config import (
+    EXPERIMENTS,
+    LOG_LEVELS,
+    TLS_VERSIONS,
+    ConfigError,
+    NsqdConfig,
+    TlsRequired,
+)
+from .goflags import FlagSpec, Kind
+from .logs import configure_logging
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from .nursery_tree import BoundAddresses
+
+__all__ = [
+    "NSQD_FLAGS",
+    "NSQLOOKUPD_FLAGS",
+    "build_nsqd_config",
+    "listening_lines",
+    "main",
+    "nsqlookupd_main",
+    "run_until_signalled",
+    "version_string",
+]
+
+log = logging.getLogger("trionsq")
+
+_D: Final = NsqdConfig()
+"""The defaults every flag shows and falls back to."""
+
+
+def version_string(program: str) -> str:
+    """nsqd's ``-version`` shape, ``nsqd v1.3.0 (built w/go1.21.5)``, with Python as
+    the toolchain, so scripts that cut the version out of it keep working."""
+    return f"{program} v{__version__} (built w/python{platform.python_version()})"
+
+
+def _log_level(text: str) -> str:
+    level = text.lower()
+    if level not in LOG_LEVELS:
+        raise ValueError(f"unknown log level {text!r}, expected one of {', '.join(LOG_LEVELS)}")
+    return level
+
+
+def _tls_required(text: str) -> TlsRequired:
+    """nsqd's ``--tls-required``: a boolean, or ``tcp-https`` for "TCP only"."""
+    lowered = text.lower()
+    if lowered == "tcp-https":
+        return TlsRequired.EXCEPT_HTTP
+    try:
+        return TlsRequired.YES if goflags.parse_go_bool(lowered) else TlsRequired.NO
+    except ValueError:
+        raise ValueError(f"{text!r} is not true, false or tcp-https") from None
+
+
+def _tls_min_version(text: str) -> str:
+    lowered = text.lower()
+    if lowered == "":
+        return _D.tls_min_version
+    if lowered not in TLS_VERSIONS:
+        raise ValueError(f"unknown TLS version {text!r}, expected one of {', '.join(TLS_VERSIONS)}")
+    return lowered
+
+
+def _flag(
+    name: str,
+    kind: Kind,
+    text: str,
+    *,
+    dest: str | None = None,
+    cfg_key: str | None = None,
+    parse: Callable[[str], goflags.FlagValue] | None = None,
+    bool_flag: bool = False,
+    default_text: str | None = None,
+) -> FlagSpec:
+    """An nsqd option whose default is NsqdConfig's, so the two never disagree."""
+    field = dest or name.replace("-", "_")
+    default: goflags.FlagValue = getattr(_D, field)
+    spec = FlagSpec(
+        name,
+        kind,
+        default,
+        text,
+        dest=field,
+        cfg_key=cfg_key or field,
+        parse=parse,
+        bool_flag=bool_flag or kind is Kind.BOOL,
+    )
+    return spec if default_text is None else attrs.evolve(spec, default_text=default_text)
+
+
+STR, BOOL, INT, DUR = Kind.STRING, Kind.BOOL, Kind.INT, Kind.DURATION
+
+# fmt: off
+NSQD_FLAGS: Final[tuple[FlagSpec, ...]] = (
+    FlagSpec("version", BOOL, default=False, help="print the version and exit", option=False),
+    FlagSpec("config", STR, default="", help="a TOML file of options (keys: flag names with _)", option=False),
+    _flag("log-level", STR, "least severe level logged: debug, info, warn, error or fatal",
+          parse=_log_level, default_text=_D.log_level.upper()),
+    _flag("log-prefix", STR, "text at the start of every log line"),
+    FlagSpec("verbose", BOOL, default=False, help="[deprecated] ignored; see -log-level", option=False),
+    _flag("node-id", INT, "node part of message IDs, in [0,1024); the default comes from the hostname",
+          dest="node_id", cfg_key="id"),
+    FlagSpec("worker-id", BOOL, default=False, help="[deprecated] ignored; see -node-id", option=False),
+    _flag("https-address", STR, "<addr>:<port> for HTTPS clients (used when -tls-cert/-tls-key are set)"),
+    _flag("http-address", STR, "<addr>:<port> for HTTP clients; empty disables HTTP"),
+    _flag("tcp-address", STR, "<addr>:<port> for TCP clients; port 0 picks a free port"),
+    _flag("auth-http-address", Kind.STRING_LIST, "<addr>:<port> or URL of an auth server (repeatable)",
+          dest="auth_http_addresses", cfg_key="auth_http_addresses"),
+    _flag("auth-http-request-method", STR, "HTTP method for auth server requests: get or post"),
+    _flag("broadcast-address", STR, "address registered with nsqlookupd"),
+    _flag("broadcast-tcp-port", INT, "TCP port registered with nsqlookupd (0: the bound TCP port)"),
+    _flag("broadcast-http-port", INT, "HTTP port registered with nsqlookupd (0: the bound HTTP port)"),
+    _flag("lookupd-tcp-address", Kind.STRING_LIST, "<addr>:<port> of an nsqlookupd (repeatable)",
+          dest="lookupd_tcp_addresses", cfg_key="nsqlookupd_tcp_addresses"),
+    _flag("http-client-connect-timeout", DUR, "connect timeout of outgoing HTTP requests"),
+    _flag("http-client-request-timeout", DUR, "total timeout of outgoing HTTP requests"),
+    _flag("topology-region", STR, "region of this node, for topology-aware consumption"),
+    _flag("topology-zone", STR, "zone of this node, for topology-aware consumption"),
+    _flag("data-path", STR, "directory for message logs and metadata (default: current directory)"),
+    _flag("mem-queue-size", INT, "messages an #ephemeral topic or channel holds before dropping"),
+    _flag("max-bytes-per-file", INT, "size in bytes at which a log segment file is rolled"),
+    _flag("sync-every", INT, "writes between fsyncs of a log"),
+    _flag("sync-timeout", DUR, "longest time between fsyncs of a log with writes"),
+    _flag("queue-scan-worker-pool-max", INT, "accepted for nsqd compatibility (timeouts use deadlines)"),
+    _flag("queue-scan-selection-count", INT, "accepted for nsqd compatibility (timeouts use deadlines)"),
+    _flag("msg-timeout", DUR, "time a delivered message may go without FIN/REQ/TOUCH before redelivery"),
+    _flag("max-msg-timeout", DUR, "largest msg_timeout a client may ask for"),
+    _flag("max-msg-size", INT, "largest message body in bytes"),
+    _flag("max-req-timeout", DUR, "longest delay for REQ and DPUB"),
+    _flag("max-body-size", INT, "largest command body (MPUB, IDENTIFY, AUTH) in bytes"),
+    _flag("max-heartbeat-interval", DUR, "largest heartbeat interval a client may ask for"),
+    _flag("max-rdy-count", INT, "largest RDY a client may send"),
+    _flag("max-output-buffer-size", INT, "largest output_buffer_size a client may ask for, in bytes"),
+    _flag("max-output-buffer-timeout", DUR, "largest output_buffer_timeout a client may ask for"),
+    _flag("min-output-buffer-timeout", DUR, "smallest output_buffer_timeout a client may ask for"),
+    _flag("output-buffer-timeout", DUR, "default time buffered messages may wait before being written"),
+    _flag("max-channel-consumers", INT, "most consumers per channel (0: unlimited)"),
+    _flag("statsd-address", STR, "UDP <addr>:<port> of a statsd to push metrics to"),
+    _flag("statsd-interval", DUR, "time between statsd pushes"),
+    _flag("statsd-mem-stats", BOOL, "include memory statistics in statsd pushes"),
+    _flag("statsd-prefix", STR, "prefix of statsd keys (%s: this node's host key)"),
+    _flag("statsd-udp-packet-size", INT, "largest statsd UDP packet in bytes"),
+    _flag("statsd-exclude-ephemeral", BOOL, "leave #ephemeral topics and channels out of statsd"),
+    _flag("e2e-processing-latency-percentile", Kind.FLOAT_LIST,
+          "end-to-end latency percentile to track, in (0,1] (repeatable or comma-separated)",
+          dest="e2e_processing_latency_percentiles", cfg_key="e2e_processing_latency_percentiles"),
+    _flag("e2e-processing-latency-window-time", DUR, "window of the end-to-end latency percentiles"),
+    _flag("tls-cert", STR, "certificate file (PEM); with -tls-key enables TLS and HTTPS"),
+    _flag("tls-key", STR, "private key file (PEM)"),
+    _flag("tls-client-auth-policy", STR, "client certificates: require or require-verify"),
+    _flag("tls-root-ca-file", STR, "CA file (PEM) to verify client certificates"),
+    _flag("tls-required", STR, "require TLS from clients: true, false or tcp-https",
+          parse=_tls_required, bool_flag=True),
+    _flag("tls-min-version", STR, "oldest TLS version accepted: " + ", ".join(TLS_VERSIONS),
+          parse=_tls_min_version, default_text=_D.tls_min_version),
+    _flag("deflate", BOOL, "let clients negotiate deflate compression"),
+    _flag("max-deflate-level", INT, "highest deflate level a client may ask for, 1..9"),
+    _flag("snappy", BOOL, "let clients negotiate snappy compression"),
+    _flag("enable-experiment", Kind.STRING_LIST,
+          "turn on an experimental feature (repeatable): " + ", ".join(EXPERIMENTS)),
+)
+# fmt: on
+"""Every nsqd flag (defaults.md), in nsqd's order."""
+
+# fmt: off
+NSQLOOKUPD_FLAGS: Final[tuple[FlagSpec, ...]] = (
+    FlagSpec("config", STR, default="", help="a TOML file of options", option=False),
+    FlagSpec("version", BOOL, default=False, help="print the version and exit", option=False),
+    FlagSpec("log-level", STR, default="info", help="least severe level logged",
+             parse=_log_level, default_text="INFO"),
+    FlagSpec("log-prefix", STR, default="[nsqlookupd] ", help="text at the start of every log line"),
+    FlagSpec("verbose", BOOL, default=False, help="[deprecated] ignored", option=False),
+    FlagSpec("tcp-address", STR, default="0.0.0.0:4160", help="<addr>:<port> for TCP clients"),
+    FlagSpec("http-address", STR, default="0.0.0.0:4161", help="<addr>:<port> for HTTP clients"),
+    FlagSpec("broadcast-address", STR, default=_D.broadcast_address,
+             help="address of this nsqlookupd"),
+    FlagSpec("inactive-producer-timeout", DUR, default=300.0,
+             help="how long a producer stays listed without a ping"),
+    FlagSpec("tombstone-lifetime", DUR, default=45.0,
+             help="how long a tombstoned producer stays tombstoned"),
+)
+# fmt: on
+"""nsqlookupd's flags (defaults.md), accepted so scripts fail on the missing feature,
+not on the command line."""
+
+
+def build_nsqd_config(parsed: goflags.ParseResult) -> NsqdConfig:
+    """The configuration nsqd would run with: flags, then the ``-config`` file, then
+    defaults; checked with ``NsqdConfig.validate``.
+
+    Raises:
+        ConfigError: one line (unreadable or bad file, bad value, refused setting).
+    """
+    path = str(parsed.values["config"])
+    file_options: dict[str, object] = {}
+    if path:
+        try:
+            with open(path, "rb") as file:
+                file_options = tomllib.load(file)
+        except OSError as error:
+            raise ConfigError(f"cannot load config file {path}: {error.strerror}") from None
+        except tomllib.TOMLDecodeError as error:
+            raise ConfigError(f"cannot load config file {path}: {error}") from None
+    try:
+        options = goflags.resolve(NSQD_FLAGS, parsed, file_options)
+    except goflags.ConfigValueError as error:
+        raise ConfigError(f"config file {path}: {error}") from None
+    percentiles = options["e2e_processing_latency_percentiles"]
+    if "e2e-processing-latency-percentile" in parsed.explicit and isinstance(percentiles, tuple):
+        # nsqd keeps the percentiles given as flags sorted, largest first
+        options["e2e_processing_latency_percentiles"] = tuple(
+            sorted((float(value) for value in percentiles), reverse=True)
+        )
+    config = NsqdConfig.from_options(options)
+    config.validate()
+    return config
+
+
+def listening_lines(addresses: BoundAddresses) -> list[str]:
+    """The lines nsqd logs once its listeners accept, in its format."""
+    lines = [f"TCP: listening on {_host_port(addresses.tcp)}"]
+    if addresses.http is not None:
+        lines.append(f"HTTP: listening on {_host_port(addresses.http)}")
+    if addresses.https is not None:
+        lines.append(f"HTTPS: listening on {_host_port(addresses.https)}")
+    return lines
+
+
+def _host_port(address: tuple[str, int]) -> str:
+    """Go's ``net.JoinHostPort``: IPv6 hosts in brackets."""
+    host, port = address
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+async def run_until_signalled(config: NsqdConfig) -> None:
+    """Run a broker, log where it listens, stop cleanly on SIGINT or SIGTERM."""
+    import trio
+
+    from .nursery_tree import serve_nsqd
+
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            addresses: BoundAddresses = await nursery.start(serve_nsqd, config)
+            for line in listening_lines(addresses):
+                log.info("%s", line)
+            async for signum in signals:
+                log.info("%s: shutting down", signal.Signals(signum).name)
+                nursery.cancel_scope.cancel()
+                break
+
+
+def first_os_error(error: BaseException) -> OSError | None:
+    """The OSError (a port in use, an address not here) inside Trio's exception groups."""
+    if isinstance(error, OSError):
+        return error
+    if isinstance(error, BaseExceptionGroup):
+        for inner in error.exceptions:
+            found = first_os_error(inner)
+            if found is not None:
+                return found
+    return None
+
+
+def serve(config: NsqdConfig) -> int:
+    """Run a validated configuration in this process until a signal; the exit code."""
+    import trio
+
+    from .cli import tune_garbage_collector
+
+    configure_logging(config.log_level, config.log_prefix)
+    tune_garbage_collector()
+    log.info("%s", version_string("nsqd"))
+    log.info("ID: %d", config.node_id)
+    try:
+        trio.run(run_until_signalled, config)
+    except KeyboardInterrupt:  # Ctrl-C before the signal handler was in place
+        return 130
+    except BaseException as error:
+        failure = first_os_error(error)
+        if failure is None:
+            raise
+        log.critical("cannot listen: %s", failure.strerror or failure)
+        return 1
+    return 0
+
+
+def _fatal(prefix: str, message: str) -> int:
+    """One FATAL line in nsqd's log format, as nsqd reports a refused start."""
+    configure_logging("info", prefix)
+    log.critical("%s", message)
+    return 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The ``nsqd`` console script."""
+    arguments = sys.argv[1:] if argv is None else argv
+    try:
+        parsed = goflags.parse(NSQD_FLAGS, arguments)
+    except goflags.HelpRequested:
+        sys.stderr.write(goflags.usage(NSQD_FLAGS, "nsqd"))
+        return 0
+    except goflags.FlagError as error:
+        sys.stderr.write(f"{error}\n")
+        return 2
+    if parsed.values["version"]:
+        sys.stdout.write(version_string("nsqd") + "\n")
+        return 0
+    try:
+        config = build_nsqd_config(parsed)
+    except ConfigError as error:
+        return _fatal("[nsqd] ", str(error))
+    return serve(config)
+
+
+def nsqlookupd_main(argv: Sequence[str] | None = None) -> int:
+    """The ``nsqlookupd`` console script: nsqlookupd's command line, no lookupd yet."""
+    arguments = sys.argv[1:] if argv is None else argv
+    try:
+        parsed = goflags.parse(NSQLOOKUPD_FLAGS, arguments)
+    except goflags.HelpRequested:
+        sys.stderr.write(goflags.usage(NSQLOOKUPD_FLAGS, "nsqlookupd"))
+        return 0
+    except goflags.FlagError as error:
+        sys.stderr.write(f"{error}\n")
+        return 2
+    if parsed.values["version"]:
+        sys.stdout.write(version_string("nsqlookupd") + "\n")
+        return 0
+    return _fatal(
+        str(parsed.values["log-prefix"]),
+        "nsqlookupd is not implemented in trionsq yet",
+    )

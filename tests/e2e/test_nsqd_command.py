@@ -1,0 +1,170 @@
+"""The ``nsqd`` and ``nsqlookupd`` console scripts as scripts written for nsqd run them:
+subprocesses, nsqd's flags, its stderr lines, its exit codes."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import trio
+
+from trionsq.protocol import MAGIC_V2, Pub
+from trionsq.protocol.client import ClientConnection, Response, encode_commands
+
+BIN = Path(sys.executable).parent
+NSQD = BIN / "nsqd"
+NSQLOOKUPD = BIN / "nsqlookupd"
+
+LISTENING = re.compile(
+    rb"^(?P<prefix>.*?)\d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d{6} INFO: "
+    rb"(?P<proto>TCP|HTTP|HTTPS): listening on (?P<host>\[[^\]]*\]|[^\s:]+):(?P<port>\d+)$",
+    re.MULTILINE,
+)
+
+
+def listening(stderr: bytes) -> dict[str, tuple[bytes, str, int]]:
+    """The ``<PROTO>: listening on HOST:PORT`` lines nsqd prints: proto -> (log prefix,
+    host, port). Takes TCP, HTTP and HTTPS, as a script waiting for nsqd would."""
+    return {
+        match["proto"].decode(): (
+            match["prefix"],
+            match["host"].decode().strip("[]"),
+            int(match["port"]),
+        )
+        for match in LISTENING.finditer(stderr)
+    }
+
+
+class Nsqd:
+    """An ``nsqd`` subprocess whose stderr is read until the wanted lines appear."""
+
+    def __init__(self, process: trio.Process) -> None:
+        self.process = process
+        self.stderr = b""
+
+    @classmethod
+    async def start(cls, *args: str) -> Nsqd:
+        process = await trio.lowlevel.open_process(
+            [str(NSQD), *args], stdin=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+        return cls(process)
+
+    async def wait_listening(self, *protos: str) -> dict[str, tuple[bytes, str, int]]:
+        assert self.process.stderr is not None
+        with trio.fail_after(20):
+            while not all(proto in listening(self.stderr) for proto in protos):
+                chunk = await self.process.stderr.receive_some(4096)
+                assert chunk, f"nsqd exited early: {self.stderr!r}"
+                self.stderr += chunk
+        return listening(self.stderr)
+
+    async def stop(self, signum: signal.Signals = signal.SIGTERM) -> int:
+        self.process.send_signal(signum)
+        with trio.fail_after(10):
+            return await self.process.wait()
+
+    async def aclose(self) -> None:
+        if self.process.returncode is None:
+            self.process.kill()
+            await self.process.wait()
+        if self.process.stderr is not None:
+            await self.process.stderr.aclose()
+
+
+def run(*argv: str | Path) -> subprocess.CompletedProcess[bytes]:
+    """Run a console script to its end (these exit at once)."""
+    return subprocess.run(argv, capture_output=True, timeout=20, check=False)  # noqa: S603
+
+
+async def publish(port: int, body: bytes) -> trio.SocketStream:
+    """PUB over protocol V2 and check the OK; the connection stays open."""
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    await stream.send_all(MAGIC_V2 + encode_commands([Pub("t", body)]))
+    with trio.fail_after(10):
+        frames = ClientConnection().receive_data(await stream.receive_some(4096))
+    assert isinstance(frames[0], Response)
+    assert frames[0].is_ok
+    return stream
+
+
+async def test_nsqd_flags_in_go_syntax_and_a_config_file(tmp_path: Path) -> None:
+    config = tmp_path / "nsqd.cfg"
+    config.write_text(
+        'log_prefix = "[from-config] "\nmsg_timeout = "30s"\ntcp_address = "0.0.0.0:1"\n'
+    )
+    nsqd = await Nsqd.start(
+        "--tcp-address=127.0.0.1:0",
+        "-http-address",
+        "127.0.0.1:0",
+        "--data-path",
+        str(tmp_path),
+        "-config",
+        str(config),
+        "-deflate=false",
+        "-snappy",
+    )
+    try:
+        lines = await nsqd.wait_listening("TCP")
+        prefix, host, port = lines["TCP"]
+        assert prefix == b"[from-config] "  # the file counts; the flag beat its tcp_address
+        assert host == "127.0.0.1"
+        assert port > 0
+        stream = await publish(port, b"hello")
+        await stream.aclose()
+        assert await nsqd.stop(signal.SIGTERM) == 0
+    finally:
+        await nsqd.aclose()
+
+
+async def test_restart_on_the_same_port_right_after_sigkill() -> None:
+    first = await Nsqd.start("-tcp-address", "127.0.0.1:0", "-http-address=")
+    try:
+        port = (await first.wait_listening("TCP"))["TCP"][2]
+        stream = await publish(port, b"before")  # an open connection survives the kill
+        assert await first.stop(signal.SIGKILL) == -signal.SIGKILL
+    finally:
+        await first.aclose()
+    second = await Nsqd.start(f"-tcp-address=127.0.0.1:{port}", "-http-address=")
+    try:
+        assert (await second.wait_listening("TCP"))["TCP"][2] == port
+        await (await publish(port, b"after")).aclose()
+        assert await second.stop(signal.SIGINT) == 0
+    finally:
+        await stream.aclose()
+        await second.aclose()
+
+
+def test_version_prints_nsqds_shape() -> None:
+    for program, flag in ((NSQD, "--version"), (NSQD, "-version"), (NSQLOOKUPD, "--version")):
+        result = run(program, flag)
+        assert result.returncode == 0
+        assert re.fullmatch(
+            rb"nsq(lookup)?d v\d+\.\d+\.\d+ \(built w/python\d+\.\d+\.\d+\)\n", result.stdout
+        ), result.stdout
+        assert result.stderr == b""
+
+
+def test_unknown_flag_is_one_line_and_exit_2() -> None:
+    result = run(NSQD, "-tcp-address=127.0.0.1:0", "--no-such-flag=1")
+    assert result.returncode == 2
+    assert result.stderr == b"flag provided but not defined: -no-such-flag\n"
+    assert result.stdout == b""
+
+
+def test_refused_configuration_is_one_fatal_line_and_exit_1() -> None:
+    result = run(NSQD, "-tcp-address=127.0.0.1:0", "-max-deflate-level", "10")
+    assert result.returncode == 1
+    assert re.fullmatch(
+        rb"\[nsqd\] \S+ \S+ FATAL: --max-deflate-level must be in \[1,9\], got 10\n", result.stderr
+    ), result.stderr
+
+
+def test_nsqlookupd_says_not_yet() -> None:
+    result = run(NSQLOOKUPD, "-tcp-address=127.0.0.1:0", "--http-address", "127.0.0.1:0")
+    assert result.returncode == 1
+    assert re.fullmatch(
+        rb"\[nsqlookupd\] \S+ \S+ FATAL: nsqlookupd is not implemented[^\n]*\n", result.stderr
+    )
