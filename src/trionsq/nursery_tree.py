@@ -10,22 +10,26 @@ trionsq. Branches marked (planned) arrive with their issues::
     │   │   └── expiry task    in-flight + deferred deadlines (ExpiryTimer)
     │   ├── per topic partition: log writer/sync task (planned: durable log)
     │   ├── metadata persister (planned: durable log)
-    │   └── TCP listener (trio.serve_listeners) -> per connection nursery   server/tcp.py
+    │   ├── TCP listener (trio.serve_listeners) -> per connection nursery   server/tcp.py
     │       ├── reader task            bytes -> protocol events -> broker; writes replies
     │       └── messagePump task       message batches + heartbeats -> socket
-    ├── HTTP listener (planned: HTTP API)
+    │   ├── HTTP listener -> per connection task: h11 loop, one request at a time   http/
+    │   └── HTTPS listener (with a TLS certificate) -> per connection task           http/
     ├── admin websocket listener (planned)
     └── lookupd peers: one task per lookupd address (planned: lookupd)
     task_status.started(BoundAddresses(...))   # after every listener accepts
 
-State of the build: ``serve_nsqd`` runs the broker nursery (channel runners) and
-the TCP listener with its per-connection nurseries; HTTP, the admin websocket and
-lookupd peers arrive with their issues.
+State of the build: ``serve_nsqd`` runs the broker nursery (channel runners), the
+TCP listener with its per-connection nurseries, and the HTTP/HTTPS listeners; the
+admin websocket and lookupd peers arrive with their issues.
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
+import ssl
+import time
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Final
 
@@ -35,10 +39,16 @@ import trio
 from . import __version__
 from .broker.broker import Broker
 from .config import NsqdConfig
+from .http.connection import FdTransport, StreamTransport, serve_http_connection
+from .http.nsqd_api import NsqdHttpApi
 from .server.tcp import ClientSession
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
+
+    from .http.connection import Transport
+
+log = logging.getLogger("trionsq")
 
 __all__ = ["TREE", "BoundAddresses", "open_nsqd", "serve_nsqd"]
 
@@ -49,12 +59,12 @@ class BoundAddresses:
 
     tcp: tuple[str, int]
     broker: Broker = attrs.field(eq=False, repr=False)
+    """The running broker, for in-process control (pause, empty, delete) by an
+    embedding app or a test. Call it only from the broker's own Trio thread."""
     http: tuple[str, int] | None = None
     """None while the HTTP listener is disabled (``http_address=""``)."""
     https: tuple[str, int] | None = None
     """None unless a TLS certificate is configured."""
-    """The running broker, for in-process control (pause, empty, delete) by an
-    embedding app or a test. Call it only from the broker's own Trio thread."""
 
 
 async def serve_nsqd(
@@ -62,28 +72,92 @@ async def serve_nsqd(
 ) -> None:
     """Run a broker until cancelled; ``task_status.started`` gets the bound addresses.
 
-    Use as ``addresses = await nursery.start(serve_nsqd, config)``.
+    Use as ``addresses = await nursery.start(serve_nsqd, config)``. Every listener is
+    bound before ``started``, so a client may connect at once.
     """
     host, port = config.tcp_host_port
     settings = config.server_settings(__version__)
+    started_at = time.time()
     async with trio.open_nursery() as broker_nursery:
         broker = Broker(config, broker_nursery)
-        listeners = await trio.open_tcp_listeners(port, host=host)
+        tcp_listeners = await trio.open_tcp_listeners(port, host=host)
+        http_listeners: list[trio.SocketListener] = []
+        if config.http_address:
+            http_host, http_port = config.http_host_port
+            http_listeners = await trio.open_tcp_listeners(http_port, host=http_host)
+        https_listeners: list[trio.SocketListener] = []
+        if config.tls_enabled and config.https_address:
+            https_host, https_port = config.https_host_port
+            https_listeners = await trio.open_tcp_listeners(https_port, host=https_host)
+        tcp = _bound(tcp_listeners)
+        http = _bound(http_listeners) if http_listeners else None
+        https = _bound(https_listeners) if https_listeners else None
         client_ids = itertools.count(1)
 
-        async def handle(stream: trio.SocketStream) -> None:
+        async def handle_tcp(stream: trio.SocketStream) -> None:
             await ClientSession(next(client_ids), stream, broker, settings).run()
 
-        await broker_nursery.start(trio.serve_listeners, handle, listeners)
-        bound = listeners[0].socket.getsockname()
-        task_status.started(BoundAddresses(tcp=(bound[0], bound[1]), broker=broker))
+        await broker_nursery.start(trio.serve_listeners, handle_tcp, tcp_listeners)
+
+        def api(*, is_https: bool) -> NsqdHttpApi:
+            return NsqdHttpApi(
+                broker,
+                config,
+                started_at=started_at,
+                ports=lambda: (tcp[1], http[1] if http else -1),
+                https_port=lambda: https[1] if https else None,
+                is_https=is_https,
+            )
+
+        if http_listeners:
+            plain_api = api(is_https=False)
+
+            async def handle_http(stream: trio.SocketStream) -> None:
+                await _serve_http(FdTransport(stream), stream, plain_api)
+
+            await broker_nursery.start(trio.serve_listeners, handle_http, http_listeners)
+        if https_listeners:
+            tls_api = api(is_https=True)
+            context = _server_tls_context(config)
+            ssl_listeners = [
+                trio.SSLListener(listener, context, https_compatible=True)
+                for listener in https_listeners
+            ]
+
+            async def handle_https(stream: trio.SSLStream[trio.SocketStream]) -> None:
+                await _serve_http(StreamTransport(stream), stream, tls_api)
+
+            await broker_nursery.start(trio.serve_listeners, handle_https, ssl_listeners)
+        task_status.started(BoundAddresses(tcp=tcp, broker=broker, http=http, https=https))
+
+
+def _bound(listeners: list[trio.SocketListener]) -> tuple[str, int]:
+    name = listeners[0].socket.getsockname()
+    return name[0], name[1]
+
+
+def _server_tls_context(config: NsqdConfig) -> ssl.SSLContext:
+    """The HTTPS listener's TLS: nsqd's certificate and minimum version."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(config.tls_cert, config.tls_key)
+    return context
+
+
+async def _serve_http(transport: Transport, stream: trio.abc.Stream, api: NsqdHttpApi) -> None:
+    """One HTTP connection; a client that vanishes or a TLS failure ends only it."""
+    try:
+        await serve_http_connection(transport, api.dispatch, api.body_limit)
+    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as error:
+        log.debug("http: connection ended: %s", error)
+    finally:
+        await trio.aclose_forcefully(stream)
 
 
 @asynccontextmanager
 async def open_nsqd(config: NsqdConfig | None = None) -> AsyncIterator[BoundAddresses]:
     """``async with open_nsqd() as addresses:`` a broker on 127.0.0.1, port 0 by default."""
     async with trio.open_nursery() as nursery:
-        chosen = config if config is not None else NsqdConfig(tcp_address="127.0.0.1:0")
+        chosen = config if config is not None else NsqdConfig.loopback()
         addresses: BoundAddresses = await nursery.start(serve_nsqd, chosen)
         try:
             yield addresses
@@ -103,7 +177,10 @@ TREE: Final = (
     ("connection message pump", "connection nursery"),
     ("partition log writer (planned)", "broker nursery"),
     ("metadata persister (planned)", "broker nursery"),
-    ("http listener (planned)", "serve_nsqd"),
+    ("http listener", "broker nursery"),
+    ("http connection", "http listener"),
+    ("https listener", "broker nursery"),
+    ("https connection", "https listener"),
     ("admin websocket listener (planned)", "serve_nsqd"),
     ("lookupd peer (planned)", "serve_nsqd"),
 )

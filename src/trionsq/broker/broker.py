@@ -2,15 +2,17 @@
 
 Topics and channels outlive the connections that create them, so their tasks start
 in the broker nursery (design §3); deleting a channel cancels its runner's scope.
-Connections call in here for PUB/SUB and for leaving.
+Connections call in here for PUB/SUB and for leaving, and register themselves in
+:attr:`Broker.clients` for ``/stats``.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ..dispatch.router import ChannelRunner
 from ..protocol.names import is_ephemeral
+from .latency import LatencySettings
 from .topic import Topic
 
 if TYPE_CHECKING:
@@ -21,23 +23,48 @@ if TYPE_CHECKING:
     from ..config import NsqdConfig
     from ..dispatch.router import Outbox
     from ..queues.record import Record
-    from .channel import Channel, Consumer
+    from .channel import Channel, ClientStatistics, Consumer
 
-__all__ = ["Broker"]
+__all__ = ["Broker", "ConnectedClient"]
 
 RELEASE_EVERY = 4096
 """Records appended between attempts to release what every channel has confirmed."""
 
 
+class ConnectedClient(Protocol):
+    """A connection as the broker knows it: enough for /stats."""
+
+    def statistics(self) -> ClientStatistics:
+        """A snapshot of the connection's counters and settings."""
+        ...
+
+
 class Broker:
-    """Topics, channels and their runners."""
+    """Topics, channels and their runners, and the connected clients."""
 
     def __init__(self, config: NsqdConfig, nursery: trio.Nursery) -> None:
         self.config = config
         self._nursery = nursery
         self.topics: dict[str, Topic] = {}
         self.runners: dict[tuple[str, int, str], ChannelRunner] = {}
+        self.clients: dict[int, ConnectedClient] = {}
+        """TCP connections by client id, in connection order (/stats producers, clients)."""
+        percentiles = tuple(config.e2e_processing_latency_percentiles)
+        self.latency = (
+            LatencySettings(percentiles, config.e2e_processing_latency_window_time)
+            if percentiles
+            else None
+        )
+        """E2e latency tracking for every channel; None unless percentiles are configured."""
         self._since_release: dict[str, int] = {}
+
+    def register_client(self, client_id: int, client: ConnectedClient) -> None:
+        """A TCP connection began (it is listed by /stats until it ends)."""
+        self.clients[client_id] = client
+
+    def unregister_client(self, client_id: int) -> None:
+        """A TCP connection ended."""
+        self.clients.pop(client_id, None)
 
     def topic(self, name: str) -> Topic:
         """The topic, created on first use (PUB/SUB auto-create plain topics)."""
@@ -47,6 +74,7 @@ class Broker:
                 name,
                 max_msg_timeout=self.config.max_msg_timeout,
                 mem_queue_size=self.config.mem_queue_size,
+                latency=self.latency,
             )
         return topic
 

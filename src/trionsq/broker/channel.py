@@ -26,12 +26,14 @@ from ..queues.cursor import ChannelCursor
 from ..queues.deferred import DeferredQueue
 from ..queues.inflight import InFlightTable
 from ..queues.record import Record
+from .latency import LatencyWindow
 
 if TYPE_CHECKING:
     from ..queues.ephemeral import EphemeralFeed
     from ..queues.memory_log import MemoryLog
+    from .latency import LatencySettings
 
-__all__ = ["Channel", "ChannelStatistics", "Consumer", "Delivery"]
+__all__ = ["Channel", "ChannelStatistics", "ClientStatistics", "Consumer", "Delivery", "PubCount"]
 
 MAX_ATTEMPTS: Final = 0xFFFF
 DEFAULT_MAX_BATCH: Final = 256
@@ -79,6 +81,56 @@ class ChannelStatistics:
     paused: bool
 
 
+@attrs.frozen
+class PubCount:
+    """Messages one connection published to one topic."""
+
+    topic: str
+    count: int
+
+
+@attrs.frozen(kw_only=True)
+class ClientStatistics:
+    """A snapshot of one TCP connection in the shape /stats reports it.
+
+    Fields are in nsqd's JSON order (``ClientV2Stats``); the zone/region counters and
+    the auth fields are omitted from the JSON when they hold their default.
+    """
+
+    client_id: str
+    hostname: str
+    version: str = "V2"
+    remote_address: str
+    state: int
+    """nsqd's client state: 0 init, 3 subscribed, 4 closing."""
+    ready_count: int
+    in_flight_count: int
+    message_count: int
+    zone_local_msg_count: int = 0
+    region_local_msg_count: int = 0
+    global_msg_count: int = 0
+    finish_count: int
+    requeue_count: int
+    connect_ts: int
+    """Unix seconds."""
+    sample_rate: int
+    deflate: bool
+    snappy: bool
+    user_agent: str
+    authed: bool = False
+    auth_identity: str = ""
+    auth_identity_url: str = ""
+    topology_zone: str
+    topology_region: str
+    pub_counts: tuple[PubCount, ...] = ()
+    """Per topic, by topic name; empty for a connection that never published."""
+    tls: bool = False
+    tls_cipher_suite: str = ""
+    tls_version: str = ""
+    tls_negotiated_protocol: str = ""
+    tls_negotiated_protocol_is_mutual: bool = False
+
+
 class Channel:
     """A cursor over one partition log plus the redelivery state nsqd keeps per channel."""
 
@@ -95,8 +147,11 @@ class Channel:
         max_batch: int = DEFAULT_MAX_BATCH,
         rng: random.Random | None = None,
         feed: EphemeralFeed | None = None,
+        latency: LatencySettings | None = None,
     ) -> None:
-        """``feed``: an ephemeral channel reads it instead of a cursor over ``log``."""
+        """``feed``: an ephemeral channel reads it instead of a cursor over ``log``;
+        ``latency``: track e2e processing latency on FIN (None: off, as in nsqd
+        without ``--e2e-processing-latency-percentile``)."""
         self.name: Final = name
         self.topic: Final = topic
         self.partition: Final = partition
@@ -119,6 +174,8 @@ class Channel:
         self.message_count = 0
         self.requeue_count = 0
         self.timeout_count = 0
+        self.latency = LatencyWindow(latency) if latency is not None else None
+        """FIN latencies for /stats; the connection records them (it has the clock)."""
         self._requeued: deque[Record] = deque()
         self._waiting: deque[Record] = deque()
         self._attempts: dict[int, int] = {}
@@ -246,6 +303,11 @@ class Channel:
             consumer.finish_count += 1
         return entry.payload
 
+    def record_latency(self, record: Record, wall_ns: int) -> None:
+        """A FIN at ``wall_ns``: its end-to-end latency, if this channel tracks latency."""
+        if self.latency is not None:
+            self.latency.insert(wall_ns - record.timestamp, wall_ns / 1e9)
+
     def requeue(self, client_id: int, internal_id: int, delay: float, now: float) -> Record:
         """REQ: back at once (delay 0) or after ``delay`` seconds. Raises InFlightError."""
         entry = self.in_flight.finish(internal_id, client_id)
@@ -292,6 +354,7 @@ class Channel:
 
     def empty(self) -> None:
         """Channel empty: drop everything queued, in flight and deferred."""
+        self.message_count += self._intake()  # they had entered the channel (nsqd counts them)
         self.in_flight.clear()
         self.deferred.clear()
         self._requeued.clear()
@@ -300,13 +363,17 @@ class Channel:
         self.cursor.move_to(self.log.next_id)
 
     def statistics(self) -> ChannelStatistics:
-        """A frozen snapshot for /stats."""
+        """A frozen snapshot for /stats.
+
+        ``message_count`` includes what the channel can read but has not taken yet: in
+        nsqd a message enters (and is counted by) every channel when it is published.
+        """
         return ChannelStatistics(
             name=self.name,
             depth=self.depth,
             in_flight_count=len(self.in_flight),
             deferred_count=len(self.deferred),
-            message_count=self.message_count,
+            message_count=self.message_count + self._intake(),
             requeue_count=self.requeue_count,
             timeout_count=self.timeout_count,
             client_count=len(self.consumers),

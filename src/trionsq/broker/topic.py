@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from ..queues.record import Record
+    from .latency import LatencySettings
 
 __all__ = ["Partition", "Topic", "TopicStatistics"]
 
@@ -49,12 +50,15 @@ class Partition:
         max_msg_timeout: float,
         mem_queue_size: int,
         ephemeral: bool,
+        latency: LatencySettings | None = None,
     ) -> None:
         self.topic: Final = topic
         self.index: Final = index
         self.max_msg_timeout: Final = max_msg_timeout
         self.mem_queue_size: Final = mem_queue_size
         self.ephemeral: Final = ephemeral
+        self.latency: Final = latency
+        """E2e latency tracking every channel of this partition gets (None: off)."""
         self.log = MemoryLog()
         self.channels: dict[str, Channel] = {}
         self.paused = False
@@ -93,6 +97,7 @@ class Partition:
             topic=self.topic,
             partition=self.index,
             feed=feed,
+            latency=self.latency,
         )
         self.channels[name] = channel
         if self.paused:
@@ -229,6 +234,7 @@ class Topic:
         partitions: int = 1,
         max_msg_timeout: float,
         mem_queue_size: int,
+        latency: LatencySettings | None = None,
     ) -> None:
         self.name: Final = name
         self.ephemeral: Final = is_ephemeral(name)
@@ -239,6 +245,7 @@ class Topic:
                 max_msg_timeout=max_msg_timeout,
                 mem_queue_size=mem_queue_size,
                 ephemeral=self.ephemeral,
+                latency=latency,
             )
             for index in range(partitions)
         ]

@@ -5,7 +5,8 @@ complete command at once) and applies them to the broker; replies go into the
 connection's :class:`OutboundBuffer`. The pump owns the socket's write side: it
 writes the buffer with one ``send_all`` when nsqd's rules say so, and sends
 heartbeats. The router pushes message batches in through :meth:`push`; nothing on
-that path awaits per message.
+that path awaits per message. A session registers itself with the broker for
+``/stats`` (:meth:`ClientSession.statistics`) while it runs.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from ..broker.channel import Consumer
+from ..broker.channel import ClientStatistics, Consumer, PubCount
 from ..protocol import broker_errors
 from ..protocol.commands import (
     Cls,
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
     from ..broker.broker import Broker
     from ..broker.channel import Delivery
     from ..dispatch.router import ChannelRunner
+    from ..protocol.identify import IdentifyRequest
     from ..protocol.server import Event
     from ..protocol.settings import ServerSettings
 
@@ -85,6 +87,12 @@ class ClientSession:
         self.heartbeat_interval = settings.default_heartbeat_interval_ms / 1000
         self.consumer: Consumer | None = None
         self.runner: ChannelRunner | None = None
+        self.connected_at = time.time()
+        """Unix seconds (nsqd's ConnectTime)."""
+        self.remote_address = _peer_address(stream)
+        self.pub_counts: dict[str, int] = {}
+        """Messages published on this connection, per topic (nsqd's pubCounts)."""
+        self._identify_request: IdentifyRequest | None = None
         self._wake = trio.Event()
         self._send_lock = trio.StrictFIFOLock()
         """Reader (replies) and pump (messages, heartbeats) both write, like nsqd's
@@ -127,6 +135,7 @@ class ClientSession:
 
     async def run(self) -> None:
         """Serve the connection until either side ends it; never raises for client faults."""
+        self.broker.register_client(self.client_id, self)
         try:
             try:
                 with self._scope:
@@ -140,6 +149,7 @@ class ClientSession:
         except Exception:
             log.exception("client %d: connection handler failed", self.client_id)
         finally:
+            self.broker.unregister_client(self.client_id)
             if self.runner is not None:
                 self.broker.unsubscribe(self.runner, self.client_id)
             await trio.aclose_forcefully(self.stream)
@@ -280,6 +290,7 @@ class ClientSession:
 
     def _identify(self, event: Identify) -> None:
         settings = event.settings
+        self._identify_request = event.request
         self.heartbeat_interval = settings.heartbeat_interval_ms / 1000
         self.outbound.buffer_size = settings.output_buffer_size
         self.outbound.buffer_timeout = settings.output_buffer_timeout_ms / 1000
@@ -291,10 +302,14 @@ class ClientSession:
 
     def _pub(self, event: Pub) -> None:
         self.broker.publish(event.topic, [event.body], time.time_ns())
+        counts = self.pub_counts
+        counts[event.topic] = counts.get(event.topic, 0) + 1
         self._reply(OK_FRAME)
 
     def _mpub(self, event: Mpub) -> None:
         self.broker.publish(event.topic, event.bodies, time.time_ns())
+        counts = self.pub_counts
+        counts[event.topic] = counts.get(event.topic, 0) + len(event.bodies)
         self._reply(OK_FRAME)
 
     def _dpub(self, event: Dpub) -> None:
@@ -302,6 +317,8 @@ class ClientSession:
         self.broker.publish(
             event.topic, [event.body], now, deliver_at=now + event.defer_ms * 1_000_000
         )
+        counts = self.pub_counts
+        counts[event.topic] = counts.get(event.topic, 0) + 1
         self._reply(OK_FRAME)
 
     async def _sub(self, event: Sub) -> None:
@@ -331,11 +348,14 @@ class ClientSession:
         runner = self.runner
         if runner is None:
             return
+        channel = runner.channel
         try:
-            runner.channel.finish(self.client_id, self._internal_id(event.message_id))
+            record = channel.finish(self.client_id, self._internal_id(event.message_id))
         except InFlightError as error:
             self._reply(error_frame(broker_errors.fin_failed(event.message_id, error.reason)))
             return
+        if channel.latency is not None:  # only with e2e percentiles configured
+            channel.record_latency(record, time.time_ns())
         runner.wake()
 
     def _req(self, event: Req) -> None:
@@ -372,3 +392,56 @@ class ClientSession:
 
     def _nop(self, event: Nop) -> None:
         """Heartbeat answer: reading it already reset the read deadline."""
+
+    # ------------------------------------------------------------- /stats
+
+    def statistics(self) -> ClientStatistics:
+        """The connection as nsqd's ``/stats`` reports a client (``ClientV2Stats``).
+
+        Until IDENTIFY, nsqd names a client by its remote host; IDENTIFY replaces
+        both names with what the client sent, even if empty.
+        """
+        negotiated = self.protocol.negotiated
+        request = self._identify_request
+        if request is None:
+            host = self.remote_address.rpartition(":")[0].strip("[]")
+            client_id = hostname = host
+            zone = region = ""
+        else:
+            client_id, hostname = negotiated.client_id, negotiated.hostname
+            zone, region = request.topology_zone, request.topology_region
+        consumer, runner = self.consumer, self.runner
+        in_flight = runner.channel.in_flight.count_for(self.client_id) if runner else 0
+        return ClientStatistics(
+            client_id=client_id,
+            hostname=hostname,
+            remote_address=self.remote_address,
+            state=int(self.protocol.state),
+            ready_count=consumer.rdy if consumer else 0,
+            in_flight_count=in_flight,
+            message_count=consumer.message_count if consumer else 0,
+            finish_count=consumer.finish_count if consumer else 0,
+            requeue_count=consumer.requeue_count if consumer else 0,
+            connect_ts=int(self.connected_at),
+            sample_rate=negotiated.sample_rate,
+            deflate=negotiated.deflate,
+            snappy=negotiated.snappy,
+            user_agent=negotiated.user_agent,
+            authed=self.protocol.authenticated,
+            topology_zone=zone,
+            topology_region=region,
+            pub_counts=tuple(PubCount(t, n) for t, n in sorted(self.pub_counts.items())),
+            tls=self.protocol.tls,
+        )
+
+
+def _peer_address(stream: trio.SocketStream) -> str:
+    """The peer as Go prints a ``net.Addr``: ``host:port``, ``[v6 host]:port``."""
+    try:
+        peer = stream.socket.getpeername()
+    except OSError:  # already reset by the peer
+        return ""
+    if not isinstance(peer, tuple):  # a unix socket: its path
+        return str(peer)
+    host, port = peer[0], peer[1]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

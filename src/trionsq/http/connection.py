@@ -1,0 +1,261 @@
+"""One HTTP/1.1 connection: h11 parses, this loop reads, dispatches and writes.
+
+Design §7: h11 does the HTTP, we write only the loop. Requests are answered one at a
+time in arrival order, so pipelined requests get their answers in order; keep-alive
+is h11's. Memory is bounded: headers by ``MAX_HEADER_BYTES``, bodies by the route's
+limit (a Content-Length over it is refused before any body byte is read). A request
+must arrive whole within ``REQUEST_TIMEOUT`` of its first byte, and an idle
+keep-alive connection is closed after ``IDLE_TIMEOUT``. Plain connections read and
+write the descriptor directly (design §8); HTTPS goes through a ``trio.SSLStream``.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import logging
+import os
+import time
+from http import HTTPStatus
+from typing import TYPE_CHECKING, Final, Protocol
+
+import h11
+import trio
+
+from .messages import Request, Response
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+__all__ = ["FdTransport", "StreamTransport", "Transport", "serve_http_connection"]
+
+log = logging.getLogger("trionsq.http")
+
+MAX_HEADER_BYTES: Final = 64 * 1024
+READ_SIZE: Final = 65536
+REQUEST_TIMEOUT: Final = 30.0
+"""Seconds from a request's first byte to its last, and for writing its answer."""
+IDLE_TIMEOUT: Final = 300.0
+"""Seconds a keep-alive connection may wait for its next request."""
+
+
+class Transport(Protocol):
+    """The byte stream under one HTTP connection."""
+
+    async def receive(self) -> bytes:
+        """Some bytes; ``b""`` at EOF."""
+
+    async def send(self, data: bytes) -> None:
+        """All of ``data``."""
+
+
+class FdTransport:
+    """A plain TCP socket read and written through its descriptor (no extra passes)."""
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self._fd = stream.socket.fileno()
+        self._waited = True
+
+    async def receive(self) -> bytes:
+        if not self._waited:  # data kept coming: let other tasks run once per read
+            await trio.lowlevel.checkpoint()
+        while True:
+            try:
+                data = os.read(self._fd, READ_SIZE)
+            except BlockingIOError:
+                await trio.lowlevel.wait_readable(self._fd)
+                self._waited = True
+                continue
+            self._waited = False
+            return data
+
+    async def send(self, data: bytes) -> None:
+        with memoryview(data) as view:
+            sent = 0
+            while sent < len(view):
+                try:
+                    sent += os.write(self._fd, view[sent:])
+                except BlockingIOError:
+                    await trio.lowlevel.wait_writable(self._fd)
+
+
+class StreamTransport:
+    """Any trio stream (HTTPS: an SSLStream)."""
+
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self._stream = stream
+
+    async def receive(self) -> bytes:
+        return bytes(await self._stream.receive_some(READ_SIZE))
+
+    async def send(self, data: bytes) -> None:
+        await self._stream.send_all(data)
+
+
+class _DateHeader:
+    """Go sends a Date header on every answer; formatting it once a second is enough."""
+
+    def __init__(self) -> None:
+        self._second = -1
+        self._value = b""
+
+    def value(self) -> bytes:
+        now = int(time.time())
+        if now != self._second:
+            self._second = now
+            self._value = email.utils.formatdate(now, usegmt=True).encode()
+        return self._value
+
+
+_DATE = _DateHeader()
+
+
+def _reason(status: int) -> bytes:
+    try:
+        return HTTPStatus(status).phrase.encode()
+    except ValueError:
+        return b""
+
+
+def encode_response(response: Response, *, close: bool = False, head: bool = False) -> bytes:
+    """The whole answer as bytes for one write: status line, headers, body (none for HEAD)."""
+    parts = [b"HTTP/1.1 %d %s\r\n" % (response.status, _reason(response.status))]
+    parts.extend(name + b": " + value + b"\r\n" for name, value in response.headers)
+    parts.append(b"Date: %s\r\nContent-Length: %d\r\n" % (_DATE.value(), len(response.body)))
+    if close:
+        parts.append(b"Connection: close\r\n")
+    parts.append(b"\r\n")
+    if not head:
+        parts.append(response.body)
+    return b"".join(parts)
+
+
+def _keeps_alive(request: h11.Request) -> bool:
+    """HTTP/1.1 without ``Connection: close`` (h11's rule; 1.0 clients get one answer)."""
+    if request.http_version != b"1.1":
+        return False
+    return not any(
+        name == b"connection" and b"close" in value.lower() for name, value in request.headers
+    )
+
+
+async def serve_http_connection(
+    transport: Transport,
+    dispatch: Callable[[Request], Awaitable[Response]],
+    body_limit: Callable[[str, str, int | None], Response | int],
+) -> None:
+    """Answer requests until the client closes, errs, or stays silent too long.
+
+    h11 parses each request; a fresh parser per request carries the bytes that
+    followed (pipelining) over, and the answer is written here in one piece: h11's
+    response writer and state machine cost as much as its parsing, and answers are
+    always whole (Content-Length) so there is nothing for them to decide.
+    ``body_limit(method, path, content_length)`` returns the most body bytes the
+    route reads, or the refusal to send when Content-Length is already too big.
+    """
+    leftover = b""
+    with trio.CancelScope() as deadline:
+        deadline.deadline = trio.current_time() + IDLE_TIMEOUT
+        while True:
+            conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
+            if not leftover:
+                leftover = await transport.receive()  # idle until the next request begins
+                if not leftover:
+                    return
+            deadline.deadline = trio.current_time() + REQUEST_TIMEOUT
+            conn.receive_data(leftover)
+            event = await _next_event(transport, conn)
+            if not isinstance(event, h11.Request):
+                return  # EOF inside a request, or a malformed one (already answered)
+            answer, whole = await _answer(transport, conn, event, dispatch, body_limit)
+            if answer is None:
+                return
+            keep_alive = whole and _keeps_alive(event)
+            head = event.method == b"HEAD"
+            await transport.send(encode_response(answer, close=not keep_alive, head=head))
+            if not keep_alive:
+                return
+            leftover, closed = conn.trailing_data
+            if closed and not leftover:
+                return
+            deadline.deadline = trio.current_time() + IDLE_TIMEOUT
+    if deadline.cancelled_caught:
+        log.debug("http: connection timed out")
+
+
+async def _next_event(transport: Transport, conn: h11.Connection) -> object:
+    """The next h11 event, reading as needed; a malformed request is answered here."""
+    while True:
+        try:
+            event = conn.next_event()
+        except h11.RemoteProtocolError as error:
+            await _refuse(transport, conn, error)
+            return None
+        if event is not h11.NEED_DATA:
+            return event
+        if conn.they_are_waiting_for_100_continue:
+            await transport.send(b"HTTP/1.1 100 Continue\r\n\r\n")
+        conn.receive_data(await transport.receive())
+
+
+async def _answer(
+    transport: Transport,
+    conn: h11.Connection,
+    request: h11.Request,
+    dispatch: Callable[[Request], Awaitable[Response]],
+    body_limit: Callable[[str, str, int | None], Response | int],
+) -> tuple[Response | None, bool]:
+    """Read the body within the route's limit and run the handler.
+
+    Returns the answer (None: the connection is unusable) and whether the request
+    was read whole, so the connection can serve another.
+    """
+    method = request.method.decode("ascii", "replace")
+    target = request.target.decode("utf-8", "surrogateescape")
+    headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in request.headers}
+    length_header = headers.get("content-length")
+    length = int(length_header) if length_header is not None else None
+    limit = body_limit(method, target.partition("?")[0], length)
+    if isinstance(limit, Response):
+        return limit, length == 0  # refused on its Content-Length; the body is not read
+    chunks: list[bytes] = []
+    size = 0
+    whole = False
+    while True:
+        event = await _next_event(transport, conn)
+        if isinstance(event, h11.Data):
+            size += len(event.data)
+            if size > limit:  # keep limit + 1 bytes, as Go's LimitReader: the route decides
+                chunks.append(event.data[: len(event.data) - (size - limit - 1)])
+                break
+            chunks.append(event.data)
+            continue
+        if isinstance(event, h11.EndOfMessage):
+            whole = True
+            break
+        return None, False  # closed mid-body, or malformed (answered)
+    body = b"".join(chunks)
+    try:
+        return await dispatch(Request.from_target(method, target, headers, body)), whole
+    except Exception:
+        log.exception("http: handler for %s %s failed", method, target)
+        return Response.error(500, "INTERNAL_ERROR"), whole
+
+
+async def _refuse(
+    transport: Transport, conn: h11.Connection, error: h11.RemoteProtocolError
+) -> None:
+    """Answer a malformed request (or a TCP client on this port) with a 4xx and close.
+
+    go-nsq recognises ``HTTP/1.1`` in reply to its magic and says it reached an HTTP
+    port instead of the TCP one.
+    """
+    status = error.error_status_hint
+    log.debug("http: bad request: %s", error)
+    if conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
+        return
+    body = b"%d %s" % (status, _reason(status))
+    head = (
+        b"HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\n"
+        b"Connection: close\r\nContent-Length: %d\r\n\r\n" % (status, _reason(status), len(body))
+    )
+    await transport.send(head + body)

@@ -1,0 +1,466 @@
+"""nsqd's HTTP endpoints (spec http-api.md §2): publish, admin, /info, /stats, /config.
+
+Every handler takes a :class:`Request` and returns a :class:`Response`; checks run
+in nsqd's order so the same bad request gets the same status and text. Endpoints
+that nsqd ≤ 0.3 answered in the ``status_code/status_txt/data`` envelope (/info,
+/pub, /mpub, /stats) give it to a request that asks for it (messages.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+import struct
+import time
+from typing import TYPE_CHECKING, Final
+
+import attrs
+import orjson
+
+from .. import __version__
+from ..config import TlsRequired
+from ..protocol.names import is_valid_name
+from .messages import Request, Response, parse_bool
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from ..broker.broker import Broker
+    from ..config import NsqdConfig
+
+__all__ = ["NsqdHttpApi"]
+
+log = logging.getLogger("trionsq.http")
+
+_INT32: Final = struct.Struct(">i")
+SMALL_BODY: Final = 64 * 1024
+"""Body bytes read for endpoints that ignore their body (admin POSTs)."""
+LOG_LEVELS: Final = {"debug": 1, "info": 2, "warn": 3, "error": 4, "fatal": 5}
+"""nsqd's lg.LogLevel numbers, which /config/log_level reports."""
+_TLS_VERSIONS: Final = {"ssl3.0": 0x0300, "tls1.0": 0x0301, "tls1.1": 0x0302}
+_TLS_VERSIONS_LATER: Final = {"tls1.2": 0x0303, "tls1.3": 0x0304}
+_DURATION_FIELDS: Final = frozenset(
+    {
+        "msg_timeout",
+        "max_msg_timeout",
+        "max_req_timeout",
+        "client_timeout",
+        "max_heartbeat_interval",
+        "max_output_buffer_timeout",
+        "min_output_buffer_timeout",
+        "output_buffer_timeout",
+        "sync_timeout",
+        "http_client_connect_timeout",
+        "http_client_request_timeout",
+        "statsd_interval",
+        "e2e_processing_latency_window_time",
+        "queue_scan_interval",
+        "queue_scan_refresh_interval",
+    }
+)
+_CFG_NAMES: Final = {"id": "node_id", "nsqlookupd_tcp_addresses": "lookupd_tcp_addresses"}
+"""Config-file names that differ from the field (flag) name."""
+_NOT_CFG_NAMES: Final = frozenset(
+    {
+        *_CFG_NAMES.values(),
+        "queue_scan_interval",
+        "queue_scan_refresh_interval",
+        "queue_scan_dirty_percent",
+        "client_timeout",
+    }
+)
+"""Fields /config does not know by their own name: renamed, or without a flag in nsqd."""
+
+
+class HttpError(Exception):
+    """A handler's refusal: status and nsqd's text."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def version_line() -> str:
+    """``nsqd v<version> (built w/python<version>)``, nsqd's shape."""
+    return f"nsqd v{__version__} (built w/python{platform.python_version()})"
+
+
+@attrs.define
+class RuntimeOptions:
+    """The two options nsqd lets ``PUT /config/:opt`` change while running."""
+
+    log_level: str
+    lookupd_tcp_addresses: tuple[str, ...]
+
+
+class NsqdHttpApi:
+    """Routes and handlers for one listener (plain HTTP or HTTPS) of one broker."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        config: NsqdConfig,
+        *,
+        started_at: float,
+        ports: Callable[[], tuple[int, int]],
+        https_port: Callable[[], int | None],
+        is_https: bool = False,
+        runtime: RuntimeOptions | None = None,
+    ) -> None:
+        self.broker = broker
+        self.config = config
+        self.started_at = started_at
+        self._ports = ports
+        """(tcp port, http port) as bound, for /info."""
+        self._https_port = https_port
+        self.is_https = is_https
+        self.runtime = runtime or RuntimeOptions(config.log_level, config.lookupd_tcp_addresses)
+        post_ignoring_body: dict[str, Callable[[Request], Awaitable[Response]]] = {
+            "/topic/create": self._topic_create,
+            "/topic/delete": self._topic_delete,
+            "/topic/empty": self._topic_empty,
+            "/topic/pause": self._topic_pause,
+            "/topic/unpause": self._topic_unpause,
+            "/channel/create": self._channel_create,
+            "/channel/delete": self._channel_delete,
+            "/channel/empty": self._channel_empty,
+            "/channel/pause": self._channel_pause,
+            "/channel/unpause": self._channel_unpause,
+        }
+        self.routes: dict[str, dict[str, Callable[[Request], Awaitable[Response]]]] = {
+            "/ping": {"GET": self._ping},
+            "/info": {"GET": self._info},
+            "/pub": {"POST": self._pub},
+            "/mpub": {"POST": self._mpub},
+            "/stats": {"GET": self._stats},
+            **{path: {"POST": handler} for path, handler in post_ignoring_body.items()},
+        }
+
+    # ------------------------------------------------------------- connection hooks
+
+    def body_limit(self, method: str, path: str, length: int | None) -> Response | int:
+        """Most body bytes the route reads (+1 to detect "too big"), or a refusal."""
+        config = self.config
+        if self._tls_refused() and length:
+            return self._tls_required()  # nsqd refuses before reading: so no body is read
+        # only a POST gets past the router to the handler's Content-Length check
+        declared = length if length is not None and method == "POST" else 0
+        if path == "/pub":
+            if declared > config.max_msg_size:
+                return Response.error(413, "MSG_TOO_BIG")
+            return config.max_msg_size + 1
+        if path == "/mpub":
+            if declared > config.max_body_size:
+                return Response.error(413, "BODY_TOO_BIG")
+            return config.max_body_size + 1
+        if path.startswith("/config/"):
+            return config.max_msg_size + 1
+        return SMALL_BODY
+
+    async def dispatch(self, request: Request) -> Response:
+        """Route by exact path, then method (httprouter: 404, then 405)."""
+        if self._tls_refused():
+            return self._tls_required()
+        path = request.path
+        methods = self.routes.get(path)
+        handler = methods.get(request.method) if methods is not None else None
+        if handler is None:
+            if path.startswith("/config/") and path.count("/") == 2 and path != "/config/":
+                return self._config(request, path.removeprefix("/config/"))
+            if methods is None:
+                return Response.error(404, "NOT_FOUND")
+            return Response.error(405, "METHOD_NOT_ALLOWED")
+        try:
+            return await handler(request)
+        except HttpError as error:
+            if request.legacy and path in ("/info", "/pub", "/mpub", "/stats"):
+                return Response.legacy_error(error.message)
+            return Response.error(error.status, error.message)
+
+    def _tls_refused(self) -> bool:
+        """Plain HTTP while TLS is required: every request gets the 403."""
+        return self.config.effective_tls_required is TlsRequired.YES and not self.is_https
+
+    def _tls_required(self) -> Response:
+        body = b'{"message": "TLS_REQUIRED", "https_port": %d}' % (self._https_port() or 0)
+        response = Response.json(None, 403)
+        return attrs.evolve(response, body=body)
+
+    # ------------------------------------------------------------- simple endpoints
+
+    async def _ping(self, request: Request) -> Response:
+        return Response.plain("OK")
+
+    async def _info(self, request: Request) -> Response:
+        config = self.config
+        tcp_port, http_port = self._ports()
+        info = {
+            "version": __version__,
+            "broadcast_address": config.broadcast_address,
+            "hostname": platform.node(),
+            "http_port": http_port,
+            "tcp_port": tcp_port,
+            "start_time": int(self.started_at),
+            "max_heartbeat_interval": _ns(config.max_heartbeat_interval),
+            "max_output_buffer_size": config.max_output_buffer_size,
+            "max_output_buffer_timeout": _ns(config.max_output_buffer_timeout),
+            "max_deflate_level": config.max_deflate_level,
+            "topology_zone": config.topology_zone,
+            "topology_region": config.topology_region,
+        }
+        return Response.legacy_ok(info) if request.legacy else Response.json(info)
+
+    async def _stats(self, request: Request) -> Response:
+        from .stats import stats_document, stats_text
+
+        if not request.query_valid:
+            raise HttpError(400, "INVALID_REQUEST")
+        include_clients = parse_bool(request.arg("include_clients"), default=True)
+        include_mem = parse_bool(request.arg("include_mem"), default=True)
+        options = {
+            "started_at": self.started_at,
+            "health": "OK",
+            "topic": request.arg("topic") or None,
+            "channel": request.arg("channel") or None,
+            "include_clients": True if include_clients is None else include_clients,
+            "include_mem": True if include_mem is None else include_mem,
+        }
+        if request.arg("format") != "json":
+            text = stats_text(self.broker, version_line=version_line(), **options)  # type: ignore[arg-type]
+            return Response.legacy_ok(text) if request.legacy else Response.text(text)
+        document = stats_document(self.broker, version=__version__, **options)  # type: ignore[arg-type]
+        return Response.legacy_ok(document) if request.legacy else Response.json(document)
+
+    # ------------------------------------------------------------- publishing
+
+    def _publish_topic(self, request: Request) -> str:
+        """nsqd's getTopicFromQuery: the query must parse and name a valid topic."""
+        if not request.query_valid:
+            raise HttpError(400, "INVALID_REQUEST")
+        if "topic" not in request.query:
+            raise HttpError(400, "MISSING_ARG_TOPIC")
+        topic = request.query["topic"][0]
+        if not is_valid_name(topic.encode()):
+            raise HttpError(400, "INVALID_TOPIC")
+        self.broker.topic(topic)  # nsqd's GetTopic: created even if the rest is refused
+        return topic
+
+    async def _pub(self, request: Request) -> Response:
+        body = request.body
+        if len(body) > self.config.max_msg_size:
+            raise HttpError(413, "MSG_TOO_BIG")
+        if not body:
+            raise HttpError(400, "MSG_EMPTY")
+        topic = self._publish_topic(request)
+        now = time.time_ns()
+        deliver_at = 0
+        if "defer" in request.query:
+            defer_ms = _go_int64(request.query["defer"][0])
+            max_ms = int(self.config.max_req_timeout * 1000)
+            if defer_ms is None or not 0 <= defer_ms <= max_ms:
+                raise HttpError(400, "INVALID_DEFER")
+            if defer_ms:
+                deliver_at = now + defer_ms * 1_000_000
+        self.broker.publish(topic, [body], now, deliver_at=deliver_at)
+        return Response.legacy_ok("OK") if request.legacy else Response.text("OK")
+
+    async def _mpub(self, request: Request) -> Response:
+        topic = self._publish_topic(request)
+        binary = parse_bool(request.arg("binary"), default=False)
+        if binary is None or binary:
+            bodies = self._binary_bodies(request.body)
+        else:
+            bodies = self._text_bodies(request.body)
+        if bodies:
+            self.broker.publish(topic, bodies, time.time_ns())
+        return Response.legacy_ok("OK") if request.legacy else Response.text("OK")
+
+    def _text_bodies(self, body: bytes) -> list[bytes]:
+        """Newline mode: one message per line; empty lines are skipped, ``\\r`` kept."""
+        if len(body) > self.config.max_body_size:
+            raise HttpError(413, "BODY_TOO_BIG")
+        max_size = self.config.max_msg_size
+        bodies = [line for line in body.split(b"\n") if line]
+        if any(len(line) > max_size for line in bodies):
+            raise HttpError(413, "MSG_TOO_BIG")
+        return bodies
+
+    def _binary_bodies(self, body: bytes) -> list[bytes]:
+        """``[int32 count]([int32 size][bytes])*``, TCP MPUB's errors minus ``E_``."""
+        if len(body) > self.config.max_body_size:
+            raise HttpError(413, "BODY_TOO_BIG")
+        if len(body) < _INT32.size:
+            raise HttpError(413, "BAD_BODY")
+        (count,) = _INT32.unpack_from(body, 0)
+        if count <= 0 or count > (self.config.max_body_size - 4) // 5:
+            raise HttpError(413, "BAD_BODY")
+        max_size = self.config.max_msg_size
+        bodies: list[bytes] = []
+        position = _INT32.size
+        for _ in range(count):
+            if position + _INT32.size > len(body):
+                raise HttpError(413, "BAD_MESSAGE")
+            (size,) = _INT32.unpack_from(body, position)
+            position += _INT32.size
+            if size <= 0 or size > max_size or position + size > len(body):
+                raise HttpError(413, "BAD_MESSAGE")
+            bodies.append(body[position : position + size])
+            position += size
+        return bodies
+
+    # ------------------------------------------------------------- topic admin
+
+    def _topic_name(self, request: Request, *, validate: bool) -> str:
+        if not request.query_valid:
+            raise HttpError(400, "INVALID_REQUEST")
+        if "topic" not in request.query:
+            raise HttpError(400, "MISSING_ARG_TOPIC")
+        name = request.query["topic"][0]
+        if validate and not is_valid_name(name.encode()):
+            raise HttpError(400, "INVALID_TOPIC")
+        return name
+
+    def _existing_topic(self, name: str) -> str:
+        if name not in self.broker.topics:
+            raise HttpError(404, "TOPIC_NOT_FOUND")
+        return name
+
+    async def _topic_create(self, request: Request) -> Response:
+        self.broker.topic(self._topic_name(request, validate=True))
+        return Response.empty()
+
+    async def _topic_delete(self, request: Request) -> Response:
+        name = self._existing_topic(self._topic_name(request, validate=False))
+        self.broker.delete_topic(name)
+        return Response.empty()
+
+    async def _topic_empty(self, request: Request) -> Response:
+        name = self._existing_topic(self._topic_name(request, validate=True))
+        self.broker.empty_topic(name)
+        return Response.empty()
+
+    async def _topic_pause(self, request: Request) -> Response:
+        name = self._existing_topic(self._topic_name(request, validate=False))
+        self.broker.set_topic_paused(name, paused=True)
+        return Response.empty()
+
+    async def _topic_unpause(self, request: Request) -> Response:
+        name = self._existing_topic(self._topic_name(request, validate=False))
+        self.broker.set_topic_paused(name, paused=False)
+        return Response.empty()
+
+    # ------------------------------------------------------------- channel admin
+
+    def _topic_and_channel(self, request: Request) -> tuple[str, str]:
+        """nsqd's GetTopicChannelArgs, then the topic must exist."""
+        if not request.query_valid:
+            raise HttpError(400, "INVALID_REQUEST")
+        if "topic" not in request.query:
+            raise HttpError(400, "MISSING_ARG_TOPIC")
+        topic = request.query["topic"][0]
+        if not is_valid_name(topic.encode()):
+            raise HttpError(400, "INVALID_ARG_TOPIC")
+        if "channel" not in request.query:
+            raise HttpError(400, "MISSING_ARG_CHANNEL")
+        channel = request.query["channel"][0]
+        if not is_valid_name(channel.encode()):
+            raise HttpError(400, "INVALID_ARG_CHANNEL")
+        return self._existing_topic(topic), channel
+
+    def _existing_channel(self, request: Request) -> tuple[str, str]:
+        topic, channel = self._topic_and_channel(request)
+        if not self.broker.find_channel(topic, channel):
+            raise HttpError(404, "CHANNEL_NOT_FOUND")
+        return topic, channel
+
+    async def _channel_create(self, request: Request) -> Response:
+        topic, channel = self._topic_and_channel(request)
+        await self.broker.create_channel(topic, channel)
+        return Response.empty()
+
+    async def _channel_delete(self, request: Request) -> Response:
+        topic, channel = self._existing_channel(request)
+        for partition in range(len(self.broker.topics[topic].partitions)):
+            self.broker.delete_channel(topic, partition, channel)
+        return Response.empty()
+
+    async def _channel_empty(self, request: Request) -> Response:
+        self.broker.empty_channel(*self._existing_channel(request))
+        return Response.empty()
+
+    async def _channel_pause(self, request: Request) -> Response:
+        self.broker.set_channel_paused(*self._existing_channel(request), paused=True)
+        return Response.empty()
+
+    async def _channel_unpause(self, request: Request) -> Response:
+        self.broker.set_channel_paused(*self._existing_channel(request), paused=False)
+        return Response.empty()
+
+    # ------------------------------------------------------------- /config/:opt
+
+    def _config(self, request: Request, name: str) -> Response:
+        if request.method == "GET":
+            value = self._option_value(name)
+            if value is _MISSING:
+                return Response.error(400, "INVALID_OPTION")
+            return Response.json(value)
+        if request.method != "PUT":
+            return Response.error(405, "METHOD_NOT_ALLOWED")
+        body = request.body
+        if not body or len(body) > self.config.max_msg_size:
+            return Response.error(413, "INVALID_VALUE")
+        if name == "nsqlookupd_tcp_addresses":
+            try:
+                addresses = orjson.loads(body)
+            except orjson.JSONDecodeError:
+                return Response.error(400, "INVALID_VALUE")
+            if not isinstance(addresses, list) or not all(isinstance(a, str) for a in addresses):
+                return Response.error(400, "INVALID_VALUE")
+            self.runtime.lookupd_tcp_addresses = tuple(addresses)
+        elif name == "log_level":
+            level = body.decode("utf-8", "replace").strip().lower()
+            if level not in LOG_LEVELS:
+                return Response.error(400, "INVALID_VALUE")
+            self.runtime.log_level = level
+            logging.getLogger("trionsq").setLevel(level.upper() if level != "fatal" else "CRITICAL")
+        else:
+            return Response.error(400, "INVALID_OPTION")
+        return Response.json(self._option_value(name))
+
+    def _option_value(self, cfg_name: str) -> object:
+        """An option by its config-file name, in nsqd's JSON form (durations in ns)."""
+        if cfg_name == "log_level":
+            return LOG_LEVELS[self.runtime.log_level]
+        if cfg_name == "nsqlookupd_tcp_addresses":
+            return list(self.runtime.lookupd_tcp_addresses)
+        field = _CFG_NAMES.get(cfg_name, cfg_name)
+        if cfg_name in _NOT_CFG_NAMES or field not in attrs.fields_dict(type(self.config)):
+            return _MISSING
+        value = getattr(self.config, field)
+        if field in _DURATION_FIELDS:
+            return _ns(value)
+        if field == "tls_required":
+            return int(value)
+        if field == "tls_min_version":
+            return {**_TLS_VERSIONS, **_TLS_VERSIONS_LATER}.get(value, 0x0301)
+        if isinstance(value, tuple):
+            return list(value)
+        return value
+
+
+_MISSING: Final = object()
+
+
+def _ns(seconds: float) -> int:
+    """A duration as Go's JSON has it: integer nanoseconds."""
+    return round(seconds * 1_000_000_000)
+
+
+def _go_int64(text: str) -> int | None:
+    """strconv.ParseInt(text, 10, 64), or None where Go would return an error."""
+    body = text[1:] if text[:1] in "+-" else text
+    if not body or not body.isascii() or not body.isdigit():
+        return None
+    value = int(text)
+    return value if -(2**63) <= value < 2**63 else None

@@ -1,0 +1,535 @@
+"""nsqd's ``/stats`` bodies (spec http-api.md §2.2 text, §2.3 JSON) from the broker.
+
+Both renderings come from one snapshot, taken the way nsqd's ``GetStats`` takes it:
+a ``topic`` filter that names no topic gives no topics at all (JSON ``null``) and no
+producers; a ``channel`` filter keeps that channel and drops topics without it;
+without ``include_clients`` channels carry ``"clients": null`` and ``producers`` is
+``null``. Topics and channels are sorted by name, clients by connection order.
+
+The functions are synchronous and do not touch Trio: the HTTP route calls them on
+the broker's thread, so the snapshot is consistent. ``now`` (Unix seconds) defaults
+to the wall clock; it times the uptime, the clients' ``connected`` and the
+latency windows (FIN latencies are timed with the wall clock too).
+
+``memory`` is Go's ``runtime.MemStats`` in nsqd; here it is the interpreter's
+closest figures (see :func:`memory_statistics`).
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import os
+import sys
+import time
+from collections import deque
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Final
+
+import attrs
+
+from ..broker.channel import ClientStatistics
+from ..broker.latency import LatencyResult, aggregate
+
+if TYPE_CHECKING:
+    from ..broker.broker import Broker
+    from ..broker.channel import Channel
+    from ..broker.latency import LatencyWindow
+    from ..broker.topic import Topic
+
+__all__ = [
+    "ChannelSnapshot",
+    "MemoryStatistics",
+    "StatsSnapshot",
+    "TopicSnapshot",
+    "memory_statistics",
+    "snapshot",
+    "stats_document",
+    "stats_text",
+]
+
+
+@attrs.frozen
+class ChannelSnapshot:
+    """One channel as /stats reports it (all partitions of the topic together)."""
+
+    name: str
+    depth: int
+    backend_depth: int
+    in_flight_count: int
+    deferred_count: int
+    message_count: int
+    requeue_count: int
+    timeout_count: int
+    client_count: int
+    clients: tuple[ClientStatistics, ...] | None
+    """None without ``include_clients``."""
+    paused: bool
+    e2e: LatencyResult | None
+    """None when latency tracking is off."""
+
+
+@attrs.frozen
+class TopicSnapshot:
+    """One topic as /stats reports it."""
+
+    name: str
+    channels: tuple[ChannelSnapshot, ...]
+    depth: int
+    backend_depth: int
+    message_count: int
+    message_bytes: int
+    paused: bool
+    e2e: LatencyResult | None
+    """All of the topic's channels together, whatever the channel filter; None when
+    latency tracking is off or the topic has no channel."""
+
+
+@attrs.frozen
+class StatsSnapshot:
+    """What ``GetStats`` returns in nsqd: None where nsqd leaves a nil slice."""
+
+    topics: tuple[TopicSnapshot, ...] | None
+    producers: tuple[ClientStatistics, ...] | None
+
+
+@attrs.frozen
+class MemoryStatistics:
+    """nsqd's ``memStats`` keys, filled with what CPython can tell cheaply.
+
+    - ``heap_objects``: memory blocks the interpreter has allocated
+      (``sys.getallocatedblocks()``);
+    - ``heap_in_use_bytes``: the process's resident set size (``/proc/self/statm``;
+      0 where there is no procfs);
+    - ``heap_idle_bytes``, ``heap_released_bytes``: 0 (pymalloc does not report them);
+    - ``gc_pause_usec_100/99/95``: those percentiles of the last 256 garbage
+      collections' durations in microseconds (nsqd's rule over Go's 256 last pauses),
+      timed from when this module was imported;
+    - ``next_gc_bytes``: container allocations left before the next generation-0
+      collection (CPython's trigger is a count, not bytes);
+    - ``gc_total_runs``: collections of every generation since the process started.
+    """
+
+    heap_objects: int
+    heap_idle_bytes: int
+    heap_in_use_bytes: int
+    heap_released_bytes: int
+    gc_pause_usec_100: int
+    gc_pause_usec_99: int
+    gc_pause_usec_95: int
+    next_gc_bytes: int
+    gc_total_runs: int
+
+
+# ----------------------------------------------------------------------- public API
+
+
+def stats_document(
+    broker: Broker,
+    *,
+    version: str,
+    started_at: float,
+    health: str,
+    topic: str | None,
+    channel: str | None,
+    include_clients: bool,
+    include_mem: bool,
+    now: float | None = None,
+) -> dict[str, object]:
+    """The format=json body, keys in nsqd's order (orjson keeps dict insertion order)."""
+    when = time.time() if now is None else now
+    stats = snapshot(
+        broker, topic=topic, channel=channel, include_clients=include_clients, now=when
+    )
+    document: dict[str, object] = {
+        "version": version,
+        "health": health,
+        "start_time": math.floor(started_at),
+        "topics": None if stats.topics is None else [_topic_json(t) for t in stats.topics],
+    }
+    if include_mem:
+        document["memory"] = attrs.asdict(memory_statistics())
+    document["producers"] = (
+        None if stats.producers is None else [_client_json(c) for c in stats.producers]
+    )
+    return document
+
+
+def stats_text(
+    broker: Broker,
+    *,
+    version_line: str,
+    started_at: float,
+    health: str,
+    topic: str | None,
+    channel: str | None,
+    include_clients: bool,
+    include_mem: bool,
+    now: float | None = None,
+) -> str:
+    """The format=text body (§2.2), laid out as nsqd's ``printStats``."""
+    when = time.time() if now is None else now
+    stats = snapshot(
+        broker, topic=topic, channel=channel, include_clients=include_clients, now=when
+    )
+    out = [
+        f"{version_line}\n",
+        f"start_time {_rfc3339(started_at)}\n",
+        f"uptime {_go_duration(round((when - started_at) * 1e9))}\n",
+        f"\nHealth: {health}\n",
+    ]
+    if include_mem:
+        out.append("\nMemory:\n")
+        for key, value in attrs.asdict(memory_statistics()).items():
+            out.append(f"   {key:<25}\t{value}\n")
+    topics = stats.topics or ()
+    out.append("\nTopics:" if topics else "\nTopics: None\n")
+    for t in topics:
+        prefix = "*P " if t.paused else "   "
+        out.append(
+            f"\n{prefix}[{t.name:<15}] depth: {t.depth:<5d} be-depth: {t.backend_depth:<5d}"
+            f" msgs: {t.message_count:<8d} e2e%: {_e2e_text(t.e2e)}\n"
+        )
+        for c in t.channels:
+            prefix = "   *P " if c.paused else "      "
+            out.append(
+                f"{prefix}[{c.name:<25}] depth: {c.depth:<5d} be-depth: {c.backend_depth:<5d}"
+                f" inflt: {c.in_flight_count:<4d} def: {c.deferred_count:<4d}"
+                f" re-q: {c.requeue_count:<5d} timeout: {c.timeout_count:<5d}"
+                f" msgs: {c.message_count:<8d} e2e%: {_e2e_text(c.e2e)}\n"
+            )
+            out.extend(f"        {_client_text(client, when)}\n" for client in c.clients or ())
+    producers = stats.producers or ()
+    out.append("\nProducers:\n" if producers else "\nProducers: None\n")
+    out.extend(f"   {_client_text(client, when)}\n" for client in producers)
+    return "".join(out)
+
+
+def snapshot(
+    broker: Broker, *, topic: str | None, channel: str | None, include_clients: bool, now: float
+) -> StatsSnapshot:
+    """nsqd's ``GetStats(topic, channel, includeClients)`` over the broker's state."""
+    if topic:
+        found = broker.topics.get(topic)
+        if found is None:
+            return StatsSnapshot(topics=None, producers=None)
+        chosen = [found]
+    else:
+        chosen = sorted(broker.topics.values(), key=lambda t: t.name)
+    topics: list[TopicSnapshot] = []
+    for t in chosen:
+        by_name = _channels_by_name(t)
+        if channel:
+            if channel not in by_name:
+                continue
+            names = [channel]
+        else:
+            names = sorted(by_name)
+        channels = tuple(
+            _channel_snapshot(broker, by_name[name], topic, include_clients, now) for name in names
+        )
+        stats = t.statistics()
+        topics.append(
+            TopicSnapshot(
+                name=t.name,
+                channels=channels,
+                depth=stats.depth,
+                backend_depth=0,
+                message_count=stats.message_count,
+                message_bytes=stats.message_bytes,
+                paused=stats.paused,
+                e2e=aggregate(_windows([c for group in by_name.values() for c in group]), now),
+            )
+        )
+    producers: tuple[ClientStatistics, ...] | None = None
+    if include_clients:
+        found_producers = [
+            _for_topic(s, topic)
+            for s in (client.statistics() for client in broker.clients.values())
+            if s.pub_counts
+        ]
+        producers = tuple(found_producers) or None  # nsqd leaves a nil slice: null
+    return StatsSnapshot(topics=tuple(topics), producers=producers)
+
+
+def memory_statistics() -> MemoryStatistics:
+    """The ``memory`` block: see :class:`MemoryStatistics` for what each figure is."""
+    pauses = sorted(_GC_PAUSES.durations_ns)
+    threshold, *_ = gc.get_threshold()
+    pending, *_ = gc.get_count()
+    return MemoryStatistics(
+        heap_objects=sys.getallocatedblocks(),
+        heap_idle_bytes=0,
+        heap_in_use_bytes=_resident_bytes(),
+        heap_released_bytes=0,
+        gc_pause_usec_100=_go_percentile(100.0, pauses) // 1000,
+        gc_pause_usec_99=_go_percentile(99.0, pauses) // 1000,
+        gc_pause_usec_95=_go_percentile(95.0, pauses) // 1000,
+        next_gc_bytes=max(threshold - pending, 0),
+        gc_total_runs=sum(generation["collections"] for generation in gc.get_stats()),
+    )
+
+
+# ----------------------------------------------------------------------- snapshot parts
+
+
+def _channels_by_name(topic: Topic) -> dict[str, list[Channel]]:
+    """Each channel name with its channel in every partition (plain topics have one)."""
+    by_name: dict[str, list[Channel]] = {}
+    for partition in topic.partitions:
+        for name, found in partition.channels.items():
+            by_name.setdefault(name, []).append(found)
+    return by_name
+
+
+def _windows(channels: list[Channel]) -> list[LatencyWindow]:
+    return [c.latency for c in channels if c.latency is not None]
+
+
+def _channel_snapshot(
+    broker: Broker, parts: list[Channel], topic: str | None, include_clients: bool, now: float
+) -> ChannelSnapshot:
+    stats = [c.statistics() for c in parts]
+    clients: tuple[ClientStatistics, ...] | None = None
+    if include_clients:
+        connected = broker.clients
+        clients = tuple(
+            _for_topic(connected[client_id].statistics(), topic)
+            for c in parts
+            for client_id in c.consumers
+            if client_id in connected
+        )
+    return ChannelSnapshot(
+        name=parts[0].name,
+        depth=sum(s.depth for s in stats),
+        backend_depth=0,
+        in_flight_count=sum(s.in_flight_count for s in stats),
+        deferred_count=sum(s.deferred_count for s in stats),
+        message_count=sum(s.message_count for s in stats),
+        requeue_count=sum(s.requeue_count for s in stats),
+        timeout_count=sum(s.timeout_count for s in stats),
+        client_count=sum(s.client_count for s in stats),
+        clients=clients,
+        paused=all(s.paused for s in stats),
+        e2e=aggregate(_windows(parts), now),
+    )
+
+
+def _for_topic(stats: ClientStatistics, topic: str | None) -> ClientStatistics:
+    """nsqd's ``Stats(topic)``: with a topic filter, only that topic's publish count."""
+    if not topic:
+        return stats
+    return attrs.evolve(stats, pub_counts=tuple(p for p in stats.pub_counts if p.topic == topic))
+
+
+# ----------------------------------------------------------------------- JSON
+
+
+def _e2e_json(result: LatencyResult | None) -> dict[str, object]:
+    """nsqd's quantile ``Result``; with tracking off, ``{"count":0,"percentiles":null}``."""
+    if result is None:
+        return {"count": 0, "percentiles": None}
+    return {
+        "count": result.count,
+        "percentiles": [{"quantile": q, "value": v} for q, v in result.percentiles],
+    }
+
+
+def _topic_json(t: TopicSnapshot) -> dict[str, object]:
+    return {
+        "topic_name": t.name,
+        "channels": [_channel_json(c) for c in t.channels],
+        "depth": t.depth,
+        "backend_depth": t.backend_depth,
+        "message_count": t.message_count,
+        "message_bytes": t.message_bytes,
+        "paused": t.paused,
+        "e2e_processing_latency": _e2e_json(t.e2e),
+    }
+
+
+def _channel_json(c: ChannelSnapshot) -> dict[str, object]:
+    """zone/region/global_msg_count are omitempty in nsqd and always 0 here: omitted."""
+    return {
+        "channel_name": c.name,
+        "depth": c.depth,
+        "backend_depth": c.backend_depth,
+        "in_flight_count": c.in_flight_count,
+        "deferred_count": c.deferred_count,
+        "message_count": c.message_count,
+        "requeue_count": c.requeue_count,
+        "timeout_count": c.timeout_count,
+        "client_count": c.client_count,
+        "clients": None if c.clients is None else [_client_json(s) for s in c.clients],
+        "paused": c.paused,
+        "e2e_processing_latency": _e2e_json(c.e2e),
+    }
+
+
+def _client_json(s: ClientStatistics) -> dict[str, object]:
+    """nsqd's ``ClientV2Stats`` JSON: omitempty fields only when they hold a value."""
+    document: dict[str, object] = {
+        "client_id": s.client_id,
+        "hostname": s.hostname,
+        "version": s.version,
+        "remote_address": s.remote_address,
+        "state": s.state,
+        "ready_count": s.ready_count,
+        "in_flight_count": s.in_flight_count,
+        "message_count": s.message_count,
+    }
+    topology_counts = {
+        "zone_local_msg_count": s.zone_local_msg_count,
+        "region_local_msg_count": s.region_local_msg_count,
+        "global_msg_count": s.global_msg_count,
+    }
+    document.update({key: count for key, count in topology_counts.items() if count})
+    document.update(
+        finish_count=s.finish_count,
+        requeue_count=s.requeue_count,
+        connect_ts=s.connect_ts,
+        sample_rate=s.sample_rate,
+        deflate=s.deflate,
+        snappy=s.snappy,
+        user_agent=s.user_agent,
+    )
+    if s.authed:
+        document["authed"] = True
+    if s.auth_identity:
+        document["auth_identity"] = s.auth_identity
+    if s.auth_identity_url:
+        document["auth_identity_url"] = s.auth_identity_url
+    document["topology_zone"] = s.topology_zone
+    document["topology_region"] = s.topology_region
+    if s.pub_counts:
+        document["pub_counts"] = [{"topic": p.topic, "count": p.count} for p in s.pub_counts]
+    document.update(
+        tls=s.tls,
+        tls_cipher_suite=s.tls_cipher_suite,
+        tls_version=s.tls_version,
+        tls_negotiated_protocol=s.tls_negotiated_protocol,
+        tls_negotiated_protocol_is_mutual=s.tls_negotiated_protocol_is_mutual,
+    )
+    return document
+
+
+# ----------------------------------------------------------------------- text
+
+
+def _client_text(s: ClientStatistics, now: float) -> str:
+    """nsqd's ``ClientV2Stats.String()``: a producer line if it published, else a consumer's."""
+    connected = _go_duration(int(now - s.connect_ts) * 1_000_000_000)
+    port = s.remote_address.rpartition(":")[2] if ":" in s.remote_address else ""
+    ident = f"{s.hostname}:{port} {s.user_agent}"
+    if s.pub_counts:
+        total = sum(p.count for p in s.pub_counts)
+        topics = ",".join(f"{p.topic}={p.count}" for p in s.pub_counts)
+        return (
+            f"[{s.version} {ident:<21}] msgs: {total:<8d} topics: {topics} connected: {connected}"
+        )
+    return (
+        f"[{s.version} {ident:<21}] state: {s.state} inflt: {s.in_flight_count:<4d}"
+        f" rdy: {s.ready_count:<4d} fin: {s.finish_count:<8d} re-q: {s.requeue_count:<8d}"
+        f" msgs: {s.message_count:<8d} connected: {connected}"
+    )
+
+
+def _e2e_text(result: LatencyResult | None) -> str:
+    """The quantile values as nsqd's ``NanoSecondToHuman``, comma separated."""
+    if result is None:
+        return ""
+    return ", ".join(_nanoseconds_to_human(value) for _, value in result.percentiles)
+
+
+def _nanoseconds_to_human(value: float) -> str:
+    if value > 1e9:
+        return f"{value / 1e9:.1f}s"
+    if value > 1e6:
+        return f"{value / 1e6:.1f}ms"
+    if value > 1e3:
+        return f"{value / 1e3:.1f}us"
+    return f"{value:.1f}ns"
+
+
+def _rfc3339(unix_seconds: float) -> str:
+    """Go's ``time.RFC3339`` in the local zone: ``2006-01-02T15:04:05Z07:00``."""
+    moment = datetime.fromtimestamp(math.floor(unix_seconds), tz=UTC).astimezone()
+    offset = moment.utcoffset()
+    minutes = 0 if offset is None else int(offset.total_seconds()) // 60
+    if minutes == 0:
+        zone = "Z"
+    else:
+        sign = "-" if minutes < 0 else "+"
+        hours, rest = divmod(abs(minutes), 60)
+        zone = f"{sign}{hours:02d}:{rest:02d}"
+    return moment.strftime("%Y-%m-%dT%H:%M:%S") + zone
+
+
+def _go_duration(nanoseconds: int) -> str:
+    """Go's ``time.Duration.String()``: ``0s``, ``1.5ms``, ``2m3.25s``, ``1h0m0s``."""
+    if nanoseconds == 0:
+        return "0s"
+    sign = "-" if nanoseconds < 0 else ""
+    magnitude = abs(nanoseconds)
+    if magnitude < 1_000:
+        return f"{sign}{magnitude}ns"
+    if magnitude < 1_000_000:
+        return f"{sign}{_decimal(magnitude, 3)}µs"
+    if magnitude < 1_000_000_000:
+        return f"{sign}{_decimal(magnitude, 6)}ms"
+    whole, fraction = divmod(magnitude, 1_000_000_000)
+    hours, rest = divmod(whole, 3600)
+    minutes, seconds = divmod(rest, 60)
+    text = _decimal(seconds * 1_000_000_000 + fraction, 9) + "s"
+    if hours:
+        return f"{sign}{hours}h{minutes}m{text}"
+    if minutes:
+        return f"{sign}{minutes}m{text}"
+    return sign + text
+
+
+def _decimal(value: int, digits: int) -> str:
+    """``value / 10**digits`` without trailing zeros in the fraction (Go's fmtFrac)."""
+    whole, fraction = divmod(value, 10**digits)
+    decimals = f"{fraction:0{digits}d}".rstrip("0")
+    return f"{whole}.{decimals}" if decimals else str(whole)
+
+
+# ----------------------------------------------------------------------- memory
+
+
+class _GcPauses:
+    """Durations of the last 256 collections, like the ring Go keeps in ``PauseNs``."""
+
+    def __init__(self) -> None:
+        self.durations_ns: deque[int] = deque(maxlen=256)
+        self._started = 0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter_ns()
+        elif self._started:
+            self.durations_ns.append(time.perf_counter_ns() - self._started)
+            self._started = 0
+
+
+_GC_PAUSES: Final = _GcPauses()
+gc.callbacks.append(_GC_PAUSES)  # once per process, when the HTTP API is first imported
+
+
+def _go_percentile(percent: float, ordered: list[int]) -> int:
+    """nsqd's ``percentile``: the element at ``floor(p/100 * n + 0.5)``, capped at the last."""
+    if not ordered:
+        return 0
+    index = min(math.floor(percent / 100.0 * len(ordered) + 0.5), len(ordered) - 1)
+    return ordered[index]
+
+
+def _resident_bytes() -> int:
+    """Resident set size from procfs; 0 where there is none."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            fields = statm.read().split()
+    except OSError:
+        return 0
+    return int(fields[1]) * os.sysconf("SC_PAGE_SIZE")
