@@ -23,9 +23,7 @@ COUNT = 200
 
 @pytest.mark.parametrize("client", ["pynsq", "gnsq", "ansq"])
 async def test_round_trip(client: str, nursery: trio.Nursery) -> None:
-    addresses: BoundAddresses = await nursery.start(
-        serve_nsqd, NsqdConfig.loopback()
-    )
+    addresses: BoundAddresses = await nursery.start(serve_nsqd, NsqdConfig.loopback())
     host, port = addresses.tcp
     script = CLIENTS / f"{client}_roundtrip.py"
     with trio.fail_after(60):
