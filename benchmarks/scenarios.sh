@@ -6,15 +6,19 @@ set -eu
 cd "$(dirname "$0")/.."
 PORT=${1:-14150}
 ADDRESS=127.0.0.1:$PORT
+HTTP_ADDRESS=127.0.0.1:$((PORT + 1))
 BIN=.venv/bin
-taskset -c 0 $BIN/trionsq serve --tcp-address "$ADDRESS" --log-level warn &
+taskset -c 0 $BIN/trionsq serve --tcp-address "$ADDRESS" --http-address "$HTTP_ADDRESS" --log-level warn &
 BROKER=$!
 trap 'kill $BROKER 2>/dev/null || true' EXIT INT TERM
 sleep 1
+kill -0 $BROKER 2>/dev/null || { echo "the broker did not start" >&2; exit 1; }
 L="taskset -c 1 $BIN/python benchmarks/loadgen.py"
 A="--nsqd-tcp-address $ADDRESS --broker-pid $BROKER"
 show() { grep -E "^loadgen|throughput|round trip|broker (pid|memory)|idle|held" || true; }
 
+echo "== 1,000 idle connections (heartbeats every 1 s), first: RSS is cleanest in a fresh broker"
+$L idle $A --connections 1000 --seconds 10 | show
 echo "== PUB, one per round trip (generator spinning 50 µs on its own core)"
 $L pub $A --spin-us 50 --seconds 5 --topic pub | show
 echo "== MPUB batch 200, 200-byte bodies"
@@ -38,5 +42,11 @@ rm -f /tmp/trionsq-fanout.$$
 echo "== in-flight timeouts: lateness against real time (idle, then under MPUB load)"
 taskset -c 1 $BIN/python benchmarks/timeouts.py --nsqd-tcp-address "$ADDRESS"
 taskset -c 1 $BIN/python benchmarks/timeouts.py --nsqd-tcp-address "$ADDRESS" --load
-echo "== 1,000 idle connections (heartbeats every 1 s)"
-$L idle $A --connections 1000 --seconds 10 | show
+echo "== HTTP POST /pub, 16 keep-alive connections, 200-byte bodies"
+if command -v wrk >/dev/null; then
+    printf 'wrk.method = "POST"\nwrk.body = string.rep("a", 200)\n' > /tmp/trionsq-pub.$$.lua
+    taskset -c 1 wrk -t 2 -c 16 -d 5s --latency -s /tmp/trionsq-pub.$$.lua \
+        "http://$HTTP_ADDRESS/pub?topic=http" | grep -E "Requests/sec|Transfer|50%|99%"
+    rm -f /tmp/trionsq-pub.$$.lua
+fi
+taskset -c 1 $BIN/python benchmarks/http_pub.py --address "$HTTP_ADDRESS" -c 16 --broker-pid $BROKER
