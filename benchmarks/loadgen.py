@@ -33,9 +33,10 @@ import struct
 import sys
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from itertools import repeat
 from typing import TYPE_CHECKING, Final, Protocol, TypeVar
+
+import attrs
 
 from trionsq.protocol import MAGIC_V2, IdentifyRequest, Mpub, Nop, Pub, Rdy, Sub
 from trionsq.protocol.client import (
@@ -85,7 +86,7 @@ class ServerError(Exception):
 # ---------------------------------------------------------------------- messages
 
 
-@dataclass(frozen=True)
+@attrs.frozen
 class WorkerConfig:
     """Everything one worker process needs (pickled to the child)."""
 
@@ -114,7 +115,7 @@ class WorkerConfig:
     spin_us: int
 
 
-@dataclass
+@attrs.define
 class Ready:
     """A worker is connected and waiting for the start signal (or could not connect)."""
 
@@ -122,7 +123,7 @@ class Ready:
     error: str | None = None
 
 
-@dataclass
+@attrs.define
 class Result:
     """What one worker did between the start signal and the end of its loop."""
 
@@ -730,7 +731,7 @@ def worker_main(
 # ---------------------------------------------------------------------- broker probe
 
 
-@dataclass(frozen=True)
+@attrs.frozen
 class BrokerSample:
     at: float
     rss_kib: int
@@ -820,12 +821,12 @@ def build_configs(args: argparse.Namespace) -> list[WorkerConfig]:
     return configs
 
 
-@dataclass
+@attrs.define
 class Outcome:
     """Everything the parent learned, ready to print."""
 
-    results: list[Result] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
+    results: list[Result] = attrs.field(factory=list)
+    errors: list[str] = attrs.field(factory=list)
     before: BrokerSample | None = None
     connected: BrokerSample | None = None
     start: BrokerSample | None = None

@@ -26,8 +26,9 @@ import struct
 import sys
 import threading
 import time
-from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Final
+
+import attrs
 
 from trionsq.protocol import (
     CLOSE_WAIT_FRAME,
@@ -73,7 +74,7 @@ _TIMEVAL: Final = struct.Struct("@ll")
 SUBSCRIBES: Final = (Sub, SubOrdered, SubAdvanced)
 
 
-@dataclass
+@attrs.define
 class Counters:
     """One connection's counts (plain ints: written by its thread, read by the reporter)."""
 
@@ -220,7 +221,7 @@ def serve_connection(
         sock.close()
 
 
-@dataclass
+@attrs.define
 class Totals(Counters):
     """Every connection's counters added up, plus how many connections there were."""
 
@@ -244,7 +245,7 @@ class Sink:
             connections=len(self.counters), open=sum(t.is_alive() for t in self.threads)
         )
         for counters in list(self.counters):
-            for f in fields(Counters):
+            for f in attrs.fields(Counters):
                 name = f.name
                 setattr(totals, name, getattr(totals, name) + getattr(counters, name))
         return totals
