@@ -364,6 +364,12 @@ async def test_legacy_envelope_only_when_asked_and_only_on_its_endpoints(
         Answer.of(await http.post("/mpub?topic=t&binary=true", content=b"", headers=LEGACY_ACCEPT)),
         "BAD_BODY",
     )
+    # also when refused on Content-Length alone, before the body is read
+    too_big = b"x" * (MAX_MSG + 1)
+    expect_legacy_error(
+        Answer.of(await http.post("/pub?topic=t", content=too_big, headers=LEGACY_ACCEPT)),
+        "MSG_TOO_BIG",
+    )
     # endpoints nsqd 0.3 answered in 1.x form, and router errors, stay V1
     expect_error(
         Answer.of(await http.post("/topic/create", headers=LEGACY_ACCEPT)),

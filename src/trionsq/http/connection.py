@@ -18,6 +18,7 @@ import time
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Final, Protocol
 
+import attrs
 import h11
 import trio
 
@@ -141,7 +142,7 @@ def _keeps_alive(request: h11.Request) -> bool:
 async def serve_http_connection(
     transport: Transport,
     dispatch: Callable[[Request], Awaitable[Response]],
-    body_limit: Callable[[str, str, int | None], Response | int],
+    body_limit: Callable[[Request, int | None], Response | int],
 ) -> None:
     """Answer requests until the client closes, errs, or stays silent too long.
 
@@ -149,7 +150,7 @@ async def serve_http_connection(
     followed (pipelining) over, and the answer is written here in one piece: h11's
     response writer and state machine cost as much as its parsing, and answers are
     always whole (Content-Length) so there is nothing for them to decide.
-    ``body_limit(method, path, content_length)`` returns the most body bytes the
+    ``body_limit(head, content_length)`` (``head``: the request without its body) returns the most body bytes the
     route reads, or the refusal to send when Content-Length is already too big.
     """
     leftover = b""
@@ -202,7 +203,7 @@ async def _answer(
     conn: h11.Connection,
     request: h11.Request,
     dispatch: Callable[[Request], Awaitable[Response]],
-    body_limit: Callable[[str, str, int | None], Response | int],
+    body_limit: Callable[[Request, int | None], Response | int],
 ) -> tuple[Response | None, bool]:
     """Read the body within the route's limit and run the handler.
 
@@ -214,7 +215,8 @@ async def _answer(
     headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in request.headers}
     length_header = headers.get("content-length")
     length = int(length_header) if length_header is not None else None
-    limit = body_limit(method, target.partition("?")[0], length)
+    head = Request.from_target(method, target, headers)
+    limit = body_limit(head, length)
     if isinstance(limit, Response):
         return limit, length == 0  # refused on its Content-Length; the body is not read
     chunks: list[bytes] = []
@@ -235,7 +237,7 @@ async def _answer(
         return None, False  # closed mid-body, or malformed (answered)
     body = b"".join(chunks)
     try:
-        return await dispatch(Request.from_target(method, target, headers, body)), whole
+        return await dispatch(attrs.evolve(head, body=body)), whole
     except Exception:
         log.exception("http: handler for %s %s failed", method, target)
         return Response.error(500, "INTERNAL_ERROR"), whole

@@ -58,6 +58,8 @@ _DURATION_FIELDS: Final = frozenset(
         "queue_scan_refresh_interval",
     }
 )
+LEGACY_ENDPOINTS: Final = frozenset({"/info", "/pub", "/mpub", "/stats"})
+"""Where nsqd ≤ 0.3 answered in the status_code/status_txt/data envelope."""
 _CFG_NAMES: Final = {"id": "node_id", "nsqlookupd_tcp_addresses": "lookupd_tcp_addresses"}
 """Config-file names that differ from the field (flag) name."""
 _NOT_CFG_NAMES: Final = frozenset(
@@ -139,24 +141,32 @@ class NsqdHttpApi:
 
     # ------------------------------------------------------------- connection hooks
 
-    def body_limit(self, method: str, path: str, length: int | None) -> Response | int:
+    def body_limit(self, head: Request, length: int | None) -> Response | int:
         """Most body bytes the route reads (+1 to detect "too big"), or a refusal."""
         config = self.config
+        method, path = head.method, head.path
         if self._tls_refused() and length:
             return self._tls_required()  # nsqd refuses before reading: so no body is read
         # only a POST gets past the router to the handler's Content-Length check
         declared = length if length is not None and method == "POST" else 0
         if path == "/pub":
             if declared > config.max_msg_size:
-                return Response.error(413, "MSG_TOO_BIG")
+                return self._refusal(head, 413, "MSG_TOO_BIG")
             return config.max_msg_size + 1
         if path == "/mpub":
             if declared > config.max_body_size:
-                return Response.error(413, "BODY_TOO_BIG")
+                return self._refusal(head, 413, "BODY_TOO_BIG")
             return config.max_body_size + 1
         if path.startswith("/config/"):
             return config.max_msg_size + 1
         return SMALL_BODY
+
+    @staticmethod
+    def _refusal(request: Request, status: int, message: str) -> Response:
+        """An error in the form the request asked for (legacy endpoints: a 500 envelope)."""
+        if request.legacy and request.path in LEGACY_ENDPOINTS:
+            return Response.legacy_error(message)
+        return Response.error(status, message)
 
     async def dispatch(self, request: Request) -> Response:
         """Route by exact path, then method (httprouter: 404, then 405)."""
@@ -174,9 +184,7 @@ class NsqdHttpApi:
         try:
             return await handler(request)
         except HttpError as error:
-            if request.legacy and path in ("/info", "/pub", "/mpub", "/stats"):
-                return Response.legacy_error(error.message)
-            return Response.error(error.status, error.message)
+            return self._refusal(request, error.status, error.message)
 
     def _tls_refused(self) -> bool:
         """Plain HTTP while TLS is required: every request gets the 403."""
