@@ -8,7 +8,10 @@ Connections call in here for PUB/SUB and for leaving, and register themselves in
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Protocol
+
+import trio
 
 from ..dispatch.router import ChannelRunner
 from ..protocol.names import is_ephemeral
@@ -18,12 +21,11 @@ from .topic import Topic
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    import trio
-
     from ..config import NsqdConfig
     from ..dispatch.router import Outbox
     from ..queues.record import Record
     from .channel import Channel, ClientStatistics, Consumer
+    from .topic import Partition
 
 __all__ = ["Broker", "ConnectedClient"]
 
@@ -84,6 +86,8 @@ class Broker:
         """Append a batch to partition 0 and wake every channel's router once."""
         partition = self.topic(topic_name).partitions[0]
         records = partition.publish(bodies, timestamp, deliver_at=deliver_at)
+        if deliver_at and records and not partition.paused:
+            self._defer_at_publish(partition, records, deliver_at)
         for name, channel in partition.channels.items():
             if channel.consumers:  # a channel nobody reads is woken when someone subscribes
                 self.runners[(topic_name, 0, name)].wake()
@@ -93,6 +97,20 @@ class Broker:
             count = 0
         self._since_release[topic_name] = count
         return records
+
+    def _defer_at_publish(
+        self, partition: Partition, records: Sequence[Record], deliver_at: int
+    ) -> None:
+        """DPUB: into every durable channel's deferred queue now, as nsqd fans it out."""
+        due = trio.current_time() + max(0, deliver_at - time.time_ns()) / 1e9
+        for name, channel in partition.channels.items():
+            if channel.feed is not None:
+                continue  # an ephemeral feed holds it and defers it when read
+            for record in records:
+                channel.defer_ahead(record, due)
+            runner = self.runners.get((partition.topic, partition.index, name))
+            if runner is not None:
+                runner.deadline_changed()
 
     async def subscribe(
         self, topic_name: str, channel_name: str, consumer: Consumer, outbox: Outbox

@@ -178,6 +178,9 @@ class Channel:
         """FIN latencies for /stats; the connection records them (it has the clock)."""
         self._requeued: deque[Record] = deque()
         self._waiting: deque[Record] = deque()
+        self._ahead: dict[int, bool] = {}
+        """Ids taken out of order (deferred at publish) that the cursor has not passed,
+        with whether they were finished meanwhile."""
         self._attempts: dict[int, int] = {}
         self._turn = 0
         self._rng = rng if rng is not None else random.Random()  # noqa: S311 - sampling, not crypto
@@ -218,7 +221,8 @@ class Channel:
     @property
     def depth(self) -> int:
         """Messages waiting to be delivered (nsqd's depth: not in flight, not deferred)."""
-        return self.cursor.backlog + len(self._requeued) + len(self._waiting)
+        unread = max(0, self.cursor.backlog - len(self._ahead))
+        return unread + len(self._requeued) + len(self._waiting)
 
     def has_work(self) -> bool:
         """Something could be delivered if a consumer had room."""
@@ -264,8 +268,13 @@ class Channel:
         batch.extend(self._waiting)
         fresh = min(room - len(batch) + len(self._waiting), self._intake())
         if fresh > 0 and len(self._waiting) < self.max_batch:
+            ahead = self._ahead
             for record in self.cursor.take(fresh):
                 self.message_count += 1
+                if ahead and record.internal_id in ahead:  # deferred already at publish
+                    if ahead.pop(record.internal_id):
+                        self.cursor.finish(record.internal_id)
+                    continue
                 if record.deliver_at > wall_ns:  # DPUB: held back until its time
                     due = now + (record.deliver_at - wall_ns) / 1e9
                     self.deferred.push(record.internal_id, due, record)
@@ -290,7 +299,21 @@ class Channel:
 
     def _forget(self, internal_id: int) -> None:
         self._attempts.pop(internal_id, None)
-        self.cursor.finish(internal_id)
+        if internal_id in self._ahead:  # the cursor confirms it when it passes it
+            self._ahead[internal_id] = True
+        else:
+            self.cursor.finish(internal_id)
+
+    def defer_ahead(self, record: Record, due: float) -> None:
+        """Hold a record in the deferred queue before the cursor reaches it.
+
+        nsqd puts a DPUB message into every channel's deferred queue when it is
+        published, so /stats counts it as deferred at once; and after a restart, the
+        persisted deferred entries are pushed back this way. The cursor skips the
+        record when it gets there (confirming it then if it was finished meanwhile).
+        """
+        self._ahead[record.internal_id] = False
+        self.deferred.push(record.internal_id, due, record)
 
     # ---------------------------------------------------------------- FIN / REQ / TOUCH
 
@@ -360,6 +383,7 @@ class Channel:
         self._requeued.clear()
         self._waiting.clear()
         self._attempts.clear()
+        self._ahead.clear()
         self.cursor.move_to(self.log.next_id)
 
     def statistics(self) -> ChannelStatistics:

@@ -51,10 +51,21 @@ class ChannelCursor:
         return self.log.next_id - self.read_id
 
     def take(self, max_count: int) -> list[Record]:
-        """Read up to ``max_count`` new records and move past them."""
-        records = self.log.read(self.read_id, max_count)
+        """Read up to ``max_count`` new records and move past them.
+
+        A durable log may have holes (a record recovery had to skip): their ids
+        count as finished, so the confirmed position moves over them.
+        """
+        first = self.read_id
+        records = self.log.read(first, max_count)
         if records:
-            self.read_id = records[-1].internal_id + 1
+            last = records[-1].internal_id
+            self.read_id = last + 1
+            if last - first + 1 != len(records):
+                present = {record.internal_id for record in records}
+                for missing in range(first, last):
+                    if missing not in present:
+                        self.finish(missing)
         return records
 
     def finish(self, internal_id: int) -> None:

@@ -185,3 +185,37 @@ def test_empty_drops_everything() -> None:
     assert (stats.depth, stats.in_flight_count, stats.deferred_count) == (0, 0, 0)
     log.append([b"new"], timestamp=WALL)
     assert [d.record.body for d in ch.route(0.0, WALL)[1]] == [b"new"]
+
+
+def test_a_record_deferred_ahead_of_the_cursor_is_skipped_when_read() -> None:
+    log, ch = make(3)
+    ch.subscribe(consumer(1, 10))
+    (dpub,) = log.append([b"later"], timestamp=WALL, deliver_at=WALL + 5_000_000_000)
+    ch.defer_ahead(dpub, due=5.0)
+    stats = ch.statistics()
+    assert (stats.depth, stats.deferred_count) == (3, 1)  # deferred at once, as nsqd counts
+    assert ids(ch.route(0.0, WALL)[1]) == [1, 2, 3]  # the cursor passes it without delivering
+    assert ch.depth == 0
+    ch.expire(5.0)
+    (late,) = ch.route(5.0, WALL + 5_000_000_000)[1]
+    assert late.record.internal_id == 4
+    for key in (1, 2, 3, 4):
+        ch.finish(1, key)
+    assert ch.cursor.confirmed_id == 5
+
+
+def test_a_record_finished_before_the_cursor_reaches_it_is_confirmed_then() -> None:
+    log, ch = make(0)
+    ch.subscribe(consumer(1, 1))
+    first, dpub = log.append([b"first", b"later"], timestamp=WALL)
+    ch.defer_ahead(dpub, due=1.0)
+    ch.expire(1.0)  # due before the cursor got past "first": delivered out of order
+    (early,) = ch.route(1.0, WALL)[1]
+    assert early.record is dpub
+    ch.finish(1, dpub.internal_id)
+    assert ch.cursor.confirmed_id == 1  # not yet: the cursor has not passed it
+    (then,) = ch.route(1.0, WALL)[1]
+    assert then.record is first
+    ch.finish(1, first.internal_id)
+    assert ch.route(1.0, WALL) == {}
+    assert ch.cursor.confirmed_id == 3  # both confirmed once the cursor passed them

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from hypothesis import given
 from hypothesis import strategies as st
 
 from trionsq.queues.cursor import ChannelCursor
 from trionsq.queues.memory_log import MemoryLog
+
+if TYPE_CHECKING:
+    from trionsq.queues.record import Record
 
 
 def filled(count: int) -> MemoryLog:
@@ -72,3 +77,27 @@ def test_finishing_in_any_order_confirms_exactly_the_prefix(order: list[int], do
         expected += 1
     assert cursor.confirmed_id == expected
     assert cursor.statistics().finished_ahead == len([i for i in finished if i > expected])
+
+
+class HoleyLog(MemoryLog):
+    """A log with ids recovery had to skip (a durable log's holes)."""
+
+    def __init__(self, missing: set[int]) -> None:
+        super().__init__()
+        self.missing = missing
+
+    def read(self, from_id: int, max_count: int) -> list[Record]:
+        records = list(super().read(from_id, max_count + len(self.missing)))
+        return [r for r in records if r.internal_id not in self.missing][:max_count]
+
+
+def test_ids_missing_from_the_log_count_as_finished() -> None:
+    log = HoleyLog({2, 3})
+    log.append([b"m%d" % i for i in range(5)], timestamp=0)
+    cursor = ChannelCursor(log, log.start_id)
+    assert [r.internal_id for r in cursor.take(10)] == [1, 4, 5]
+    cursor.finish(1)
+    assert cursor.confirmed_id == 4  # over the holes
+    cursor.finish(5)
+    cursor.finish(4)
+    assert cursor.confirmed_id == 6
