@@ -314,8 +314,10 @@ class ClientSession:
 
     def _dpub(self, event: Dpub) -> None:
         now = time.time_ns()
+        defer_ns = event.defer_ms * 1_000_000
+        # DPUB 0 is a plain publish in nsqd: no deferral, no place in the deferred queue
         self.broker.publish(
-            event.topic, [event.body], now, deliver_at=now + event.defer_ms * 1_000_000
+            event.topic, [event.body], now, deliver_at=now + defer_ns if defer_ns else 0
         )
         counts = self.pub_counts
         counts[event.topic] = counts.get(event.topic, 0) + 1
