@@ -1,0 +1,226 @@
+"""Small files the broker rewrites whole: metadata and channel states (docs/storage.md).
+
+A crash at any moment must leave either the old file or the new one under the real
+name, never a mix, and a file that was renamed into place must still be there after
+a power loss. So :func:`write_atomic` writes a temporary file next to the target,
+fsyncs it, renames it over the target and fsyncs the directory (the rename lives in
+the directory). Every function here blocks: the broker calls them in a worker thread.
+
+This module also holds the converter for those files: the project's strict one
+(:func:`trionsq.serialization.make_converter`), where in addition a JSON array is the
+only thing that becomes a tuple (cattrs alone would take an object's keys).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+from typing import TYPE_CHECKING, Final, TypeVar, get_args, get_origin
+
+import cattrs
+import orjson
+from cattrs.cols import homogenous_tuple_structure_factory
+
+from .serialization import make_converter
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = [
+    "TEMP_SUFFIX",
+    "StorageFormatError",
+    "decode_versioned",
+    "ensure_directory",
+    "fsync_directory",
+    "read_optional",
+    "remove_file",
+    "remove_stale_temps",
+    "storage_converter",
+    "write_atomic",
+]
+
+TEMP_SUFFIX: Final = ".tmp"
+"""Temporary files are ``.<target name>.<random hex>.tmp``: hidden, unique per write,
+and never ending like a real storage file (``.json``, ``.state``, ``.log``)."""
+
+T = TypeVar("T")
+
+_O_DIRECTORY: Final = getattr(os, "O_DIRECTORY", 0)
+_O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
+
+
+def write_atomic(path: str | os.PathLike[str], data: bytes) -> None:
+    """Replace ``path`` with ``data`` so that a crash leaves the old or the new file.
+
+    The temporary name is random, so concurrent writers of different files (or two
+    writers of the same one) never share a temporary file; on any error it is removed.
+    """
+    target = Path(path)
+    directory = target.parent
+    temp, fd = _create_temp(directory, target.name)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temp, target)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    fsync_directory(directory)
+
+
+def _create_temp(directory: Path, name: str) -> tuple[Path, int]:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC
+    while True:
+        temp = directory / f".{name}.{secrets.token_hex(8)}{TEMP_SUFFIX}"
+        try:
+            return temp, os.open(temp, flags, 0o644)
+        except FileExistsError:  # pragma: no cover - 64 random bits
+            continue
+
+
+def read_optional(path: str | os.PathLike[str]) -> bytes | None:
+    """The file's bytes, or None when it does not exist (a first start)."""
+    try:
+        return Path(path).read_bytes()
+    except FileNotFoundError:
+        return None
+
+
+def fsync_directory(directory: str | os.PathLike[str]) -> None:
+    """Make a rename, creation or removal in ``directory`` survive a power loss.
+
+    A no-op where directories cannot be opened (Windows).
+    """
+    if not _O_DIRECTORY:  # pragma: no cover - not POSIX
+        return
+    fd = os.open(directory, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def ensure_directory(path: str | os.PathLike[str]) -> bool:
+    """Create ``path`` (and missing parents) durably; True if it was created."""
+    directory = Path(path)
+    if directory.is_dir():
+        return False
+    parent = directory.parent
+    ensure_directory(parent)
+    try:
+        directory.mkdir()
+    except FileExistsError:
+        return False
+    fsync_directory(parent)
+    return True
+
+
+def remove_file(path: str | os.PathLike[str]) -> bool:
+    """Remove a file durably; False if it was not there."""
+    target = Path(path)
+    try:
+        target.unlink()
+    except FileNotFoundError:
+        return False
+    fsync_directory(target.parent)
+    return True
+
+
+def remove_stale_temps(directory: str | os.PathLike[str]) -> list[Path]:
+    """Delete temporary files a crash left in ``directory``; returns what was removed.
+
+    Only at startup, before any writer runs: a live writer's temporary file looks
+    the same.
+    """
+    removed: list[Path] = []
+    try:
+        entries = list(os.scandir(directory))
+    except FileNotFoundError:
+        return removed
+    for entry in entries:
+        if (
+            entry.name.startswith(".")
+            and entry.name.endswith(TEMP_SUFFIX)
+            and entry.is_file(follow_symlinks=False)
+        ):
+            Path(entry.path).unlink(missing_ok=True)
+            removed.append(Path(entry.path))
+    return removed
+
+
+def storage_converter() -> cattrs.Converter:
+    """The project's strict converter, where a tuple field accepts only a JSON array
+    (of the right length, for a fixed-size tuple)."""
+    converter = make_converter()
+
+    def is_tuple(cls: object) -> bool:
+        return get_origin(cls) is tuple
+
+    def tuple_hook(cls: type[tuple[object, ...]]) -> Callable[[object, object], object]:
+        args = get_args(cls)
+        if len(args) == 2 and args[1] is Ellipsis:
+            items = homogenous_tuple_structure_factory(cls, converter)
+
+            def variadic(value: object, _type: object) -> object:
+                if not isinstance(value, list):
+                    raise TypeError(f"expected a JSON array, got {value!r}")
+                return items(value, cls)
+
+            return variadic
+        hooks = [converter.get_structure_hook(arg) for arg in args]
+
+        def fixed(value: object, _type: object) -> object:
+            if not isinstance(value, list) or len(value) != len(hooks):
+                raise TypeError(f"expected a JSON array of {len(hooks)}, got {value!r}")
+            return tuple(
+                hook(item, arg) for hook, item, arg in zip(hooks, value, args, strict=True)
+            )
+
+        return fixed
+
+    converter.register_structure_hook_factory(is_tuple, tuple_hook)
+    return converter
+
+
+class StorageFormatError(ValueError):
+    """A storage file that is not what this trionsq writes: bad JSON, a wrong shape,
+    or a format version it does not know."""
+
+
+def decode_versioned(
+    data: bytes, cls: type[T], converter: cattrs.Converter, *, version: int, what: str
+) -> T:
+    """Decode a JSON object whose ``version`` member must equal ``version``.
+
+    The version is checked before the shape, so a file from a newer trionsq says so
+    instead of listing missing fields. ``null`` is refused like any wrong type (these
+    files never contain it). Every failure is a :class:`StorageFormatError` naming
+    ``what`` and the JSON path of the problem.
+    """
+    try:
+        raw = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise StorageFormatError(f"{what}: not JSON ({exc})") from exc
+    if not isinstance(raw, dict):
+        raise StorageFormatError(f"{what}: expected a JSON object")
+    found = raw.get("version")
+    if type(found) is not int:
+        raise StorageFormatError(f"{what}: no integer format version")
+    if found != version:
+        raise StorageFormatError(
+            f"{what}: format version {found} is not supported (this trionsq reads {version})"
+        )
+    try:
+        return converter.structure(raw, cls)
+    except cattrs.BaseValidationError as exc:
+        details = "; ".join(cattrs.transform_error(exc))
+        raise StorageFormatError(f"{what}: {details}") from exc
+    except (TypeError, ValueError, KeyError) as exc:
+        raise StorageFormatError(f"{what}: {exc}") from exc
