@@ -1,0 +1,60 @@
+"""What a channel and its topic need from a partition's log, in memory or on disk.
+
+:class:`~trionsq.queues.memory_log.MemoryLog` and the durable
+:class:`~trionsq.queues.topic_log.TopicLog` both provide it, so dispatch and channel
+semantics do not know which one they read (design §2: the durable log slots in
+without touching dispatch).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from .record import Record
+
+__all__ = ["PartitionLog"]
+
+
+class PartitionLog(Protocol):
+    """Records by contiguous id (holes allowed on disk), appended in batches."""
+
+    next_id: int
+    next_offset: int
+
+    @property
+    def start_id(self) -> int:
+        """The oldest id still held."""
+
+    @property
+    def start_offset(self) -> int:
+        """The offset of the oldest record held."""
+
+    @property
+    def bytes_held(self) -> int:
+        """Body bytes of the records held."""
+
+    def __len__(self) -> int: ...
+
+    def append(
+        self,
+        bodies: Sequence[bytes],
+        timestamp: int,
+        *,
+        trace_ids: Sequence[int] | None = None,
+        ext_version: int = 0,
+        exts: Sequence[bytes] | None = None,
+        deliver_at: int = 0,
+    ) -> list[Record]:
+        """Append a batch; returns its records."""
+
+    def read(self, from_id: int, max_count: int) -> list[Record]:
+        """Up to ``max_count`` records from ``from_id`` on, from memory only."""
+
+    def get(self, internal_id: int) -> Record | None:
+        """One record, if held in memory."""
+
+    def discard_before(self, internal_id: int) -> int:
+        """Let go of records below ``internal_id``."""
