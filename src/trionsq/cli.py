@@ -69,6 +69,12 @@ SERVE_OPTIONS: list[click.Parameter] = [
         help="Directory for message logs and metadata.  [default: current directory]",
     ),
     click.Option(
+        ["--in-memory", "persist"],
+        flag_value=False,
+        default=True,
+        help="Keep everything in memory and write nothing (lost at exit).",
+    ),
+    click.Option(
         ["--lookupd-tcp-address", "lookupd_tcp_addresses"],
         multiple=True,
         metavar="ADDR:PORT",

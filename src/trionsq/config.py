@@ -111,6 +111,9 @@ class NsqdConfig:
     # storage
     data_path: str = ""
     """``""``: the current directory."""
+    persist: bool = True
+    """Keep messages, channel positions and metadata under ``data_path`` (nsqd always
+    does). False: everything in memory, nothing written (tests, embedding)."""
     mem_queue_size: int = 10_000
     max_bytes_per_file: int = 104_857_600
     sync_every: int = 2500
@@ -183,11 +186,13 @@ class NsqdConfig:
 
     @classmethod
     def loopback(cls, **changes: object) -> NsqdConfig:
-        """Every listener on 127.0.0.1 with a free port: for tests and embedding."""
+        """Every listener on 127.0.0.1 with a free port, in memory unless a
+        ``data_path`` is given: for tests and embedding."""
         options: dict[str, object] = {
             "tcp_address": "127.0.0.1:0",
             "http_address": "127.0.0.1:0",
             "https_address": "127.0.0.1:0",
+            "persist": "data_path" in changes,
         }
         options.update(changes)
         return cls.from_options(options)

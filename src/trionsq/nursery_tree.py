@@ -8,8 +8,8 @@ trionsq. Branches marked (planned) arrive with their issues::
     │   ├── per channel: ChannelRunner [own CancelScope; delete = cancel]   dispatch/router.py
     │   │   ├── router task    cursor -> ready consumers, in batches
     │   │   └── expiry task    in-flight + deferred deadlines (ExpiryTimer)
-    │   ├── per topic partition: log writer/sync task (planned: durable log)
-    │   ├── metadata persister (planned: durable log)
+    │   ├── storage: syncer (fsync by --sync-every/--sync-timeout)       broker/storage.py
+    │   ├── storage: persister (metadata + channel states, atomic, 1 s)   broker/storage.py
     │   ├── TCP listener (trio.serve_listeners) -> per connection nursery   server/tcp.py
     │       ├── reader task            bytes -> protocol events -> broker; writes replies
     │       └── messagePump task       message batches + heartbeats -> socket
@@ -38,6 +38,7 @@ import trio
 
 from . import __version__
 from .broker.broker import Broker
+from .broker.storage import Storage
 from .config import NsqdConfig
 from .http.connection import FdTransport, StreamTransport, serve_http_connection
 from .http.nsqd_api import NsqdHttpApi
@@ -79,7 +80,10 @@ async def serve_nsqd(
     settings = config.server_settings(__version__)
     started_at = time.time()
     async with trio.open_nursery() as broker_nursery:
-        broker = Broker(config, broker_nursery)
+        storage = Storage(config)
+        broker = Broker(config, broker_nursery, storage)
+        storage.recover(broker)
+        await broker_nursery.start(storage.run, broker)
         tcp_listeners = await trio.open_tcp_listeners(port, host=host)
         http_listeners: list[trio.SocketListener] = []
         if config.http_address:
@@ -175,8 +179,9 @@ TREE: Final = (
     ("connection nursery", "tcp listener"),
     ("connection reader", "connection nursery"),
     ("connection message pump", "connection nursery"),
-    ("partition log writer (planned)", "broker nursery"),
-    ("metadata persister (planned)", "broker nursery"),
+    ("storage", "broker nursery"),
+    ("storage syncer", "storage"),
+    ("storage persister", "storage"),
     ("http listener", "broker nursery"),
     ("http connection", "http listener"),
     ("https listener", "broker nursery"),

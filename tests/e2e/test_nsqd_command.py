@@ -7,6 +7,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import trio
@@ -48,7 +49,10 @@ class Nsqd:
     @classmethod
     async def start(cls, *args: str) -> Nsqd:
         process = await trio.lowlevel.open_process(
-            [str(NSQD), *args], stdin=subprocess.DEVNULL, stderr=subprocess.PIPE
+            [str(NSQD), *args],
+            stdin=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            cwd=tempfile.mkdtemp(prefix="trionsq-nsqd-"),  # nsqd's default data path: cwd
         )
         return cls(process)
 

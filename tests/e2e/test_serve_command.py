@@ -20,7 +20,15 @@ TRIONSQ = Path(sys.executable).with_name("trionsq")
 async def test_serve_listens_answers_and_stops_on_sigterm() -> None:
     started = time.monotonic()
     process = await trio.lowlevel.open_process(
-        [str(TRIONSQ), "serve", "--tcp-address", "127.0.0.1:0", "--http-address", "127.0.0.1:0"],
+        [
+            str(TRIONSQ),
+            "serve",
+            "--tcp-address",
+            "127.0.0.1:0",
+            "--http-address",
+            "127.0.0.1:0",
+            "--in-memory",
+        ],
         stdin=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from ..dispatch.router import Outbox
     from ..queues.record import Record
     from .channel import Channel, ClientStatistics, Consumer
+    from .storage import Storage
     from .topic import Partition
 
 __all__ = ["Broker", "ConnectedClient"]
@@ -44,9 +45,13 @@ class ConnectedClient(Protocol):
 class Broker:
     """Topics, channels and their runners, and the connected clients."""
 
-    def __init__(self, config: NsqdConfig, nursery: trio.Nursery) -> None:
+    def __init__(
+        self, config: NsqdConfig, nursery: trio.Nursery, storage: Storage | None = None
+    ) -> None:
         self.config = config
         self._nursery = nursery
+        self.storage = storage
+        """Where durable partitions keep their logs and channels their positions."""
         self.topics: dict[str, Topic] = {}
         self.runners: dict[tuple[str, int, str], ChannelRunner] = {}
         self.clients: dict[int, ConnectedClient] = {}
@@ -68,15 +73,18 @@ class Broker:
         """A TCP connection ended."""
         self.clients.pop(client_id, None)
 
-    def topic(self, name: str) -> Topic:
+    def topic(self, name: str, *, partitions: int = 1) -> Topic:
         """The topic, created on first use (PUB/SUB auto-create plain topics)."""
         topic = self.topics.get(name)
         if topic is None:
+            storage = self.storage
             topic = self.topics[name] = Topic(
                 name,
+                partitions=partitions,
                 max_msg_timeout=self.config.max_msg_timeout,
                 mem_queue_size=self.config.mem_queue_size,
                 latency=self.latency,
+                open_log=(lambda index: storage.open_log(name, index)) if storage else None,
             )
         return topic
 
@@ -86,6 +94,8 @@ class Broker:
         """Append a batch to partition 0 and wake every channel's router once."""
         partition = self.topic(topic_name).partitions[0]
         records = partition.publish(bodies, timestamp, deliver_at=deliver_at)
+        if self.storage is not None and records:
+            self.storage.appended(partition.log, len(records))
         if deliver_at and records and not partition.paused:
             self._defer_at_publish(partition, records, deliver_at)
         for name, channel in partition.channels.items():
@@ -160,6 +170,8 @@ class Broker:
         if topic is None:
             return None
         channel = topic.partitions[partition].delete_channel(channel_name)
+        if self.storage is not None and channel is not None:
+            self.storage.delete_channel_files(topic_name, partition, channel_name)
         if topic.ephemeral and not any(p.channels for p in topic.partitions):
             del self.topics[topic_name]
         return channel
@@ -187,6 +199,8 @@ class Broker:
             for channel_name in list(partition.channels):
                 self.delete_channel(topic_name, partition.index, channel_name)
         self.topics.pop(topic_name, None)
+        if self.storage is not None:
+            self.storage.delete_topic_files(topic_name, len(topic.partitions))
         self._since_release.pop(topic_name, None)
         return True
 

@@ -30,7 +30,7 @@ from .latency import LatencyWindow
 
 if TYPE_CHECKING:
     from ..queues.ephemeral import EphemeralFeed
-    from ..queues.memory_log import MemoryLog
+    from ..queues.partition_log import PartitionLog
     from .latency import LatencySettings
 
 __all__ = ["Channel", "ChannelStatistics", "ClientStatistics", "Consumer", "Delivery", "PubCount"]
@@ -137,7 +137,7 @@ class Channel:
     def __init__(
         self,
         name: str,
-        log: MemoryLog,
+        log: PartitionLog,
         start_id: int,
         *,
         max_msg_timeout: float,
@@ -178,6 +178,11 @@ class Channel:
         """FIN latencies for /stats; the connection records them (it has the clock)."""
         self._requeued: deque[Record] = deque()
         self._waiting: deque[Record] = deque()
+        self.saved_confirmed: int | None = None
+        """The confirmed id last written to the channel's state file (durable storage):
+        the log keeps records from there, so a restart never finds its state behind."""
+        self.lost = 0
+        """Unfinished messages recovery could not give back (a damaged log)."""
         self._ahead: dict[int, bool] = {}
         """Ids taken out of order (deferred at publish) that the cursor has not passed,
         with whether they were finished meanwhile."""
@@ -303,6 +308,34 @@ class Channel:
             self._ahead[internal_id] = True
         else:
             self.cursor.finish(internal_id)
+
+    def cold_read_from(self) -> int | None:
+        """Where a disk read must start before routing can go on (None: no need).
+
+        Only when a consumer has room: an idle channel's backlog stays on disk.
+        """
+        cursor = self.cursor
+        is_cold = getattr(self.log, "is_cold", None)
+        if is_cold is None or self.feed is not None or self.intake_paused_now():
+            return None
+        if not is_cold(cursor.read_id):
+            return None
+        if not any(self.room_for(consumer) for consumer in self.consumers.values()):
+            return None
+        return cursor.read_id
+
+    def intake_paused_now(self) -> bool:
+        """Whether the topic's pause holds back the next record."""
+        limit = self.intake_limit
+        return limit is not None and self.cursor.read_id >= limit
+
+    def skip_finished(self, internal_id: int) -> None:
+        """After a restart: an id finished before it, which the cursor must not deliver."""
+        self._ahead[internal_id] = True
+
+    def finished_ahead(self) -> list[int]:
+        """Ids finished before the cursor reached them (persisted with the state)."""
+        return [internal_id for internal_id, done in self._ahead.items() if done]
 
     def defer_ahead(self, record: Record, due: float) -> None:
         """Hold a record in the deferred queue before the cursor reaches it.

@@ -19,8 +19,9 @@ from ..queues.memory_log import MemoryLog
 from .channel import Channel
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
+    from ..queues.partition_log import PartitionLog
     from ..queues.record import Record
     from .latency import LatencySettings
 
@@ -51,7 +52,9 @@ class Partition:
         mem_queue_size: int,
         ephemeral: bool,
         latency: LatencySettings | None = None,
+        log: PartitionLog | None = None,
     ) -> None:
+        """``log``: the partition's storage (a durable TopicLog has MemoryLog's methods)."""
         self.topic: Final = topic
         self.index: Final = index
         self.max_msg_timeout: Final = max_msg_timeout
@@ -59,7 +62,7 @@ class Partition:
         self.ephemeral: Final = ephemeral
         self.latency: Final = latency
         """E2e latency tracking every channel of this partition gets (None: off)."""
-        self.log = MemoryLog()
+        self.log: PartitionLog = log if log is not None else MemoryLog()
         self.channels: dict[str, Channel] = {}
         self.paused = False
         self.pause_from: int | None = None
@@ -207,6 +210,8 @@ class Partition:
         floor = self.log.next_id
         for channel in self.channels.values():
             floor = min(floor, channel.cursor.confirmed_id)
+            if channel.saved_confirmed is not None:
+                floor = min(floor, channel.saved_confirmed)
         if self.paused and self.pause_from is not None:
             floor = min(floor, self.pause_from)
         return self.log.discard_before(floor)
@@ -235,7 +240,9 @@ class Topic:
         max_msg_timeout: float,
         mem_queue_size: int,
         latency: LatencySettings | None = None,
+        open_log: Callable[[int], PartitionLog] | None = None,
     ) -> None:
+        """``open_log(partition)``: each partition's storage (default: in memory)."""
         self.name: Final = name
         self.ephemeral: Final = is_ephemeral(name)
         self.partitions = [
@@ -246,6 +253,7 @@ class Topic:
                 mem_queue_size=mem_queue_size,
                 ephemeral=self.ephemeral,
                 latency=latency,
+                log=open_log(index) if open_log is not None else None,
             )
             for index in range(partitions)
         ]

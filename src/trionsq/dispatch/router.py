@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import trio
 
+from ..queues.topic_log import TopicLog
 from .expiry import ExpiryTimer
 
 if TYPE_CHECKING:
@@ -23,6 +24,9 @@ if TYPE_CHECKING:
     from ..broker.channel import Channel, Delivery
 
 __all__ = ["ChannelRunner", "Outbox"]
+
+COLD_READ_RECORDS = 20_000
+"""Records read from disk at once for a channel behind the log's memory tail."""
 
 
 class Outbox(Protocol):
@@ -74,6 +78,17 @@ class ChannelRunner:
                 task_status.started()
                 await self._route_forever()
 
+    async def _read_cold(self, from_id: int) -> None:
+        """A backlog only on disk: read a large chunk in a worker thread, then route it.
+
+        The event loop keeps serving meanwhile; the chunk stays with the log, so the
+        next passes read it from memory.
+        """
+        log = self.channel.log
+        assert isinstance(log, TopicLog)  # noqa: S101 - cold_read_from said so
+        records = await trio.to_thread.run_sync(log.read_cold, from_id, COLD_READ_RECORDS)
+        log.install_chunk(from_id, records)
+
     def _expired(self, now: float) -> None:
         if self.channel.expire(now):
             self.wake()
@@ -83,6 +98,9 @@ class ChannelRunner:
         while True:
             await self._work.wait()
             self._work = trio.Event()
+            cold_from = channel.cold_read_from()
+            if cold_from is not None:
+                await self._read_cold(cold_from)
             deliveries = channel.route(trio.current_time(), self._wall_clock())
             self.passes += 1
             for client_id, batch in deliveries.items():

@@ -69,6 +69,7 @@ _NOT_CFG_NAMES: Final = frozenset(
         "queue_scan_refresh_interval",
         "queue_scan_dirty_percent",
         "client_timeout",
+        "persist",
     }
 )
 """Fields /config does not know by their own name: renamed, or without a flag in nsqd."""

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 if TYPE_CHECKING:
-    from .memory_log import MemoryLog
+    from .partition_log import PartitionLog
     from .record import Record
 
 __all__ = ["ChannelCursor", "CursorStatistics"]
@@ -36,7 +36,7 @@ class CursorStatistics:
 class ChannelCursor:
     """Read position, confirmed position and the out-of-order finished set."""
 
-    def __init__(self, log: MemoryLog, start_id: int) -> None:
+    def __init__(self, log: PartitionLog, start_id: int) -> None:
         """Start at ``start_id``: the log's oldest record for a topic's first channel,
         its next id for any later channel (nsqd's semantics)."""
         self.log = log

@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from .deferred import DeferredQueue
-    from .memory_log import MemoryLog
+    from .partition_log import PartitionLog
 
 __all__ = [
     "STATE_SUFFIX",
@@ -231,7 +231,7 @@ class _Fitted:
     lost: int
 
 
-def _fit(log: MemoryLog, state: ChannelState, label: str) -> _Fitted:
+def _fit(log: PartitionLog, state: ChannelState, label: str) -> _Fitted:
     """Clamp a state to the ids the log holds now (recovery may have cut either end)."""
     start, end = log.start_id, log.next_id
     confirmed = state.confirmed_id
@@ -266,21 +266,23 @@ def _fit(log: MemoryLog, state: ChannelState, label: str) -> _Fitted:
     return _Fitted(confirmed, tuple(sorted(kept)), deferred, lost)
 
 
-def restore_cursor(log: MemoryLog, state: ChannelState, *, label: str = "channel") -> ChannelCursor:
+def restore_cursor(
+    log: PartitionLog, state: ChannelState, *, label: str = "channel"
+) -> ChannelCursor:
     """A cursor that reads again from the confirmed position; finished-ahead ids
     stay finished. Ids outside the log's range are dropped (and logged)."""
     fitted = _fit(log, state, label)
     return _cursor(log, fitted)
 
 
-def _cursor(log: MemoryLog, fitted: _Fitted) -> ChannelCursor:
+def _cursor(log: PartitionLog, fitted: _Fitted) -> ChannelCursor:
     cursor = ChannelCursor(log, fitted.confirmed_id)
     cursor._finished.update(fitted.finished)  # no public setter yet
     return cursor
 
 
 def restore_channel(
-    log: MemoryLog,
+    log: PartitionLog,
     state: ChannelState,
     *,
     now_monotonic: float,

@@ -1,0 +1,311 @@
+"""The broker's files: partition logs, channel states and metadata (design §2).
+
+One :class:`Storage` per broker. It opens each durable partition's
+:class:`~trionsq.queues.topic_log.TopicLog` under ``--data-path`` (ephemeral topics
+stay in memory), restores topics and channels at start, and runs two tasks in the
+broker nursery: the syncer (fsync after ``--sync-every`` records or ``--sync-timeout``,
+whichever comes first) and the persister (metadata and channel states, written
+atomically in a worker thread at most once a second, only when they changed).
+Acknowledged publishes are already in the OS when OK is sent (``os.write`` in
+``TopicLog.append``); what a crash can cost is fsync-level only (power loss) and
+redelivery of what was unfinished (at-least-once). docs/storage.md has the layout.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+import trio
+
+from ..persist import ensure_directory, remove_stale_temps, write_atomic
+from ..protocol.names import is_ephemeral
+from ..queues.cursor_state import (
+    ChannelState,
+    ChannelStateError,
+    capture_state,
+    encode_state,
+    load_state,
+    remove_channel_state,
+    remove_partition_states,
+    remove_stale_state_temps,
+    restore_channel,
+    scan_channel_states,
+    state_path,
+)
+from ..queues.memory_log import MemoryLog
+from ..queues.topic_log import TopicLog
+from .metadata import (
+    Metadata,
+    encode_metadata,
+    load_metadata,
+    metadata_path,
+    repair,
+    save_metadata,
+    snapshot,
+)
+
+if TYPE_CHECKING:
+    from ..config import NsqdConfig
+    from ..queues.partition_log import PartitionLog
+    from .broker import Broker
+    from .channel import Channel
+
+__all__ = ["Storage"]
+
+log = logging.getLogger("trionsq.storage")
+
+PERSIST_INTERVAL: Final = 1.0
+"""Seconds between checks for changed metadata and channel states."""
+MIN_CACHE_RECORDS: Final = 1024
+_SEGMENT: Final = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)\.\d{6}\.log$")
+
+
+class Storage:
+    """Durable storage when ``config.persist``; otherwise every log is in memory."""
+
+    def __init__(self, config: NsqdConfig) -> None:
+        self.config = config
+        self.directory: Final = Path(config.data_path or ".") if config.persist else None
+        self.logs: dict[tuple[str, int], TopicLog] = {}
+        self._saved_states: dict[tuple[str, int, str], bytes] = {}
+        self._saved_metadata = b""
+        self._unsynced: set[TopicLog] = set()
+        self._appended = trio.Event()
+        self._sync_due = trio.Event()
+        self._unsynced_count = 0
+
+    @property
+    def enabled(self) -> bool:
+        """Whether anything is written to disk."""
+        return self.directory is not None
+
+    # ------------------------------------------------------------------ logs
+
+    def open_log(self, topic: str, partition: int) -> PartitionLog:
+        """The partition's log: segment files, or memory for ephemeral topics."""
+        if self.directory is None or is_ephemeral(topic):
+            return MemoryLog()
+        key = (topic, partition)
+        existing = self.logs.get(key)
+        if existing is not None:
+            return existing
+        opened, report = TopicLog.open(
+            self.directory,
+            f"{topic}-{partition}",
+            max_bytes_per_file=self.config.max_bytes_per_file,
+            cache_records=max(self.config.mem_queue_size, MIN_CACHE_RECORDS),
+        )
+        if not report.lossless:
+            log.warning("%s-%d: recovered with losses: %s", topic, partition, report)
+        self.logs[key] = opened
+        return opened
+
+    def appended(self, partition_log: PartitionLog, count: int) -> None:
+        """A batch reached the OS: schedule its fsync by the sync policy."""
+        if not isinstance(partition_log, TopicLog):
+            return
+        self._unsynced.add(partition_log)
+        self._unsynced_count += count
+        self._appended.set()
+        if self._unsynced_count >= self.config.sync_every:
+            self._sync_due.set()
+
+    def delete_topic_files(self, topic: str, partitions: int) -> None:
+        """A deleted topic's segments and channel states go (nsqd deletes its files)."""
+        if self.directory is None:
+            return
+        for partition in range(partitions):
+            topic_log = self.logs.pop((topic, partition), None)
+            if topic_log is not None:
+                self._unsynced.discard(topic_log)
+                topic_log.close(sync=False)
+                topic_log.delete_files()
+            remove_partition_states(self.directory, topic, partition)
+            for key in [k for k in self._saved_states if k[:2] == (topic, partition)]:
+                del self._saved_states[key]
+
+    def delete_channel_files(self, topic: str, partition: int, channel: str) -> None:
+        """A deleted durable channel's state file goes."""
+        if self.directory is None or is_ephemeral(channel) or is_ephemeral(topic):
+            return
+        remove_channel_state(self.directory, topic, partition, channel)
+        self._saved_states.pop((topic, partition, channel), None)
+
+    # ------------------------------------------------------------------ start
+
+    def recover(self, broker: Broker) -> Metadata | None:
+        """Recreate topics and channels from disk (before any listener accepts).
+
+        Blocking file work: the broker is not serving yet, so nothing waits on it.
+        """
+        directory = self.directory
+        if directory is None:
+            return None
+        ensure_directory(directory)
+        remove_stale_temps(directory)
+        remove_stale_state_temps(directory)
+        on_disk: dict[str, int] = {}
+        for path in directory.glob("*.log"):
+            match = _SEGMENT.match(path.name)
+            if match:
+                name, index = match["topic"], int(match["partition"])
+                on_disk[name] = max(on_disk.get(name, 0), index + 1)
+        stored = load_metadata(directory) or Metadata(1, ())
+        metadata = repair(stored, on_disk, scan_channel_states(directory))
+        if metadata is not stored:
+            save_metadata(directory, metadata)
+        now, wall = trio.current_time(), time.time_ns()
+        for meta in metadata.topics:
+            topic = broker.topic(meta.name, partitions=meta.partitions)
+            for partition in topic.partitions:
+                for channel_meta in meta.channels:
+                    channel = partition.channel(channel_meta.name)
+                    self._restore_channel(meta.name, partition.index, channel, now, wall)
+                    channel.paused = channel_meta.paused
+            if meta.paused:
+                topic.set_paused(True)
+        self._saved_metadata = encode_metadata(snapshot(broker))
+        return metadata
+
+    def _restore_channel(
+        self, topic: str, partition: int, channel: Channel, now: float, wall: int
+    ) -> None:
+        assert self.directory is not None  # noqa: S101 - only called when enabled
+        path = state_path(self.directory, topic, partition, channel.name)
+        try:
+            state = load_state(path)
+        except ChannelStateError as error:
+            log.warning("%s: %s; starting from the oldest message held", path, error)
+            path.rename(path.with_name(path.name + ".bad"))
+            state = None
+        if state is None:
+            return
+        label = f"{topic}/{partition}/{channel.name}"
+        restored = restore_channel(
+            channel.log, state, now_monotonic=now, now_wall_ns=wall, label=label
+        )
+        channel.cursor = restored.cursor
+        channel.saved_confirmed = restored.cursor.confirmed_id
+        partition_log = channel.log
+        for due, internal_id in restored.deferred:
+            record = partition_log.get(internal_id)
+            if record is None and isinstance(partition_log, TopicLog):
+                cold = partition_log.read_cold(internal_id, 1)
+                record = cold[0] if cold and cold[0].internal_id == internal_id else None
+            if record is not None:
+                channel.defer_ahead(record, due)
+        for internal_id in restored.finished_ids:
+            channel.skip_finished(internal_id)
+        channel.lost += restored.lost
+        self._saved_states[(topic, partition, channel.name)] = encode_state(state)
+
+    # ------------------------------------------------------------------ tasks
+
+    async def run(
+        self, broker: Broker, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """The syncer and the persister, until cancelled; then a last persist."""
+        if self.directory is None:
+            task_status.started()
+            return
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._sync_forever)
+                nursery.start_soon(self._persist_forever, broker)
+                task_status.started()
+        finally:
+            with trio.CancelScope(shield=True), trio.move_on_after(self.config.sync_timeout + 10):
+                await self.persist(broker)
+                await trio.to_thread.run_sync(self._sync_and_close)
+
+    async def _sync_forever(self) -> None:
+        timeout = self.config.sync_timeout
+        while True:
+            await self._appended.wait()
+            with trio.move_on_after(timeout if timeout > 0 else math.inf):
+                await self._sync_due.wait()
+            await self.sync()
+
+    async def sync(self) -> None:
+        """fsync every log written since the last sync."""
+        logs, self._unsynced = self._unsynced, set()
+        self._unsynced_count = 0
+        self._appended = trio.Event()
+        self._sync_due = trio.Event()
+        if logs:
+            await trio.to_thread.run_sync(_sync_logs, logs)
+
+    def _sync_and_close(self) -> None:
+        for topic_log in self.logs.values():
+            topic_log.close(sync=True)
+
+    async def _persist_forever(self, broker: Broker) -> None:
+        while True:
+            await trio.sleep(PERSIST_INTERVAL)
+            await self.persist(broker)
+
+    async def persist(self, broker: Broker) -> None:
+        """Write metadata and every durable channel state that changed since written."""
+        directory = self.directory
+        if directory is None:
+            return
+        metadata = encode_metadata(snapshot(broker))
+        writes: list[tuple[Path, bytes]] = []
+        if metadata != self._saved_metadata:
+            writes.append((metadata_path(directory), metadata))
+        now, wall = trio.current_time(), time.time_ns()
+        changed: list[tuple[tuple[str, int, str], bytes, Channel, int]] = []
+        for topic in list(broker.topics.values()):
+            if topic.ephemeral:
+                continue
+            for partition in topic.partitions:
+                for name, channel in partition.channels.items():
+                    if is_ephemeral(name):
+                        continue
+                    state = channel_state(channel, now, wall)
+                    data = encode_state(state)
+                    key = (topic.name, partition.index, name)
+                    if self._saved_states.get(key) != data:
+                        changed.append((key, data, channel, state.confirmed_id))
+                        writes.append((state_path(directory, *key), data))
+        if not writes:
+            return
+        await trio.to_thread.run_sync(_write_all, writes)
+        if metadata != self._saved_metadata:
+            self._saved_metadata = metadata
+        for key, data, channel, confirmed in changed:
+            self._saved_states[key] = data
+            channel.saved_confirmed = confirmed
+
+
+def channel_state(channel: Channel, now: float, wall: int) -> ChannelState:
+    """What a durable channel persists, read on the broker's thread."""
+    from ..queues.cursor import ChannelCursor
+
+    cursor = channel.cursor
+    if not isinstance(cursor, ChannelCursor):
+        raise TypeError("an ephemeral channel has no state")
+    return capture_state(
+        cursor,
+        channel.deferred,
+        paused=channel.paused,
+        now_monotonic=now,
+        now_wall_ns=wall,
+        finished_ahead=channel.finished_ahead(),
+    )
+
+
+def _sync_logs(logs: set[TopicLog]) -> None:
+    for topic_log in logs:
+        topic_log.sync()
+
+
+def _write_all(writes: list[tuple[Path, bytes]]) -> None:
+    for path, data in writes:
+        ensure_directory(path.parent)
+        write_atomic(path, data)

@@ -1,0 +1,60 @@
+"""Durable storage across restarts: what a broker on --data-path keeps (issue 5)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import trio
+import trio.testing
+
+from trionsq import NsqdConfig, serve_nsqd
+from trionsq.protocol import Dpub, Fin, Mpub, Rdy, Sub
+
+from .raw import bodies, next_message, publish, quiet
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from trionsq.nursery_tree import BoundAddresses
+
+    from .raw import Clients
+
+
+async def test_a_restart_keeps_unfinished_deferred_and_paused(
+    clients: Clients,
+    nursery: trio.Nursery,
+    tmp_path: Path,
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    autojump_clock.autojump_threshold = 0.1  # real sockets and file threads
+    config = NsqdConfig.loopback(data_path=str(tmp_path))
+    async with trio.open_nursery() as first:
+        addresses: BoundAddresses = await first.start(serve_nsqd, config)
+        sent = await load_and_leave(clients, addresses)
+        first.cancel_scope.cancel()  # a graceful stop: everything is persisted
+    await clients.close_all()
+    again: BoundAddresses = await nursery.start(serve_nsqd, config)
+    (channel,) = again.broker.find_channel("orders", "billing")
+    assert channel.paused
+    assert len(channel.deferred) == 1  # the DPUB still waits for its hour
+    assert channel.depth == 8  # 10 published, 2 finished; the one in flight comes back
+    again.broker.set_channel_paused("orders", "billing", paused=False)
+    reader = await clients.connect(again.tcp)
+    await reader.send(Sub("orders", "billing"), Rdy(100))
+    assert bodies(await quiet(reader, 2)) == sent[2:]
+
+
+async def load_and_leave(clients: Clients, addresses: BoundAddresses) -> list[bytes]:
+    """Publish 10 and a DPUB, finish 2, leave 1 in flight, pause the channel."""
+    consumer = await clients.connect(addresses.tcp)
+    await consumer.send(Sub("orders", "billing"))
+    await quiet(consumer, 1)
+    producer = await clients.connect(addresses.tcp)
+    sent = [b"m%d" % i for i in range(10)]
+    await publish(producer, Mpub("orders", tuple(sent)), Dpub("orders", 3_600_000, b"later"))
+    await consumer.send(Rdy(3))
+    delivered = [await next_message(consumer) for _ in range(3)]
+    await consumer.send(Fin(delivered[0].id), Fin(delivered[1].id))  # the third stays in flight
+    await quiet(consumer, 1)
+    addresses.broker.set_channel_paused("orders", "billing", paused=True)
+    return sent
