@@ -58,3 +58,32 @@ async def load_and_leave(clients: Clients, addresses: BoundAddresses) -> list[by
     await quiet(consumer, 1)
     addresses.broker.set_channel_paused("orders", "billing", paused=True)
     return sent
+
+
+async def test_metadata_behind_the_log_is_repaired_from_it(
+    clients: Clients,
+    nursery: trio.Nursery,
+    tmp_path: Path,
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A crash right after a topic appeared: metadata.json does not list it yet."""
+    autojump_clock.autojump_threshold = 0.1
+    config = NsqdConfig.loopback(data_path=str(tmp_path))
+    async with trio.open_nursery() as first:
+        addresses: BoundAddresses = await first.start(serve_nsqd, config)
+        consumer = await clients.subscribe(addresses.tcp, "fresh", "audit")
+        producer = await clients.connect(addresses.tcp)
+        await publish(producer, Mpub("fresh", (b"a", b"b", b"c")))
+        await consumer.send(Rdy(1))
+        (first_message,) = [await next_message(consumer)]
+        await consumer.send(Fin(first_message.id))
+        await quiet(consumer, 2)  # long enough for the persister to write the channel
+        first.cancel_scope.cancel()
+    await clients.close_all()
+    (tmp_path / "metadata.json").write_bytes(b'{"version":1,"topics":[]}')  # an older one
+    again: BoundAddresses = await nursery.start(serve_nsqd, config)
+    assert "fresh" in again.broker.topics
+    (channel,) = again.broker.find_channel("fresh", "audit")
+    assert channel.depth == 2  # its position came back with it: "a" stays finished
+    reader = await clients.subscribe(again.tcp, "fresh", "audit", rdy=10)
+    assert bodies(await quiet(reader, 1)) == [b"b", b"c"]
