@@ -118,7 +118,28 @@ SERVE_OPTIONS: list[click.Parameter] = [
         type=int,
         default=DEFAULTS.mem_queue_size,
         show_default=True,
-        help="Messages an #ephemeral topic keeps unread before it drops new ones.",
+        help="Messages an #ephemeral topic or channel keeps before it drops new ones; "
+        "also how many recent messages a durable topic keeps in memory.",
+    ),
+    click.Option(
+        ["--max-bytes-per-file"],
+        type=int,
+        default=DEFAULTS.max_bytes_per_file,
+        show_default=True,
+        help="Size at which a topic's log starts a new segment file.",
+    ),
+    click.Option(
+        ["--sync-every"],
+        type=int,
+        default=DEFAULTS.sync_every,
+        show_default=True,
+        help="fsync the logs after this many messages (power-loss safety; "
+        "a kill -9 loses nothing acknowledged either way).",
+    ),
+    _duration_option(
+        "sync-timeout",
+        DEFAULTS.sync_timeout,
+        "Longest time written messages wait for an fsync.",
     ),
     _duration_option(
         "msg-timeout",
