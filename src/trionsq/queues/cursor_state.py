@@ -169,15 +169,18 @@ def capture_state(
     """
     confirmed = cursor.confirmed_id
     done = set(cursor._finished)  # no public accessor yet
-    done.update(i for i in finished_ahead if i > confirmed)
+    done.update(i for i in finished_ahead if i >= confirmed)
+    while confirmed in done:  # finished ahead of the cursor, right at its confirmed id
+        done.remove(confirmed)
+        confirmed += 1
     entries = tuple(
         (now_wall_ns + round((due - now_monotonic) * 1e9), key)
         for due, key in deferred.entries()
-        if key not in done
+        if key not in done and key >= confirmed
     )
     return ChannelState(
         confirmed_id=confirmed,
-        read_id=cursor.read_id,
+        read_id=max(cursor.read_id, confirmed),
         finished=tuple(sorted(done)),
         deferred=entries,
         paused=paused,

@@ -105,6 +105,8 @@ _BODY_AT: Final = FIXED_SIZE  # body of a record with no ext and no delay
 _O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
 _O_DIRECTORY: Final = getattr(os, "O_DIRECTORY", 0)
 _TIMESTAMP_FLOOR: Final = -(1 << 63)
+_FADVISE: Final = getattr(os, "posix_fadvise", None)
+_WILLNEED: Final = getattr(os, "POSIX_FADV_WILLNEED", 0)
 
 _crc32: Final = zlib.crc32
 _record_id: Final = attrgetter("internal_id")
@@ -352,6 +354,8 @@ def _slot_setters() -> tuple[Callable[[Record, object], None], ...] | None:
         return None
     if hasattr(Record, "__attrs_pre_init__") or hasattr(Record, "__attrs_post_init__"):
         return None
+    if set(getattr(Record, "__slots__", ())) - {"__weakref__"} != set(_RECORD_FIELDS):
+        return None  # e.g. a cached hash, which __init__ would have to reset
     descriptors = [vars(Record).get(name) for name in _RECORD_FIELDS]
     setters: list[Callable[[Record, object], None]] = []
     for descriptor in descriptors:
@@ -1223,7 +1227,8 @@ class TopicLog:
             if chunk.start <= internal_id < chunk.stop:
                 records = chunk.records
                 if chunk.dense:
-                    return records[internal_id - records[0].internal_id]
+                    at = internal_id - records[0].internal_id
+                    return records[at] if at >= 0 else None  # below it: a hole
                 at = bisect_left(records, internal_id, key=_record_id)
                 if at < len(records) and records[at].internal_id == internal_id:
                     return records[at]
@@ -1401,6 +1406,9 @@ class TopicLog:
         chunk = max(min(budget, COLD_CHUNK_BYTES * 4), INDEX_INTERVAL)
         wanted = max_records - len(out)
         problem = None
+        if _FADVISE is not None and position + chunk < end:
+            # the kernel fetches what the next cold read will want while this decodes
+            _FADVISE(fd, position + chunk, min(chunk, end - position - chunk), _WILLNEED)
         while position < end and wanted > 0 and budget > 0:
             buffer = os.pread(fd, min(chunk, end - position), position)
             length = len(buffer)

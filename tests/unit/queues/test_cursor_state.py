@@ -323,7 +323,9 @@ def test_restart_delivers_exactly_the_unfinished_ids(
     restored = restore_channel(
         log, decode_state(encode_state(s)), now_monotonic=mono, now_wall_ns=wall
     )
-    assert restored.cursor.confirmed_id == cursor.confirmed_id
+    # the first unfinished id: a finished-ahead id right at the live one moves it on
+    assert restored.cursor.confirmed_id == min(set(range(1, log.next_id + 1)) - finished)
+    held = {key for key in held if key not in finished}
     assert restored.deferred_ids == held
     # the cursor plus the deferred heap cover every unfinished id exactly once
     again = redelivered_order(restored.cursor, restored.skip_ids)

@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 import trio
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from trionsq.queues import topic_log as topic_log_module
 from trionsq.queues.memory_log import MemoryLog
 from trionsq.queues.record import Record, decode_records, encode_record
 from trionsq.queues.topic_log import HEADER_SIZE, RecoveryReport, TopicLog, segment_name
@@ -140,6 +141,24 @@ def test_append_matches_memory_log(tmp_path: Path) -> None:
     log.close()
     with pytest.raises(ValueError, match="closed"):
         log.append([b"a"], 1)
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_plain_batches_build_the_same_records_either_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fast: bool
+) -> None:
+    assert topic_log_module._SETTERS is not None  # Record is still recognised
+    if not fast:
+        monkeypatch.setattr(topic_log_module, "_SETTERS", None)
+    log, _ = open_log(tmp_path)
+    bodies = [b"a", b"bb" * 50, b"c"]
+    memory = MemoryLog()
+    memory.append([b"first"], 1)
+    log.append([b"first"], 1)
+    assert log.append(bodies, 9, trace_ids=[4, 5, 6]) == memory.append(
+        bodies, 9, trace_ids=[4, 5, 6]
+    )
+    assert log.append(bodies, 10) == memory.append(bodies, 10)
 
 
 def test_segments_roll_before_a_batch_that_would_not_fit(tmp_path: Path) -> None:
@@ -270,6 +289,83 @@ ParityMachine.TestCase.settings = settings(max_examples=100, stateful_step_count
 test_parity_with_memory_log = ParityMachine.TestCase
 
 
+@settings(max_examples=60)
+@given(
+    batches=st.lists(st.integers(1, 12), min_size=2, max_size=15),
+    damage=st.sets(st.integers(0, 200), max_size=12),
+    cache_records=st.integers(0, 6),
+    chunk=st.integers(1, 9),
+    data=st.data(),
+)
+def test_reads_around_damaged_records(
+    batches: list[int], damage: set[int], cache_records: int, chunk: int, data: st.DataObject
+) -> None:
+    """Damage records anywhere but the very last one: every read skips exactly them."""
+    directory = Path(tempfile.mkdtemp(prefix="topic-log-holes-"))
+    try:
+        log, _ = open_log(directory, max_bytes_per_file=500, cache_records=cache_records)
+        for count in batches:
+            fill(log, 1, per_batch=count)
+        written = log.read_cold(1, 10**6, max_bytes=1 << 30)
+        next_id = log.next_id
+        log.close()
+        damaged = {written[i].internal_id for i in damage if i < len(written) - 1}
+        starts = {
+            decode_records(path.read_bytes()[HEADER_SIZE:], 0)[0][0].internal_id: path
+            for path in segment_files(directory)
+        }
+        for internal_id in damaged:
+            record = written[internal_id - 1]
+            first = max(i for i in starts if i <= internal_id)
+            position = HEADER_SIZE + record.offset - written[first - 1].offset + 4
+            with starts[first].open("r+b") as file:
+                file.seek(position)
+                byte = file.read(1)[0]
+                file.seek(position)
+                file.write(bytes([byte ^ 0xFF]))
+        log, report = open_log(directory, max_bytes_per_file=500, cache_records=cache_records)
+        expected = [r for r in written if r.internal_id not in damaged]
+        assert log.next_id == next_id
+        assert report.missing_ids == log.holes == len(damaged)
+        assert report.records == len(expected) == len(log)
+
+        def read_all(from_id: int, limit: int) -> list[Record]:
+            out: list[Record] = []
+            while len(out) < limit:
+                if log.is_cold(from_id):
+                    log.install_chunk(from_id, log.read_cold(from_id, chunk, max_bytes=300))
+                records = log.read(from_id, limit - len(out))
+                if not records:
+                    break
+                out.extend(records)
+                from_id = records[-1].internal_id + 1
+            return out
+
+        for _ in range(3):
+            from_id = data.draw(st.integers(0, next_id + 1))
+            limit = data.draw(st.integers(1, 40))
+            start = max(from_id, log.start_id)
+            assert (
+                read_all(from_id, limit) == [r for r in expected if r.internal_id >= start][:limit]
+            )
+            probe = data.draw(st.integers(0, next_id))
+            by_id = {r.internal_id: r for r in expected if r.internal_id >= log.start_id}
+            assert get_anywhere(log, probe) == by_id.get(probe)
+            record = written[data.draw(st.integers(0, len(written) - 1))]
+            after = next(
+                (r for r in expected if r.offset >= record.offset and r.internal_id >= start),
+                None,
+            )
+            if record.internal_id >= start:
+                assert log.seek_offset(record.offset) == (after.internal_id if after else next_id)
+            target = data.draw(st.integers(log.start_id, next_id))
+            released = sum(1 for r in expected if log.start_id <= r.internal_id < target)
+            assert log.discard_before(target) == released
+            assert len(log) == sum(1 for r in expected if r.internal_id >= log.start_id)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 # -- recovery ---------------------------------------------------------------------
 
 
@@ -368,6 +464,8 @@ def test_a_flipped_byte_in_a_middle_record_is_skipped_and_counted(
     log.install_chunk(12, log.read_cold(12, 3))
     assert not log.is_cold(12)
     assert [r.internal_id for r in log.read(12, 2)] == [13, 14]
+    assert log.get(12) is None
+    assert log.get(15) == log.read_cold(15, 1)[0]
     # the hole leaves with what is discarded
     assert log.discard_before(20) == 18
     assert log.holes == 0
