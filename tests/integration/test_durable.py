@@ -87,3 +87,29 @@ async def test_metadata_behind_the_log_is_repaired_from_it(
     assert channel.depth == 2  # its position came back with it: "a" stays finished
     reader = await clients.subscribe(again.tcp, "fresh", "audit", rdy=10)
     assert bodies(await quiet(reader, 1)) == [b"b", b"c"]
+
+
+async def test_a_consumer_far_behind_reads_the_backlog_from_disk(
+    clients: Clients, nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """30,000 messages, of which the log keeps the last 1,024 in memory after a restart."""
+    config = NsqdConfig.loopback(data_path=str(tmp_path), mem_queue_size=100)
+    sent = [b"%06d" % i for i in range(30_000)]
+    async with trio.open_nursery() as first:
+        addresses: BoundAddresses = await first.start(serve_nsqd, config)
+        producer = await clients.connect(addresses.tcp)
+        for start in range(0, len(sent), 500):
+            await publish(producer, Mpub("backlog", tuple(sent[start : start + 500])))
+        first.cancel_scope.cancel()
+    await clients.close_all()
+    again: BoundAddresses = await nursery.start(serve_nsqd, config)
+    (partition,) = again.broker.topics["backlog"].partitions
+    assert partition.log.read(1, 1) == []  # the oldest are on disk only
+    reader = await clients.subscribe(again.tcp, "backlog", "late", rdy=2500)
+    received: list[bytes] = []
+    with trio.fail_after(30):
+        while len(received) < len(sent):
+            message = await next_message(reader)
+            received.append(message.body)
+            await reader.send(Fin(message.id))
+    assert received == sent  # all of it, in order
