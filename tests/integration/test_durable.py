@@ -8,6 +8,7 @@ import trio
 import trio.testing
 
 from trionsq import NsqdConfig, serve_nsqd
+from trionsq.http.stats import stats_document
 from trionsq.protocol import Dpub, Fin, Mpub, Rdy, Sub
 
 from .raw import bodies, next_message, publish, quiet
@@ -113,3 +114,47 @@ async def test_a_consumer_far_behind_reads_the_backlog_from_disk(
             received.append(message.body)
             await reader.send(Fin(message.id))
     assert received == sent  # all of it, in order
+
+
+async def test_a_damaged_record_is_skipped_counted_and_shown_in_stats(
+    clients: Clients,
+    nursery: trio.Nursery,
+    tmp_path: Path,
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    autojump_clock.autojump_threshold = 0.1
+    config = NsqdConfig.loopback(data_path=str(tmp_path))
+    sent = [bytes([65 + i]) * 100 for i in range(5)]
+    async with trio.open_nursery() as first:
+        addresses: BoundAddresses = await first.start(serve_nsqd, config)
+        producer = await clients.connect(addresses.tcp)
+        await publish(producer, Mpub("damaged", tuple(sent)))
+        first.cancel_scope.cancel()
+    await clients.close_all()
+    flip_a_byte_of(tmp_path, sent[2])
+    again: BoundAddresses = await nursery.start(serve_nsqd, config)
+    document = stats_document(
+        again.broker,
+        version="test",
+        started_at=0.0,
+        health="OK",
+        topic="damaged",
+        channel=None,
+        include_clients=False,
+        include_mem=False,
+    )
+    topics = document["topics"]
+    assert isinstance(topics, list)
+    (topic,) = topics
+    assert topic["lost_count"] == 1
+    assert topic["disk_bytes"] > 0
+    reader = await clients.subscribe(again.tcp, "damaged", "c", rdy=10)
+    assert bodies(await quiet(reader, 1)) == [sent[0], sent[1], sent[3], sent[4]]
+
+
+def flip_a_byte_of(data_path: Path, body: bytes) -> None:
+    """Damage one byte in the middle of ``body`` where the segment file holds it."""
+    (segment,) = data_path.glob("damaged-0.*.log")
+    data = bytearray(segment.read_bytes())
+    data[data.index(body) + 50] ^= 0xFF
+    segment.write_bytes(bytes(data))

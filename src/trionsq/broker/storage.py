@@ -38,7 +38,7 @@ from ..queues.cursor_state import (
     state_path,
 )
 from ..queues.memory_log import MemoryLog
-from ..queues.topic_log import TopicLog
+from ..queues.topic_log import RecoveryReport, TopicLog
 from .metadata import (
     Metadata,
     encode_metadata,
@@ -72,6 +72,8 @@ class Storage:
         self.config = config
         self.directory: Final = Path(config.data_path or ".") if config.persist else None
         self.logs: dict[tuple[str, int], TopicLog] = {}
+        self.reports: dict[tuple[str, int], RecoveryReport] = {}
+        """What recovery found per partition (losses show in /stats)."""
         self._saved_states: dict[tuple[str, int, str], bytes] = {}
         self._saved_metadata = b""
         self._unsynced: set[TopicLog] = set()
@@ -103,6 +105,7 @@ class Storage:
         if not report.lossless:
             log.warning("%s-%d: recovered with losses: %s", topic, partition, report)
         self.logs[key] = opened
+        self.reports[key] = report
         return opened
 
     def appended(self, partition_log: PartitionLog, count: int) -> None:

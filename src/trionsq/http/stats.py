@@ -83,6 +83,11 @@ class TopicSnapshot:
     e2e: LatencyResult | None
     """All of the topic's channels together, whatever the channel filter; None when
     latency tracking is off or the topic has no channel."""
+    disk_bytes: int = 0
+    """trionsq's addition: the topic's segment files (0 in memory)."""
+    lost_count: int = 0
+    """trionsq's addition: messages recovery could not give back (damaged records,
+    unreadable segment parts, unfinished messages cut from a channel's log)."""
 
 
 @attrs.frozen
@@ -239,6 +244,8 @@ def snapshot(
                 message_bytes=stats.message_bytes,
                 paused=stats.paused,
                 e2e=aggregate(_windows([c for group in by_name.values() for c in group]), now),
+                disk_bytes=sum(getattr(p.log, "disk_bytes", 0) for p in t.partitions),
+                lost_count=_lost(broker, t),
             )
         )
     producers: tuple[ClientStatistics, ...] | None = None
@@ -335,6 +342,19 @@ def _e2e_json(result: LatencyResult | None) -> dict[str, object]:
     }
 
 
+def _lost(broker: Broker, topic: Topic) -> int:
+    """Recovery's missing ids per partition, plus what channels found cut from the log."""
+    storage = broker.storage
+    reports = storage.reports if storage is not None else {}
+    lost = 0
+    for partition in topic.partitions:
+        report = reports.get((topic.name, partition.index))
+        if report is not None:
+            lost += report.missing_ids
+        lost += sum(channel.lost for channel in partition.channels.values())
+    return lost
+
+
 def _topic_json(t: TopicSnapshot) -> dict[str, object]:
     return {
         "topic_name": t.name,
@@ -345,6 +365,8 @@ def _topic_json(t: TopicSnapshot) -> dict[str, object]:
         "message_bytes": t.message_bytes,
         "paused": t.paused,
         "e2e_processing_latency": _e2e_json(t.e2e),
+        "disk_bytes": t.disk_bytes,
+        "lost_count": t.lost_count,
     }
 
 

@@ -44,6 +44,8 @@ TOPIC_KEYS = [
     "message_bytes",
     "paused",
     "e2e_processing_latency",
+    "disk_bytes",  # trionsq's additions, after nsqd's keys
+    "lost_count",
 ]
 CHANNEL_KEYS = [
     "channel_name",
@@ -414,6 +416,8 @@ async def test_every_field_after_pub_mpub_dpub_fin_and_req(
         "message_bytes": 15,
         "paused": False,
         "e2e_processing_latency": NO_LATENCY,
+        "disk_bytes": 0,  # in memory
+        "lost_count": 0,
     }
     assert t2 == {
         "topic_name": "t2",
@@ -424,6 +428,8 @@ async def test_every_field_after_pub_mpub_dpub_fin_and_req(
         "message_bytes": 5,
         "paused": False,
         "e2e_processing_latency": NO_LATENCY,
+        "disk_bytes": 0,
+        "lost_count": 0,
     }
     encoded = orjson.dumps(doc)
     assert orjson.loads(encoded) == doc
