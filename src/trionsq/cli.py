@@ -137,6 +137,11 @@ SERVE_OPTIONS: list[click.Parameter] = [
         "a kill -9 loses nothing acknowledged either way).",
     ),
     _duration_option(
+        "retention",
+        DEFAULTS.retention,
+        "How long consumed log segments are kept (0: deleted once every channel is done).",
+    ),
+    _duration_option(
         "sync-timeout",
         DEFAULTS.sync_timeout,
         "Longest time written messages wait for an fsync.",

@@ -111,6 +111,9 @@ class NsqdConfig:
     # storage
     data_path: str = ""
     """``""``: the current directory."""
+    retention: float = 0.0
+    """trionsq's own: keep consumed segments this many seconds (0: delete when every
+    durable channel has confirmed them)."""
     persist: bool = True
     """Keep messages, channel positions and metadata under ``data_path`` (nsqd always
     does). False: everything in memory, nothing written (tests, embedding)."""

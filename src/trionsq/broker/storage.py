@@ -101,6 +101,7 @@ class Storage:
             f"{topic}-{partition}",
             max_bytes_per_file=self.config.max_bytes_per_file,
             cache_records=max(self.config.mem_queue_size, MIN_CACHE_RECORDS),
+            retention=self.config.retention,
         )
         if not report.lossless:
             log.warning("%s-%d: recovered with losses: %s", topic, partition, report)
@@ -251,6 +252,13 @@ class Storage:
         while True:
             await trio.sleep(PERSIST_INTERVAL)
             await self.persist(broker)
+            # what channels confirmed (and persisted) can go, even with no new publishes
+            for topic in list(broker.topics.values()):
+                for partition in topic.partitions:
+                    partition.release()
+            if self.config.retention > 0:  # age alone deletes nothing: look each tick
+                for topic_log in self.logs.values():
+                    topic_log.expire()
 
     async def persist(self, broker: Broker) -> None:
         """Write metadata and every durable channel state that changed since written."""

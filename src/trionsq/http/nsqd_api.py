@@ -70,6 +70,7 @@ _NOT_CFG_NAMES: Final = frozenset(
         "queue_scan_dirty_percent",
         "client_timeout",
         "persist",
+        "retention",
     }
 )
 """Fields /config does not know by their own name: renamed, or without a flag in nsqd."""
