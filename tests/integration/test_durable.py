@@ -158,3 +158,28 @@ def flip_a_byte_of(data_path: Path, body: bytes) -> None:
     data = bytearray(segment.read_bytes())
     data[data.index(body) + 50] ^= 0xFF
     segment.write_bytes(bytes(data))
+
+
+async def test_consumed_segments_are_deleted(
+    clients: Clients,
+    nursery: trio.Nursery,
+    tmp_path: Path,
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    autojump_clock.autojump_threshold = 0.1
+    config = NsqdConfig.loopback(data_path=str(tmp_path), max_bytes_per_file=4096)
+    addresses: BoundAddresses = await nursery.start(serve_nsqd, config)
+    producer = await clients.connect(addresses.tcp)
+    for batch in range(20):
+        await publish(producer, Mpub("spent", tuple(b"%d-%d" % (batch, i) * 20 for i in range(10))))
+    assert count_segments(tmp_path) > 5
+    consumer = await clients.subscribe(addresses.tcp, "spent", "c", rdy=2500)
+    for _ in range(200):
+        message = await next_message(consumer)
+        await consumer.send(Fin(message.id))
+    await quiet(consumer, 3)  # the persister saves the position, then releases
+    assert count_segments(tmp_path) == 1  # only the active segment is left
+
+
+def count_segments(data_path: Path) -> int:
+    return len(list(data_path.glob("spent-0.*.log")))
