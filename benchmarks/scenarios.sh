@@ -8,7 +8,8 @@ PORT=${1:-14150}
 ADDRESS=127.0.0.1:$PORT
 HTTP_ADDRESS=127.0.0.1:$((PORT + 1))
 BIN=.venv/bin
-taskset -c 0 $BIN/trionsq serve --tcp-address "$ADDRESS" --http-address "$HTTP_ADDRESS" --log-level warn &
+taskset -c 0 $BIN/trionsq serve --tcp-address "$ADDRESS" --http-address "$HTTP_ADDRESS" \
+    --log-level warn --in-memory &
 BROKER=$!
 trap 'kill $BROKER 2>/dev/null || true' EXIT INT TERM
 sleep 1
@@ -50,3 +51,26 @@ if command -v wrk >/dev/null; then
     rm -f /tmp/trionsq-pub.$$.lua
 fi
 taskset -c 1 $BIN/python benchmarks/http_pub.py --address "$HTTP_ADDRESS" -c 16 --broker-pid $BROKER
+
+echo "== durable (--data-path in a temporary directory): MPUB b200, then 3M consumed cold after a restart"
+kill $BROKER 2>/dev/null || true
+wait $BROKER 2>/dev/null || true
+DATA=$(mktemp -d)
+trap 'kill $BROKER 2>/dev/null || true; rm -rf "$DATA"' EXIT INT TERM
+durable() {
+    taskset -c 0 $BIN/trionsq serve --tcp-address "$ADDRESS" --http-address "" --data-path "$DATA" &
+    BROKER=$!
+    until $BIN/python -c "import socket,sys; socket.create_connection(('127.0.0.1', $PORT), 0.2)" 2>/dev/null; do
+        kill -0 $BROKER 2>/dev/null || { echo "the broker did not start" >&2; exit 1; }
+        sleep 0.1
+    done
+    A="--nsqd-tcp-address $ADDRESS --broker-pid $BROKER"
+}
+durable
+$L mpub $A --seconds 5 --topic mpub | show
+$L pub $A --spin-us 50 --seconds 5 --topic pub | show
+$L mpub $A --count 3000000 --seconds 120 --topic drain | show
+kill $BROKER; wait $BROKER 2>/dev/null || true
+durable
+$L consume $A --topic drain --rdy 2500 --count 3000000 --seconds 120 | show
+du -sh "$DATA"
