@@ -181,3 +181,19 @@ async def test_ephemeral_channel_and_topic_go_with_their_last_consumer(
         clients, addresses.tcp, "gone#ephemeral", "c#ephemeral"
     )
     assert ephemeral == []  # channel and topic were deleted when the consumer left
+
+
+async def test_pipelined_pubs_are_answered_in_order_and_stored_in_order(
+    clients: Clients, nursery: trio.Nursery
+) -> None:
+    """PUBs that arrive together are appended together; each still gets its OK."""
+    addresses = await start(nursery)
+    producer = await clients.connect(addresses.tcp)
+    sent = [b"%03d" % i for i in range(50)]
+    await producer.send(*(Pub("piped", body) for body in sent[:25]), Pub("other", b"x"))
+    await producer.send(*(Pub("piped", body) for body in sent[25:]))
+    replies = await producer.read(51)
+    assert all(ok(frame) for frame in replies)
+    (partition,) = addresses.broker.topics["piped"].partitions
+    assert [record.body for record in partition.log.read(1, 100)] == sent
+    assert addresses.broker.topics["other"].partitions[0].message_count == 1

@@ -187,9 +187,25 @@ class ClientSession:
             log.info("client %d: no command for two heartbeat intervals, closing", self.client_id)
 
     async def _process(self, data: bytes) -> None:
-        """Apply every command in one read, then answer them all with one write."""
+        """Apply every command in one read, then answer them all with one write.
+
+        PUBs to one topic that arrive together become one append (one write to a
+        durable log), as an MPUB would; each still gets its own OK, in order.
+        """
         handlers = self._handlers
-        for event in self.protocol.receive_data(data):
+        events = self.protocol.receive_data(data)
+        index, count = 0, len(events)
+        while index < count:
+            event = events[index]
+            index += 1
+            if type(event) is Pub and index < count:
+                run = index
+                while run < count and type(events[run]) is Pub and events[run].topic == event.topic:  # type: ignore[union-attr]
+                    run += 1
+                if run > index:
+                    self._pub_together(event.topic, events[index - 1 : run])  # type: ignore[arg-type]
+                    index = run
+                    continue
             handler = handlers.get(type(event))
             if handler is not None:
                 handler(event)  # type: ignore[operator]
@@ -305,6 +321,13 @@ class ClientSession:
         counts = self.pub_counts
         counts[event.topic] = counts.get(event.topic, 0) + 1
         self._reply(OK_FRAME)
+
+    def _pub_together(self, topic: str, pubs: list[Pub]) -> None:
+        self.broker.publish(topic, [pub.body for pub in pubs], time.time_ns())
+        counts = self.pub_counts
+        counts[topic] = counts.get(topic, 0) + len(pubs)
+        for _ in pubs:
+            self._reply(OK_FRAME)
 
     def _mpub(self, event: Mpub) -> None:
         self.broker.publish(event.topic, event.bodies, time.time_ns())
