@@ -9,7 +9,14 @@ import trio.testing
 
 from trionsq import NsqdConfig, serve_nsqd
 from trionsq.http.stats import stats_document
-from trionsq.protocol import Dpub, Fin, Mpub, Rdy, Sub
+from trionsq.protocol import MAGIC_V2, Dpub, Fin, Mpub, Rdy, Sub
+from trionsq.protocol.client import (
+    ClientConnection,
+    Frame,
+    MessageFrame,
+    Response,
+    encode_command,
+)
 
 from .raw import bodies, next_message, publish, quiet
 
@@ -91,29 +98,59 @@ async def test_metadata_behind_the_log_is_repaired_from_it(
 
 
 async def test_a_consumer_far_behind_reads_the_backlog_from_disk(
-    clients: Clients, nursery: trio.Nursery, tmp_path: Path
+    nursery: trio.Nursery, tmp_path: Path
 ) -> None:
-    """30,000 messages, of which the log keeps the last 1,024 in memory after a restart."""
+    """1,000,000 messages published, the broker restarted (so it holds only the last
+    1,024 in memory), then one consumer reads them all, in order, from disk."""
     config = NsqdConfig.loopback(data_path=str(tmp_path), mem_queue_size=100)
-    sent = [b"%06d" % i for i in range(30_000)]
+    total, batch = 1_000_000, 1000
     async with trio.open_nursery() as first:
         addresses: BoundAddresses = await first.start(serve_nsqd, config)
-        producer = await clients.connect(addresses.tcp)
-        for start in range(0, len(sent), 500):
-            await publish(producer, Mpub("backlog", tuple(sent[start : start + 500])))
+        await publish_numbered(addresses.tcp, total, batch)
         first.cancel_scope.cancel()
-    await clients.close_all()
     again: BoundAddresses = await nursery.start(serve_nsqd, config)
     (partition,) = again.broker.topics["backlog"].partitions
     assert partition.log.read(1, 1) == []  # the oldest are on disk only
-    reader = await clients.subscribe(again.tcp, "backlog", "late", rdy=2500)
-    received: list[bytes] = []
-    with trio.fail_after(30):
-        while len(received) < len(sent):
-            message = await next_message(reader)
-            received.append(message.body)
-            await reader.send(Fin(message.id))
-    assert received == sent  # all of it, in order
+    with trio.fail_after(120):
+        assert await consume_numbered(again.tcp, total) == total
+
+
+async def publish_numbered(address: tuple[str, int], total: int, batch: int) -> None:
+    """MPUBs of ``batch`` bodies "0".."total-1", each answered before the next."""
+    stream = await trio.open_tcp_stream(*address)
+    async with stream:
+        codec = ClientConnection()
+        await stream.send_all(MAGIC_V2)
+        for start in range(0, total, batch):
+            bodies = tuple(b"%d" % i for i in range(start, start + batch))
+            await stream.send_all(encode_command(Mpub("backlog", bodies)))
+            frames: list[Frame] = []
+            while not frames:
+                frames = codec.receive_data(await stream.receive_some(4096))
+            assert isinstance(frames[0], Response)
+            assert frames[0].is_ok
+
+
+async def consume_numbered(address: tuple[str, int], total: int) -> int:
+    """Read the first channel with RDY 2500, FIN each read's messages in one write, and
+    check the bodies come in order; returns how many arrived."""
+    stream = await trio.open_tcp_stream(*address)
+    async with stream:
+        codec = ClientConnection()
+        await stream.send_all(MAGIC_V2 + encode_command(Sub("backlog", "late")) + b"RDY 2500\n")
+        expected = 0
+        while expected < total:
+            data = await stream.receive_some(65536)
+            assert data
+            fins = []
+            for frame in codec.receive_data(data):
+                if isinstance(frame, MessageFrame):
+                    assert frame.message.body == b"%d" % expected
+                    expected += 1
+                    fins.append(b"FIN " + frame.message.id + b"\n")
+            if fins:
+                await stream.send_all(b"".join(fins))
+    return expected
 
 
 async def test_a_damaged_record_is_skipped_counted_and_shown_in_stats(
