@@ -5,12 +5,18 @@ Figures it prints:
 - append throughput of batches of 200 bodies of 200 bytes (an MPUB b200), for the
   in-memory log (the reference), then ``TopicLog`` with no fsync, an fsync every
   2,500 records (nsqd's default ``--sync-every``) and an fsync after every batch;
-- how long recovery takes to reopen the log of ``--records`` records (every checksum
-  is checked);
+- how long recovery takes to reopen the log of ``--records`` records (100 MiB
+  segments: the last one is read record by record, the others only have their
+  header read);
 - cold reads of the whole log with a tiny tail cache, in ``read_cold`` chunks of
-  1 MiB, first with the files in the page cache, then after asking the kernel to drop
-  them (``posix_fadvise(DONTNEED)``, which works without root for synced files);
-- the process RSS at each step.
+  1 MiB (the first read of each sealed segment verifies it), first with the files
+  in the page cache, then after asking the kernel to drop them
+  (``posix_fadvise(DONTNEED)``, which works without root for synced files);
+- the process RSS at each step;
+- ``open()`` of a log of ``--records`` records in many small segments
+  (``--open-segment-mib``, 8 MiB by default): what a broker start costs per
+  partition; then the first cold read of a sealed segment, which verifies it, and
+  a second one.
 
 ::
 
@@ -36,11 +42,12 @@ from pathlib import Path
 from typing import Final
 
 from trionsq.queues.memory_log import MemoryLog
-from trionsq.queues.topic_log import TopicLog
+from trionsq.queues.topic_log import RecoveryReport, TopicLog
 
 BATCH: Final = 200
 BODY: Final = 200
 MAX_BYTES_PER_FILE: Final = 100 * 1024 * 1024  # nsqd's default
+OPEN_RUNS: Final = 5
 PAGE: Final = os.sysconf("SC_PAGE_SIZE")
 
 
@@ -109,10 +116,53 @@ def bench_cold(log: TopicLog) -> tuple[float, int]:
     return count / (time.perf_counter() - start), count
 
 
+def bench_open(directory: Path, batches: int, max_bytes_per_file: int) -> None:
+    """Time ``TopicLog.open`` of a log in many segments, then a first cold read."""
+
+    def open_log() -> tuple[TopicLog, RecoveryReport]:
+        return TopicLog.open(
+            directory, "open-0", max_bytes_per_file=max_bytes_per_file, cache_records=10_000
+        )
+
+    log, _ = open_log()
+    batch = bodies()
+    for number in range(batches):
+        log.append(batch, number)
+    log.close()
+    times: list[float] = []
+    for _ in range(OPEN_RUNS):
+        gc.collect()
+        start = time.perf_counter()
+        log, report = open_log()
+        times.append(time.perf_counter() - start)
+        log.close()
+    times.sort()
+    print(
+        f"open() of {report.records:,} records in {report.segments} segments of "
+        f"{max_bytes_per_file / (1 << 20):.0f} MiB ({report.verified_lazily} not scanned): "
+        f"best {times[0] * 1000:.1f} ms, median {times[len(times) // 2] * 1000:.1f} ms"
+    )
+    log, _ = open_log()
+    start = time.perf_counter()
+    records = log.read_cold(log.start_id, 1000)
+    elapsed = time.perf_counter() - start
+    print(
+        f"first read_cold of a sealed segment ({len(records)} records, verifies the "
+        f"segment): {elapsed * 1000:.1f} ms"
+    )
+    start = time.perf_counter()
+    log.read_cold(log.start_id + 5000, 1000)
+    print(f"next read_cold in that segment: {(time.perf_counter() - start) * 1000:.1f} ms")
+    log.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--directory", type=Path, help="where the logs go (default: a temp dir)")
+    parser.add_argument(
+        "--open-segment-mib", type=int, default=8, help="segment size of the open() figure"
+    )
     options = parser.parse_args()
     batches = max(options.records // BATCH, 1)
     base = options.directory or Path(tempfile.mkdtemp(prefix="topic-log-bench-"))
@@ -148,8 +198,8 @@ def main() -> None:
         )
         elapsed = time.perf_counter() - start
         print(
-            f"recovery of {report.records:,} records in {report.segments} segments: "
-            f"{elapsed:.2f} s ({report.records / elapsed:,.0f} records/s); "
+            f"recovery of {report.records:,} records in {report.segments} segments "
+            f"({report.verified_lazily} sealed, not read): {elapsed * 1000:.0f} ms; "
             f"RSS {before:.1f} -> {rss_mib():.1f} MiB"
         )
         rate, count = bench_cold(log)
@@ -160,6 +210,7 @@ def main() -> None:
         print(f"RSS after cold reads: {rss_mib():.1f} MiB, peak {peak_rss_mib():.1f} MiB")
         print(f"disk: {log.disk_bytes / (1 << 20):,.1f} MiB")
         log.close()
+        bench_open(base / "open", batches, options.open_segment_mib << 20)
     finally:
         if options.directory is None:
             shutil.rmtree(base, ignore_errors=True)

@@ -32,9 +32,15 @@ Ids may have holes: a record recovery had to skip (bad checksum) keeps its id
 unused, and :meth:`TopicLog.read` simply goes past it. :attr:`TopicLog.holes`
 counts them.
 
-Recovery (:meth:`TopicLog.open`) checks every record's checksum. What it cannot
-read it never drops silently: each loss is logged on ``trionsq.storage`` and counted
-in the :class:`RecoveryReport`.
+Recovery (:meth:`TopicLog.open`) costs the last segment plus one header per segment,
+whatever the backlog: only the last segment (the one appends go on in) is read
+record by record. A sealed segment (one a later segment follows) is checked by its
+header and its size alone; the next segment's header says exactly where it ends.
+Its records are verified, and its sparse index built, by the first read or seek
+that needs it (:meth:`TopicLog.read_cold`, in a worker thread). What recovery or a
+first read cannot read is never dropped silently: each loss is logged on
+``trionsq.storage`` and counted, in the :class:`RecoveryReport` at open, in
+:attr:`TopicLog.holes` and :attr:`TopicLog.late_missing_ids` once a read found it.
 """
 
 from __future__ import annotations
@@ -105,6 +111,7 @@ _BODY_AT: Final = FIXED_SIZE  # body of a record with no ext and no delay
 _O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
 _O_DIRECTORY: Final = getattr(os, "O_DIRECTORY", 0)
 _TIMESTAMP_FLOOR: Final = -(1 << 63)
+_NO_LIMIT: Final = 1 << 62
 _FADVISE: Final = getattr(os, "posix_fadvise", None)
 _WILLNEED: Final = getattr(os, "POSIX_FADV_WILLNEED", 0)
 
@@ -166,7 +173,8 @@ class RecoveryReport:
     segments: int
     """Segment files in use after recovery."""
     records: int
-    """Intact records found."""
+    """Records held: the intact ones of the segments read, plus every id of the
+    sealed segments not read at open (verified by their first read)."""
     next_id: int
     next_offset: int
     truncated_bytes: int
@@ -183,6 +191,10 @@ class RecoveryReport:
     """Bytes moved to ``.bad`` files."""
     empty_files_removed: int
     """Zero-length segment files (created, never written): removed, nothing lost."""
+    verified_lazily: int = 0
+    """Sealed segments whose records were not read at open: their header and size
+    were right; their first read verifies them (and counts what it finds in
+    :attr:`TopicLog.late_missing_ids`)."""
 
     @property
     def lossless(self) -> bool:
@@ -197,9 +209,26 @@ class RecoveryReport:
 
 
 @attrs.define(eq=False)
+class _Check:
+    """What a walk over a segment's records found: built whole, then published with
+    one assignment to :attr:`_Segment.check`. Only the active segment's changes
+    after that, by the appending thread: ``index`` grows, ``timestamp_max`` rises."""
+
+    index: list[tuple[int, int, int]]
+    """Sparse index, append-only: (id, position, greatest timestamp of this segment
+    before it), at most ``index_interval`` bytes apart."""
+    timestamp_max: int = _TIMESTAMP_FLOOR
+    """The greatest timestamp of the segment's records."""
+    damaged: frozenset[int] = frozenset()
+    """Positions of the damaged records found (and counted)."""
+    end: int = _NO_LIMIT
+    """Readers stop here: what follows could not be read (already counted)."""
+
+
+@attrs.define(eq=False)
 class _Segment:
-    """One segment file. Only ``end``, ``next_id``, ``closed_at`` and ``index`` change,
-    and only for the active segment (by the appending thread)."""
+    """One segment file. Only ``end``, ``next_id`` and ``closed_at`` change, and only
+    for the active segment (by the appending thread); ``check`` is set once."""
 
     seq: int
     path: str
@@ -208,18 +237,149 @@ class _Segment:
     end: int = 0
     """Bytes of the file written completely (header included); 0 before the header."""
     next_id: int = 0
-    """The id after the last record written to it."""
+    """The id after the last record written to it; for a sealed segment not verified
+    yet, the next segment's first id."""
     closed_at: float = 0.0
     """When it stopped taking writes (wall clock): retention counts from there."""
-    index: list[tuple[int, int, int]] = attrs.Factory(list)
-    """Sparse index, append-only: (id, position, greatest timestamp before it)."""
-    damaged: frozenset[int] = frozenset()
-    """Positions of the damaged records recovery found (and counted)."""
+    check: _Check | None = None
+    """None until the records were verified: at open for the last segment, at its
+    first read for a sealed one (see :meth:`TopicLog._checked`)."""
+    checking: threading.Lock = attrs.Factory(threading.Lock)
+    """Held while a thread verifies this segment, so that only one does."""
 
     @property
     def end_offset(self) -> int:
         """The virtual offset just past the last record."""
         return self.first_offset + max(self.end - HEADER_SIZE, 0)
+
+
+@attrs.define
+class _Found:
+    """What :func:`_walk_records` found in a segment."""
+
+    index: list[tuple[int, int, int]]
+    last_id: int
+    """The id of the last intact record (the first id - 1 if none)."""
+    good_end: int
+    """The position just past the last intact record."""
+    stop: int
+    """Where the walk stopped: the end, or an unreadable frame."""
+    reason: str | None = None
+    """Why the walk stopped before the end, if it did."""
+    records: int = 0
+    timestamp_max: int = _TIMESTAMP_FLOOR
+    damaged: list[int] = attrs.Factory(list)
+    """Positions of damaged records (bad checksum or fields, or an id out of order)
+    followed by an intact one."""
+    skipped: list[tuple[int, int, int]] = attrs.Factory(list)
+    """Runs of such records: (position, count, bytes)."""
+    holes: list[tuple[int, int]] = attrs.Factory(list)
+    """Ids [lo, hi) with no intact record, between two intact records."""
+
+
+def _walk_records(
+    fd: int, position: int, end: int, first_id: int, id_limit: int, interval: int
+) -> _Found:
+    """Verify every record of a segment from ``position`` to ``end``; build its index.
+
+    A record is intact if its checksum and fields are right and its id comes after
+    the last intact one and before ``id_limit``. The walk stops at an impossible size
+    field, a short read, or an intact record at or past ``id_limit`` (it belongs to
+    the next segment). This is what recovery and first reads spend their time in:
+    one inline loop, as in :meth:`TopicLog._read_segment`, whose common case (an
+    intact plain record with the next id) does as little as it can; the rest goes
+    through the slower branch below it.
+    """
+    found = _Found([], first_id - 1, position, position)
+    index = found.index
+    last_id = first_id - 1
+    # the id the common case wants: the next one (-1 after damaged records)
+    expect = first_id if first_id < id_limit else -1
+    timestamp_max = _TIMESTAMP_FLOOR
+    mark = position
+    pending: list[int] = []  # positions of damaged records since the last intact one
+    unpack = _HEAD.unpack_from
+    crc32 = _crc32
+    chunk = _SCAN_CHUNK
+    reason = None
+    while position < end and reason is None:
+        buffer = os.pread(fd, min(chunk, end - position), position)
+        length = len(buffer)
+        last = length - FIXED_SIZE
+        view = memoryview(buffer)
+        at = 0
+        mark_at = mark - position
+        while at <= last:
+            size, crc, timestamp, internal_id, _, flags, ext_version = unpack(buffer, at)
+            stop = at + 4 + size
+            if stop > length or size < _MIN_SIZE_FIELD:
+                break
+            if (
+                internal_id == expect
+                and not (flags or ext_version)
+                and crc32(view[at + _FIELDS_AT : stop]) == crc
+            ):
+                if at >= mark_at:
+                    index.append((internal_id, position + at, timestamp_max))
+                    mark_at = at + interval
+                if timestamp > timestamp_max:
+                    timestamp_max = timestamp
+                last_id = internal_id
+                expect = internal_id + 1
+                if expect >= id_limit:
+                    expect = -1
+                at = stop
+                continue
+            if (
+                crc32(view[at + _FIELDS_AT : stop]) != crc
+                or internal_id <= last_id
+                or ((flags or ext_version) and _decode(buffer, at, 0, size) is None)
+            ):
+                pending.append(position + at)
+                expect = -1
+                at = stop
+                continue
+            if internal_id >= id_limit:
+                reason = f"record {internal_id} belongs to the next segment"
+                break
+            if pending:
+                here = position + at
+                found.skipped.append((pending[0], len(pending), here - pending[0]))
+                found.damaged.extend(pending)
+                pending = []
+            if internal_id > last_id + 1:
+                found.holes.append((last_id + 1, internal_id))
+            if at >= mark_at:
+                index.append((internal_id, position + at, timestamp_max))
+                mark_at = at + interval
+            if timestamp > timestamp_max:
+                timestamp_max = timestamp
+            last_id = internal_id
+            expect = internal_id + 1 if internal_id + 1 < id_limit else -1
+            at = stop
+        view.release()
+        mark = mark_at + position
+        position += at
+        if at or reason is not None:
+            continue
+        # Not one whole record in the buffer: a large record, or a bad size field.
+        if length < _SIZE.size:
+            reason = "the file is shorter than expected"
+            break
+        size = _SIZE.unpack_from(buffer)[0]
+        if size < _MIN_SIZE_FIELD or position + 4 + size > end:
+            reason = f"impossible record size {size}"
+        elif chunk >= 4 + size:
+            reason = "the file is shorter than expected"
+        chunk = 4 + size
+    found.last_id = last_id
+    # what follows the last intact record: the damaged ones after it, if any
+    found.good_end = pending[0] if pending else position
+    found.stop = position
+    found.reason = reason
+    found.records = last_id - first_id + 1 - sum(hi - lo for lo, hi in found.holes)
+    found.timestamp_max = timestamp_max
+    return found
 
 
 @attrs.define
@@ -322,12 +482,17 @@ def _overlaps(header: tuple[int, int], segment: _Segment) -> bool:
     return header[1] < segment.next_id or header[0] < segment.end_offset
 
 
-def _locate(segments: Sequence[_Segment], internal_id: int) -> tuple[int, int]:
-    """(segment index, file position) where a scan for ``internal_id`` starts."""
-    number = max(bisect_right(segments, internal_id, key=attrgetter("first_id")) - 1, 0)
-    index = segments[number].index
-    entry = bisect_right(index, internal_id, key=_entry_id) - 1
-    return number, index[entry][1] if entry >= 0 else HEADER_SIZE
+def _segment_of(segments: Sequence[_Segment], internal_id: int) -> int:
+    """The index of the segment ``internal_id`` falls in (0 if before the first)."""
+    return max(bisect_right(segments, internal_id, key=attrgetter("first_id")) - 1, 0)
+
+
+def _open_to_read(path: str) -> int | None:
+    """A read-only descriptor on a segment, or None if it was deleted (expired)."""
+    try:
+        return os.open(path, os.O_RDONLY | _O_CLOEXEC)
+    except FileNotFoundError:
+        return None
 
 
 _RECORD_FIELDS: Final = (
@@ -502,6 +667,33 @@ class _Chunk:
     """No hole: ``records[i]`` has id ``records[0].internal_id + i``."""
 
 
+@attrs.frozen
+class _Head:
+    """A segment file whose header was read at open."""
+
+    seq: int
+    path: str
+    size: int
+    first_offset: int
+    first_id: int
+    mtime: float
+
+
+def _log_found(name: str, path: str, found: _Found) -> None:
+    """Log the damaged records and the missing ids a walk found between intact ones."""
+    for position, count, length in found.skipped:
+        storage_log.warning(
+            "TOPICLOG(%s) skipped %d damaged record(s), %d bytes at position %d of %s",
+            name,
+            count,
+            length,
+            position,
+            path,
+        )
+    for lo, hi in found.holes:
+        storage_log.warning("TOPICLOG(%s) ids %d to %d are missing in %s", name, lo, hi - 1, path)
+
+
 @attrs.define
 class _Tally:
     """Counts recovery builds up (then frozen into a RecoveryReport)."""
@@ -556,11 +748,12 @@ class TopicLog:
         self._segments: tuple[_Segment, ...] = ()
         """Replaced, never changed in place: a reader's snapshot stays valid."""
         self._active: _Segment | None = None
+        self._active_check = _Check([])
+        """The active segment's check (the appending thread keeps it up to date)."""
         self._fd: int | None = None
         self._next_seq = 0
         self._mark = 0
         """The virtual offset from which the next index entry is due."""
-        self._timestamp_max = _TIMESTAMP_FLOOR
         self._disk_bytes = 0
         self._force_roll = False
         self._closed = False
@@ -571,9 +764,15 @@ class TopicLog:
         """Leading cache entries no longer served (trimmed or discarded)."""
         self._chunks: list[_Chunk] = []
         self._holes: list[tuple[int, int]] = []
-        """Ranges [lo, hi) of ids that have no record."""
+        """Ranges [lo, hi) of ids that have no record, in order."""
         self._lock = threading.Lock()
-        """Guards what :meth:`sync` shares with the appending thread."""
+        """Guards what :meth:`sync` and the first reads of sealed segments share with
+        the appending thread."""
+        self._found_holes: list[tuple[int, int]] = []
+        """Holes found by first reads (any thread), not yet in ``_holes``."""
+        self._late_missing = 0
+        self._warned: set[tuple[int, int]] = set()
+        """(segment seq, position) of damaged records a read warned about."""
         self._pending_fds: list[int] = []
         """Descriptors of rolled segments, to fsync and close at the next sync."""
         self._directory_dirty = False
@@ -595,27 +794,43 @@ class TopicLog:
     ) -> tuple[TopicLog, RecoveryReport]:
         """Open (creating the directory if needed) and recover the log ``name``.
 
-        Rules, segment by segment in order:
+        Rules. Every segment's header is read, and files are taken in order:
 
         - a zero-length file is removed: it was created and never written;
-        - a file with a damaged header, a segment other than the last with no
-          intact record, or one that starts before the one before it, is renamed
-          ``.bad`` (logged in nsqd's words: "jump to next file and saving bad file
-          as");
-        - a record with a bad checksum followed by an intact record is skipped where
-          it is, its id becomes a hole;
-        - what follows the last intact record (a torn write, an impossible size field,
-          damaged records) is cut: in the last segment it is truncated, in an earlier
-          one it is first saved as ``<file>.bad``;
-        - a segment whose header says it starts inside the one before cuts that one
-          back to there (a failed write that could not be undone, then a roll): the
-          later segment holds what was acknowledged;
+        - a file with a damaged header, or one whose header starts before the one
+          before it, is renamed ``.bad`` (logged in nsqd's words: "jump to next file
+          and saving bad file as"); a last file too short for a header is removed
+          (a torn header);
+        - a sealed segment (one a later segment follows) is not read: it must end
+          where the next one's header starts (position ``32 + next first offset -
+          its first offset``), and holds ids [first id, next first id).
+
+          - Longer: the bytes past that point are a write that failed and could
+            not be undone, then a roll (the later segment holds what was
+            acknowledged); they are saved as ``<file>.bad`` and cut. A segment
+            left with no record is removed.
+          - Shorter (the segment after it was set aside, or it was cut before):
+            it is read record by record at open, and the ids it lacks become
+            holes. What follows its last intact record is saved as ``.bad`` and
+            cut; with no intact record it is set aside.
+          - Otherwise its records are verified by the first read or seek that
+            needs them (:meth:`_checked`): a damaged record found then is skipped,
+            logged and counted once, and its id becomes a hole, as at open. An
+            unreadable rest (an impossible size field) stays in the file unread,
+            its ids holes: a read never writes;
+
+        - the last segment is read record by record. A record with a bad checksum
+          followed by an intact record is skipped where it is, its id becomes a
+          hole; what follows the last intact record (a torn write, an impossible
+          size field, damaged records) is truncated; a segment whose header says it
+          starts inside the one before cuts that one back to there;
         - ids of missing records between segments become holes;
         - ids continue after the last intact record, offsets after its end.
 
-        The tail cache is filled with the last records. The logical start is the
-        first segment's first id: the caller moves it on with :meth:`discard_before`
-        from what its channels have confirmed.
+        The tail cache is filled with the last records of the segments read (a
+        sealed one is not read for it). The logical start is the first segment's
+        first id: the caller moves it on with :meth:`discard_before` from what its
+        channels have confirmed.
         """
         log = cls(
             directory,
@@ -645,19 +860,14 @@ class TopicLog:
                     found.append((seq, entry.path))
         found.sort()
         tally = _Tally()
-        live: list[tuple[int, str]] = []
-        for seq, path in found:
-            if os.stat(path).st_size == 0:
-                os.unlink(path)
-                tally.empty_files_removed += 1
-                self._directory_dirty = True
-                storage_log.info("TOPICLOG(%s) removed empty segment %s", self.name, path)
-            else:
-                live.append((seq, path))
+        heads = self._read_headers(found, tally)
         segments: list[_Segment] = []
-        for number, (seq, path) in enumerate(live):
+        for number, head in enumerate(heads):
             previous = segments[-1] if segments else None
-            segment = self._recover_segment(seq, path, number == len(live) - 1, previous, tally)
+            if number + 1 < len(heads):
+                segment = self._open_sealed(head, heads[number + 1], previous, tally)
+            else:
+                segment = self._recover_segment(head, is_last=True, previous=previous, tally=tally)
             if segment is None:
                 continue
             if previous is not None and previous.end <= HEADER_SIZE:
@@ -682,22 +892,27 @@ class TopicLog:
         if segments:
             first = segments[0]
             last = segments[-1]
+            check = last.check
+            assert check is not None  # noqa: S101 - the last segment is always read
             self._start_id = first.first_id
             self.next_id = last.next_id
             self.next_offset = last.end_offset
-            self._start_offset = next(
-                (
-                    segment.first_offset + segment.index[0][1] - HEADER_SIZE
-                    for segment in segments
-                    if segment.index
-                ),
-                self.next_offset,
-            )
+            self._start_offset = self.next_offset
+            for segment in segments:
+                if segment.check is None:  # its first record, if intact
+                    self._start_offset = segment.first_offset
+                    break
+                if segment.check.index:  # its first intact record
+                    self._start_offset = (
+                        segment.first_offset + segment.check.index[0][1] - HEADER_SIZE
+                    )
+                    break
             self._active = last
+            self._active_check = check
             self._fd = os.open(last.path, os.O_WRONLY | os.O_APPEND | _O_CLOEXEC)
             self._mark = (
-                last.first_offset + last.index[-1][1] - HEADER_SIZE + self.index_interval
-                if last.index
+                last.first_offset + check.index[-1][1] - HEADER_SIZE + self.index_interval
+                if check.index
                 else last.first_offset
             )
         self._cache_base = self.next_id
@@ -717,23 +932,35 @@ class TopicLog:
             bad_files=tuple(tally.bad_files),
             bad_bytes=tally.bad_bytes,
             empty_files_removed=tally.empty_files_removed,
+            verified_lazily=sum(segment.check is None for segment in segments),
         )
         if not report.lossless:
             storage_log.warning("TOPICLOG(%s) recovered with losses: %s", self.name, report)
         return report
 
-    def _recover_segment(
-        self, seq: int, path: str, is_last: bool, previous: _Segment | None, tally: _Tally
-    ) -> _Segment | None:
-        """Check one segment record by record; None if nothing usable is left of it."""
-        fd = os.open(path, os.O_RDWR | _O_CLOEXEC)
-        try:
-            status = os.fstat(fd)
-            size = status.st_size
-            header = _decode_header(os.pread(fd, HEADER_SIZE, 0))
-            if header is None and is_last and size < HEADER_SIZE:
+    def _read_headers(self, found: list[tuple[int, str]], tally: _Tally) -> list[_Head]:
+        """The segment files in order, each with its header; what has no usable header
+        is removed (empty, or a torn last header) or set aside."""
+        files: list[tuple[int, str, bytes, os.stat_result]] = []
+        for seq, path in found:
+            fd = os.open(path, os.O_RDONLY | _O_CLOEXEC)
+            try:
+                status = os.fstat(fd)
+                data = os.pread(fd, HEADER_SIZE, 0) if status.st_size else b""
+            finally:
                 os.close(fd)
-                fd = -1
+            if status.st_size:
+                files.append((seq, path, data, status))
+            else:
+                os.unlink(path)
+                tally.empty_files_removed += 1
+                self._directory_dirty = True
+                storage_log.info("TOPICLOG(%s) removed empty segment %s", self.name, path)
+        heads: list[_Head] = []
+        for number, (seq, path, data, status) in enumerate(files):
+            size = status.st_size
+            header = _decode_header(data)
+            if header is None and number == len(files) - 1 and size < HEADER_SIZE:
                 os.unlink(path)
                 self._directory_dirty = True
                 tally.truncated_bytes += size
@@ -743,74 +970,106 @@ class TopicLog:
                     path,
                     size,
                 )
-                return None
-            reason = None
+                continue
             if header is None:
-                reason = "damaged segment header"
-            elif previous is not None and _overlaps(header, previous):
-                if header[0] >= previous.first_offset and header[1] >= previous.first_id:
-                    self._cut_back(previous, header[0], header[1], path, tally)
+                self._set_aside(path, size, "damaged segment header", tally)
+                continue
+            first_offset, first_id = header
+            if heads and (first_offset < heads[-1].first_offset or first_id < heads[-1].first_id):
+                self._set_aside(path, size, f"segment overlaps {heads[-1].path}", tally)
+                continue
+            heads.append(_Head(seq, path, size, first_offset, first_id, status.st_mtime))
+        return heads
+
+    def _open_sealed(
+        self, head: _Head, following: _Head, previous: _Segment | None, tally: _Tally
+    ) -> _Segment | None:
+        """A segment another one follows: its size checked against the next header,
+        its records left for their first read. None if nothing is left of it."""
+        if previous is not None and _overlaps((head.first_offset, head.first_id), previous):
+            # the one before was read at open and holds ids of this one: as the last
+            return self._recover_segment(head, is_last=False, previous=previous, tally=tally)
+        expected = HEADER_SIZE + following.first_offset - head.first_offset
+        size = head.size
+        if size > expected:
+            fd = os.open(head.path, os.O_RDWR | _O_CLOEXEC)
+            try:
+                bad = self._save_tail(fd, head.path, expected, size)
+            finally:
+                os.close(fd)
+            tally.bad_files.append(bad)
+            tally.bad_bytes += size - expected
+            storage_log.warning(
+                "TOPICLOG(%s) %s starts at position %d of %s: cut %d bytes (a write that "
+                "failed, then a roll) from there, saved as %s",
+                self.name,
+                following.path,
+                expected,
+                head.path,
+                size - expected,
+                bad,
+            )
+            size = expected
+        if size < expected:
+            # Cut or set aside before: read it now, to know which ids it lacks.
+            return self._recover_segment(head, is_last=False, previous=previous, tally=tally)
+        if size <= HEADER_SIZE:
+            os.unlink(head.path)
+            self._directory_dirty = True
+            if head.size <= HEADER_SIZE:
+                tally.empty_files_removed += 1
+            return None
+        tally.records += following.first_id - head.first_id
+        return _Segment(
+            head.seq,
+            head.path,
+            head.first_id,
+            head.first_offset,
+            end=size,
+            next_id=following.first_id,
+            closed_at=head.mtime,
+        )
+
+    def _recover_segment(
+        self, head: _Head, *, is_last: bool, previous: _Segment | None, tally: _Tally
+    ) -> _Segment | None:
+        """Check one segment record by record; None if nothing usable is left of it."""
+        path = head.path
+        size = head.size
+        fd = os.open(path, os.O_RDWR | _O_CLOEXEC)
+        try:
+            header = (head.first_offset, head.first_id)
+            reason = None
+            if previous is not None and _overlaps(header, previous):
+                self._cut_back(previous, head.first_offset, head.first_id, path, tally)
                 if _overlaps(header, previous):
                     reason = f"segment overlaps {previous.path}"
-            if reason is not None or header is None:
+            if reason is not None:
                 os.close(fd)
                 fd = -1
-                self._set_aside(path, size, reason or "", tally)
+                self._set_aside(path, size, reason, tally)
                 return None
-            first_offset, first_id = header
-            segment = _Segment(seq, path, first_id, first_offset, closed_at=status.st_mtime)
-            walk = _Walk(HEADER_SIZE)
-            last_id = first_id - 1
-            good_end = HEADER_SIZE
-            timestamp_max = self._timestamp_max
-            mark = HEADER_SIZE
-            interval = self.index_interval
-            index = segment.index
-            damaged: list[int] = []
-            pending: list[int] = []
-            for buffer, at, position, record_size in _frames(
-                fd, HEADER_SIZE, size, _SCAN_CHUNK, walk
-            ):
-                intact = _intact(buffer, at, record_size)
-                if intact is None or intact[0] <= last_id:
-                    pending.append(position)
-                    continue
-                internal_id, timestamp = intact
-                if pending:
-                    tally.skipped_records += len(pending)
-                    tally.skipped_bytes += position - pending[0]
-                    damaged.extend(pending)
-                    storage_log.warning(
-                        "TOPICLOG(%s) skipped %d damaged record(s), %d bytes at position %d of %s",
-                        self.name,
-                        len(pending),
-                        position - pending[0],
-                        pending[0],
-                        path,
-                    )
-                    pending = []
-                if internal_id > last_id + 1:
-                    self._add_hole(last_id + 1, internal_id, tally)
-                    storage_log.warning(
-                        "TOPICLOG(%s) ids %d to %d are missing in %s",
-                        self.name,
-                        last_id + 1,
-                        internal_id - 1,
-                        path,
-                    )
-                if position >= mark:
-                    index.append((internal_id, position, timestamp_max))
-                    mark = position + interval
-                if timestamp > timestamp_max:
-                    timestamp_max = timestamp
-                last_id = internal_id
-                good_end = position + 4 + record_size
-                tally.records += 1
-            self._timestamp_max = timestamp_max
-            segment.damaged = frozenset(damaged)
-            segment.next_id = last_id + 1
+            segment = _Segment(
+                seq=head.seq,
+                path=path,
+                first_id=head.first_id,
+                first_offset=head.first_offset,
+                closed_at=head.mtime,
+            )
+            found = _walk_records(
+                fd, HEADER_SIZE, size, head.first_id, _NO_LIMIT, self.index_interval
+            )
+            _log_found(self.name, path, found)
+            for lo, hi in found.holes:
+                self._add_hole(lo, hi, tally)
+            tally.records += found.records
+            tally.skipped_records += sum(count for _, count, _ in found.skipped)
+            tally.skipped_bytes += sum(length for _, _, length in found.skipped)
+            segment.check = _Check(found.index, found.timestamp_max, frozenset(found.damaged))
+            segment.next_id = found.last_id + 1
+            good_end = found.good_end
             tail = size - good_end
-            why = walk.reason or "damaged records"
+            why = found.reason or "damaged records"
             if tail and is_last:
                 os.ftruncate(fd, good_end)
                 os.fsync(fd)
@@ -864,10 +1123,12 @@ class TopicLog:
         This is what a write that failed and could not be truncated leaves (the log
         then rolls, and the next segment starts where the failed batch did): the
         records past that point were never acknowledged, and the later segment holds
-        what was. They are saved as ``.bad`` and counted.
+        what was. They are saved as ``.bad`` and counted. Only for a segment read at
+        open (a sealed one is cut by its size, see :meth:`_open_sealed`).
         """
+        check = segment.check or _Check([])
         limit = HEADER_SIZE + first_offset - segment.first_offset
-        entries = [entry for entry in segment.index if entry[1] <= limit]
+        entries = [entry for entry in check.index if entry[1] <= limit]
         start = entries[-1][1] if entries else HEADER_SIZE
         last_id = entries[-1][0] - 1 if entries else segment.first_id - 1
         good_end = start
@@ -893,8 +1154,13 @@ class TopicLog:
         tally.bad_bytes += tail
         segment.end = good_end
         segment.next_id = last_id + 1
-        segment.index = [entry for entry in segment.index if entry[1] < good_end]
-        segment.damaged = frozenset(p for p in segment.damaged if p < good_end)
+        if segment.check is not None:
+            # the greatest timestamp stays an upper bound: enough for the seeks
+            segment.check = _Check(
+                [entry for entry in check.index if entry[1] < good_end],
+                check.timestamp_max,
+                frozenset(p for p in check.damaged if p < good_end),
+            )
         kept = [hole for hole in self._holes if hole[0] < segment.next_id]
         tally.missing_ids -= sum(hi - lo for lo, hi in self._holes[len(kept) :])
         self._holes = kept
@@ -952,12 +1218,17 @@ class TopicLog:
         tally.missing_ids += hi - lo
 
     def _load_tail(self) -> None:
-        """Fill the tail cache from disk: the last contiguous ids, up to the cache size."""
+        """Fill the tail cache from disk: the last contiguous ids, up to the cache size,
+        from the segments read at open."""
         if not self.cache_records or self.next_id <= self._start_id:
             return
         first = max(self._start_id, self.next_id - self.cache_records)
         if self._holes:
             first = max(first, self._holes[-1][1])
+        for segment in reversed(self._segments):
+            if segment.check is None:  # sealed: reading it would verify it all
+                first = max(first, segment.next_id)
+                break
         records = self.read_cold(first, self.cache_records, max_bytes=1 << 62)
         if not records or records[-1].internal_id != self.next_id - 1:
             return
@@ -990,8 +1261,17 @@ class TopicLog:
 
     @property
     def holes(self) -> int:
-        """Ids from ``start_id`` on with no record (recovery skipped them)."""
+        """Ids from ``start_id`` on with no record (recovery or a first read skipped
+        them)."""
         return self._missing(self._start_id, self.next_id)
+
+    @property
+    def late_missing_ids(self) -> int:
+        """Ids found missing after open, by the first read of a sealed segment
+        (damaged records, an unreadable part); logged, and counted in :attr:`holes`
+        as well while they are at or after ``start_id``."""
+        with self._lock:
+            return self._late_missing
 
     @property
     def bytes_held(self) -> int:
@@ -1013,7 +1293,19 @@ class TopicLog:
         return len(self._segments)
 
     def _missing(self, lo: int, hi: int) -> int:
+        self._take_found_holes()
         return sum(max(0, min(b, hi) - max(a, lo)) for a, b in self._holes)
+
+    def _take_found_holes(self) -> None:
+        """Move the holes first reads found (in any thread) to ``_holes``, which
+        belongs to the appending thread."""
+        if not self._found_holes:
+            return
+        with self._lock:
+            found = self._found_holes
+            self._found_holes = []
+        start = self._start_id
+        self._holes = sorted([*self._holes, *(hole for hole in found if hole[1] > start)])
 
     # -- writing --------------------------------------------------------------------
 
@@ -1051,12 +1343,14 @@ class TopicLog:
         else:
             data, records, offsets = _encode_plain(bodies, timestamp, first_id, offset, trace_ids)
         segment = self._active
+        check = self._active_check
         if (
             segment is None
             or self._force_roll
             or (segment.end > HEADER_SIZE and segment.end + len(data) > self.max_bytes_per_file)
         ):
             segment = self._roll()
+            check = self._active_check
         if segment.end == 0:
             data = _encode_header(segment.first_offset, segment.first_id) + data
         self._write(segment, data)
@@ -1064,27 +1358,30 @@ class TopicLog:
         segment.end += len(data)
         segment.next_id = first_id + count
         if offsets[-2] >= self._mark:
-            self._index(segment, offsets, first_id, timestamp)
+            self._index(segment, check, offsets, first_id, timestamp)
+        if timestamp > check.timestamp_max:
+            check.timestamp_max = timestamp
         self.next_id = first_id + count
         self.next_offset = offsets[-1]
-        if timestamp > self._timestamp_max:
-            self._timestamp_max = timestamp
         self._disk_bytes += len(data)
         self._cache_append(records)
         with self._lock:
             self.unsynced += count
         return records
 
-    def _index(self, segment: _Segment, offsets: list[int], first_id: int, timestamp: int) -> None:
+    def _index(
+        self, segment: _Segment, check: _Check, offsets: list[int], first_id: int, timestamp: int
+    ) -> None:
         """Add the sparse index entries due in a batch just written (``offsets``: the
         batch's record offsets, then its end)."""
         last = len(offsets) - 1
         position_base = HEADER_SIZE - segment.first_offset
         mark = self._mark
         at = bisect_left(offsets, mark, 0, last)
+        index = check.index
         while at < last:
-            before = self._timestamp_max if at == 0 else max(self._timestamp_max, timestamp)
-            segment.index.append((first_id + at, offsets[at] + position_base, before))
+            before = check.timestamp_max if at == 0 else max(check.timestamp_max, timestamp)
+            index.append((first_id + at, offsets[at] + position_base, before))
             mark = offsets[at] + self.index_interval
             at = bisect_left(offsets, mark, at + 1, last)
         self._mark = mark
@@ -1120,7 +1417,10 @@ class TopicLog:
         path = str(self.directory / segment_name(self.name, seq))
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | _O_CLOEXEC, 0o644)
         self._next_seq = seq + 1
-        segment = _Segment(seq, path, self.next_id, self.next_offset, next_id=self.next_id)
+        check = _Check([])
+        segment = _Segment(
+            seq, path, self.next_id, self.next_offset, next_id=self.next_id, check=check
+        )
         old = self._active
         with self._lock:
             if self._fd is not None:
@@ -1131,6 +1431,7 @@ class TopicLog:
             old.closed_at = self._clock()
         self._segments = (*self._segments, segment)
         self._active = segment
+        self._active_check = check
         self._mark = segment.first_offset
         self._force_roll = False
         return segment
@@ -1247,7 +1548,9 @@ class TopicLog:
 
         The chunk answers for every id from ``from_id`` to its last record (ids in
         between with no record are holes). The oldest chunk goes past ``max_chunks``.
+        Also counts the holes the read found, if it was the first of a segment.
         """
+        self._take_found_holes()
         if not records:
             return
         last = records[-1].internal_id
@@ -1332,16 +1635,27 @@ class TopicLog:
         """Up to ``max_records`` records (about ``max_bytes``) from ``from_id`` on, read
         from the segment files. Blocking, and meant for a worker thread.
 
+        The first read that needs a sealed segment verifies it first (one pass over
+        its records, see :meth:`_checked`): damaged records are skipped, logged and
+        counted once; :meth:`install_chunk` (or :attr:`holes`, ``len``,
+        :meth:`discard_before`) then counts their ids as holes.
+
         Thread-safety contract: this (and :meth:`seek_timestamp`,
         :meth:`seek_offset`, :meth:`offset_of`) may run in any number of threads
         while one other thread appends, discards and expires. It reads only:
 
         - ``_segments``, a tuple replaced (never changed) on roll and expiry, taken
           once as a snapshot;
-        - per segment, fields fixed at creation (path, first id/offset), the sparse
-          index (a list only ever appended to; a bisect sees a consistent prefix),
-          and ``end``, read once: the appender moves it only after ``os.write`` has
-          put every byte below it in the file, so nothing past it is read;
+        - per segment, fields fixed at creation (path, first id/offset), ``end``,
+          read once (the appender moves it only after ``os.write`` has put every
+          byte below it in the file, so nothing past it is read), and ``check``,
+          read once: the segment's sparse index, damaged positions and readable end.
+          The active segment's index is a list only ever appended to (a bisect sees
+          a consistent prefix). A sealed segment's check is None until a read
+          verifies it: that thread builds a complete one and publishes it with a
+          single assignment, so others see None or all of it; a per-segment lock
+          makes the others wait for it rather than verify too. The holes it finds go
+          to a list guarded by ``_lock``, which the appending thread empties;
         - ``_start_id``, one integer read.
 
         Each call opens its own descriptor per segment and closes it, so closing
@@ -1357,14 +1671,13 @@ class TopicLog:
         out: list[Record] = []
         if max_records <= 0 or not segments:
             return out
-        number, position = _locate(segments, from_id)
+        number, position = self._locate(segments, from_id)
         budget = max_bytes
         for segment in segments[number:]:
             end = segment.end
             if end > position:
-                try:
-                    fd = os.open(segment.path, os.O_RDONLY | _O_CLOEXEC)
-                except FileNotFoundError:
+                fd = _open_to_read(segment.path)
+                if fd is None:
                     # Expired meanwhile: all its ids are below the start now. Stop here
                     # so that what is returned stays one run without a gap.
                     if out:
@@ -1372,9 +1685,19 @@ class TopicLog:
                     position = HEADER_SIZE
                     continue
                 try:
-                    budget = self._read_segment(
-                        fd, segment, position, end, from_id, out, max_records, budget
-                    )
+                    check = self._checked(segment, fd)
+                    if check is not None:
+                        budget = self._read_segment(
+                            fd,
+                            segment,
+                            check,
+                            position,
+                            min(end, check.end),
+                            from_id,
+                            out,
+                            max_records,
+                            budget,
+                        )
                 finally:
                     os.close(fd)
                 if len(out) >= max_records or budget <= 0:
@@ -1386,6 +1709,7 @@ class TopicLog:
         self,
         fd: int,
         segment: _Segment,
+        check: _Check,
         position: int,
         end: int,
         from_id: int,
@@ -1437,7 +1761,7 @@ class TopicLog:
                     else:
                         record = None
                     if record is None:
-                        self._damaged_on_read(segment, position + at)
+                        self._damaged_on_read(segment, check, position + at)
                     else:
                         add(record)
                         wanted -= 1
@@ -1469,15 +1793,89 @@ class TopicLog:
             )
         return budget
 
-    def _damaged_on_read(self, segment: _Segment, position: int) -> None:
-        """A damaged record met by a read: warn unless recovery counted it already."""
-        if position not in segment.damaged:
-            storage_log.warning(
-                "TOPICLOG(%s) record at position %d of %s is damaged; skipped",
-                self.name,
-                position,
-                segment.path,
+    def _damaged_on_read(self, segment: _Segment, check: _Check, position: int) -> None:
+        """A damaged record met by a read: warn once, unless its segment's verification
+        (at open or at its first read) counted it already."""
+        if position in check.damaged:
+            return
+        key = (segment.seq, position)
+        with self._lock:
+            if key in self._warned:
+                return
+            self._warned.add(key)
+        storage_log.warning(
+            "TOPICLOG(%s) record at position %d of %s is damaged; skipped",
+            self.name,
+            position,
+            segment.path,
+        )
+
+    def _checked(self, segment: _Segment, fd: int | None = None) -> _Check | None:
+        """The segment's check; a sealed segment not read yet is verified first.
+
+        Blocking, any thread. ``fd``: a descriptor open on the segment, if the caller
+        has one. None if the file is gone (the segment expired meanwhile).
+
+        Only the thread that holds ``segment.checking`` verifies; it builds the whole
+        :class:`_Check` and assigns it to ``segment.check`` at once. Others wait for
+        the lock, then find it set (or read it without the lock if already set).
+        """
+        check = segment.check
+        if check is not None:
+            return check
+        with segment.checking:
+            check = segment.check
+            if check is None:
+                check = self._verify(segment, fd)
+                segment.check = check
+        return check
+
+    def _verify(self, segment: _Segment, fd: int | None) -> _Check | None:
+        """Read a sealed segment record by record, as recovery reads the last one, and
+        log and count what is lost. Runs once per segment (under ``checking``); cuts
+        nothing: what cannot be read stays in the file, past the check's end."""
+        own = fd is None
+        if fd is None:
+            fd = _open_to_read(segment.path)
+            if fd is None:
+                return None
+        try:
+            found = _walk_records(
+                fd, HEADER_SIZE, segment.end, segment.first_id, segment.next_id, self.index_interval
             )
+        finally:
+            if own:
+                os.close(fd)
+        _log_found(self.name, segment.path, found)
+        holes = list(found.holes)
+        if found.last_id + 1 < segment.next_id:
+            holes.append((found.last_id + 1, segment.next_id))
+        if found.good_end < segment.end:
+            storage_log.warning(
+                "TOPICLOG(%s) %s is unreadable from position %d (%s): %s",
+                self.name,
+                segment.path,
+                found.good_end,
+                found.reason or "damaged records",
+                f"ids {found.last_id + 1} to {segment.next_id - 1} are missing"
+                if found.last_id + 1 < segment.next_id
+                else "no id is missing",
+            )
+        if holes:
+            with self._lock:
+                self._found_holes.extend(holes)
+                self._late_missing += sum(hi - lo for lo, hi in holes)
+        return _Check(found.index, found.timestamp_max, frozenset(found.damaged), found.good_end)
+
+    def _locate(self, segments: Sequence[_Segment], internal_id: int) -> tuple[int, int]:
+        """(segment index, file position) where a scan for ``internal_id`` starts."""
+        number = _segment_of(segments, internal_id)
+        check = self._checked(segments[number])
+        if check is None:
+            return number, HEADER_SIZE
+        index = check.index
+        entry = bisect_right(index, internal_id, key=_entry_id) - 1
+        return number, index[entry][1] if entry >= 0 else HEADER_SIZE
 
     def _scan(
         self,
@@ -1493,16 +1891,17 @@ class TopicLog:
         for segment in segments[number:]:
             end = segment.end
             if end > position:
-                try:
-                    fd = os.open(segment.path, os.O_RDONLY | _O_CLOEXEC)
-                except FileNotFoundError:
+                fd = _open_to_read(segment.path)
+                if fd is None:
                     position = HEADER_SIZE
                     continue
                 try:
+                    check = self._checked(segment, fd)
                     walk = _Walk(position)
                     base = segment.first_offset - HEADER_SIZE
+                    stop = min(end, check.end) if check is not None else position
                     for buffer, at, file_position, size in _frames(
-                        fd, position, end, _SCAN_CHUNK, walk
+                        fd, position, stop, _SCAN_CHUNK, walk
                     ):
                         record = _decode(buffer, at, base + file_position, size)
                         if record is None or record.internal_id < start_id:
@@ -1523,7 +1922,7 @@ class TopicLog:
         internal_id = max(internal_id, self._start_id)
         if not segments:
             return next_offset
-        number, position = _locate(segments, internal_id)
+        number, position = self._locate(segments, internal_id)
         found, _ = self._scan(
             segments, number, position, lambda record: record.internal_id >= internal_id
         )
@@ -1539,13 +1938,18 @@ class TopicLog:
         if not segments:
             return next_id
         number = max(bisect_right(segments, offset, key=attrgetter("first_offset")) - 1, 0)
-        segment = segments[number]
-        target = offset - segment.first_offset + HEADER_SIZE
-        entry = bisect_right(segment.index, target, key=_entry_position) - 1
-        position = segment.index[entry][1] if entry >= 0 else HEADER_SIZE
-        id_number, id_position = _locate(segments, self._start_id)
-        if (id_number, id_position) > (number, position):
-            number, position = id_number, id_position
+        start_number = _segment_of(segments, self._start_id)
+        if start_number > number:
+            number, position = self._locate(segments, self._start_id)
+        else:
+            segment = segments[number]
+            check = self._checked(segment)
+            index = check.index if check is not None else []
+            target = offset - segment.first_offset + HEADER_SIZE
+            entry = bisect_right(index, target, key=_entry_position) - 1
+            position = index[entry][1] if entry >= 0 else HEADER_SIZE
+            if start_number == number:
+                position = max(position, self._locate(segments, self._start_id)[1])
         found, after = self._scan(
             segments, number, position, lambda record: record.offset >= offset
         )
@@ -1555,24 +1959,35 @@ class TopicLog:
         """The first id whose record has a timestamp at or after ``timestamp``
         (``next_id`` if none). Same thread-safety contract as :meth:`read_cold`.
 
-        Each index entry carries the greatest timestamp before it, so the bisect is
-        right even if the clock went back: the scan starts at the last entry before
-        which nothing is that late.
+        Segments are taken in order from the start, and one is read only if its
+        greatest timestamp reaches ``timestamp``, so the answer is right even if the
+        clock went back. That needs the greatest timestamp of each segment before
+        the answer: a sealed segment not read yet is verified for it (once).
+        In the segment, each index entry carries the greatest timestamp before it,
+        and the scan starts at the last entry before which nothing is that late.
         """
         next_id = self.next_id
-        segments = [segment for segment in self._segments if segment.index]
+        segments = self._segments
         if not segments:
             return next_id
-        number = max(
-            bisect_left(segments, timestamp, key=lambda segment: segment.index[0][2]) - 1, 0
-        )
-        index = segments[number].index
-        entry = max(bisect_left(index, timestamp, key=_entry_timestamp) - 1, 0)
-        position = index[entry][1]
-        id_number, id_position = _locate(segments, self._start_id)
-        if (id_number, id_position) > (number, position):
-            number, position = id_number, id_position
-        found, after = self._scan(
-            segments, number, position, lambda record: record.timestamp >= timestamp
-        )
-        return max(next_id, after) if found is None else found.internal_id
+        start_number, start_position = self._locate(segments, self._start_id)
+        after = 0
+        for number in range(start_number, len(segments)):
+            check = self._checked(segments[number])
+            if check is None or check.timestamp_max < timestamp:
+                continue
+            index = check.index
+            entry = bisect_left(index, timestamp, key=_entry_timestamp) - 1
+            position = index[entry][1] if entry >= 0 else HEADER_SIZE
+            if number == start_number:
+                position = max(position, start_position)
+            found, seen = self._scan(
+                segments[number : number + 1],
+                0,
+                position,
+                lambda record: record.timestamp >= timestamp,
+            )
+            if found is not None:
+                return found.internal_id
+            after = max(after, seen)
+        return max(next_id, after)

@@ -7,6 +7,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -300,7 +301,12 @@ test_parity_with_memory_log = ParityMachine.TestCase
 def test_reads_around_damaged_records(
     batches: list[int], damage: set[int], cache_records: int, chunk: int, data: st.DataObject
 ) -> None:
-    """Damage records anywhere but the very last one: every read skips exactly them."""
+    """Damage records anywhere but the very last one: every read skips exactly them.
+
+    Damage in the last segment is found at open, in a sealed one by the first read
+    that needs it (``verify_first``: all read once before the checks; otherwise the
+    checks themselves are the first reads). Either way each id is counted once.
+    """
     directory = Path(tempfile.mkdtemp(prefix="topic-log-holes-"))
     try:
         log, _ = open_log(directory, max_bytes_per_file=500, cache_records=cache_records)
@@ -326,8 +332,15 @@ def test_reads_around_damaged_records(
         log, report = open_log(directory, max_bytes_per_file=500, cache_records=cache_records)
         expected = [r for r in written if r.internal_id not in damaged]
         assert log.next_id == next_id
-        assert report.missing_ids == log.holes == len(damaged)
-        assert report.records == len(expected) == len(log)
+        last_first = max(starts)
+        assert report.missing_ids == log.holes == sum(i >= last_first for i in damaged)
+        assert report.records == len(log)
+        assert report.verified_lazily == len(starts) - 1
+        verify_first = data.draw(st.booleans())
+        if verify_first:
+            assert log.read_cold(1, 10**6, max_bytes=1 << 30) == expected
+            assert log.holes == report.missing_ids + log.late_missing_ids == len(damaged)
+            assert len(log) == len(expected)
 
         def read_all(from_id: int, limit: int) -> list[Record]:
             out: list[Record] = []
@@ -360,8 +373,16 @@ def test_reads_around_damaged_records(
                 assert log.seek_offset(record.offset) == (after.internal_id if after else next_id)
             target = data.draw(st.integers(log.start_id, next_id))
             released = sum(1 for r in expected if log.start_id <= r.internal_id < target)
-            assert log.discard_before(target) == released
-            assert len(log) == sum(1 for r in expected if r.internal_id >= log.start_id)
+            if verify_first:
+                assert log.discard_before(target) == released
+                assert len(log) == sum(1 for r in expected if r.internal_id >= log.start_id)
+            else:  # a segment not read yet still counts its damaged records
+                assert log.discard_before(target) >= released
+        # every segment still held read once now: each damaged id held counts once
+        log.read_cold(log.start_id, 10**6, max_bytes=1 << 30)
+        assert log.holes == sum(i >= log.start_id for i in damaged)
+        assert len(log) == sum(1 for r in expected if r.internal_id >= log.start_id)
+        assert report.missing_ids + log.late_missing_ids <= len(damaged)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 
@@ -432,49 +453,178 @@ def test_a_cut_at_a_record_boundary_loses_nothing(tmp_path: Path) -> None:
     assert log.next_id == 11
 
 
+def ids_in(path: Path) -> list[int]:
+    """The ids of the records of one segment file (read whole, no recovery)."""
+    return [record.internal_id for record in decode_records(path.read_bytes()[HEADER_SIZE:], 0)[0]]
+
+
+@pytest.mark.parametrize("where", ["sealed", "last"])
 def test_a_flipped_byte_in_a_middle_record_is_skipped_and_counted(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, where: str
 ) -> None:
+    """In the last segment open finds it; in a sealed one, the first read does. Either
+    way it is logged and counted once, and its neighbours are intact."""
     log, _ = open_log(tmp_path, max_bytes_per_file=2500, cache_records=2)
     fill(log, 8)
-    damaged = log.read_cold(12, 1)[0]
     log.close()
     files = segment_files(tmp_path)
     assert len(files) > 2
-    data = bytearray(files[0].read_bytes())
-    position = HEADER_SIZE + damaged.offset + 20  # in the fields: the checksum fails
+    path = files[0] if where == "sealed" else files[-1]
+    ids = ids_in(path)
+    victim = ids[len(ids) // 2]
+    log, _ = open_log(tmp_path, max_bytes_per_file=2500, cache_records=2)
+    damaged = log.read_cold(victim, 1)[0]
+    first = log.read_cold(ids[0], 1)[0]
+    log.close()
+    data = bytearray(path.read_bytes())
+    position = HEADER_SIZE + damaged.offset - first.offset + 20  # in the fields: bad checksum
     data[position] ^= 0x40
-    files[0].write_bytes(bytes(data))
+    path.write_bytes(bytes(data))
     caplog.set_level(logging.WARNING, "trionsq.storage")
     log, report = open_log(tmp_path, max_bytes_per_file=2500, cache_records=2)
-    assert (report.skipped_records, report.skipped_bytes) == (1, damaged.raw_size)
-    assert report.missing_ids == 1
+    assert report.verified_lazily == len(files) - 1
     assert report.truncated_bytes == report.bad_bytes == 0
-    assert not report.lossless
-    assert "skipped 1 damaged record" in caplog.text
-    assert log.holes == 1
-    assert len(log) == 79
+    if where == "sealed":
+        assert report.lossless  # not read at open
+        assert "damaged" not in caplog.text
+        assert (log.holes, len(log)) == (0, 80)
+    else:
+        assert (report.skipped_records, report.skipped_bytes) == (1, damaged.raw_size)
+        assert report.missing_ids == 1
+        assert not report.lossless
+        assert (log.holes, len(log)) == (1, 79)
     records = read_everything(log)
-    assert [r.internal_id for r in records] == [i for i in range(1, 81) if i != 12]
+    assert [r.internal_id for r in records] == [i for i in range(1, 81) if i != victim]
     assert all(r.body == body_for(r.internal_id) for r in records)
-    assert get_anywhere(log, 11) is not None
-    assert get_anywhere(log, 12) is None
-    assert log.read_cold(12, 1)[0].internal_id == 13
+    assert caplog.text.count("skipped 1 damaged record") == 1
+    assert log.late_missing_ids == (1 if where == "sealed" else 0)
+    assert (log.holes, len(log)) == (1, 79)
+    assert get_anywhere(log, victim - 1) == log.read_cold(victim - 1, 1)[0]
+    assert get_anywhere(log, victim) is None
+    assert log.read_cold(victim, 1)[0].internal_id == victim + 1
     # a chunk read from a hole answers for the hole too
-    log.install_chunk(12, log.read_cold(12, 3))
-    assert not log.is_cold(12)
-    assert [r.internal_id for r in log.read(12, 2)] == [13, 14]
-    assert log.get(12) is None
-    assert log.get(15) == log.read_cold(15, 1)[0]
-    # the hole leaves with what is discarded
-    assert log.discard_before(20) == 18
-    assert log.holes == 0
-    # reading the damaged record later does not warn again: recovery counted it
+    log.install_chunk(victim, log.read_cold(victim, 3))
+    assert not log.is_cold(victim)
+    assert [r.internal_id for r in log.read(victim, 2)] == [victim + 1, victim + 2]
+    assert log.get(victim) is None
+    assert log.get(victim + 3) == log.read_cold(victim + 3, 1)[0]
+    # reading it again neither warns nor counts again
     caplog.clear()
+    assert read_everything(log) == records
+    assert "damaged" not in caplog.text
+    assert log.late_missing_ids == (1 if where == "sealed" else 0)
+    assert log.holes == 1
+    # reopened, it is found again (at open or by the first read), once
     log.close()
     log, _ = open_log(tmp_path, max_bytes_per_file=2500, cache_records=2)
-    assert log.read_cold(1, 100, max_bytes=1 << 20)[11].internal_id == 13
+    near = log.read_cold(victim - 1, 3, max_bytes=1 << 20)
+    assert [r.internal_id for r in near] == [victim - 1, victim + 1, victim + 2]
+    assert caplog.text.count("skipped 1 damaged record") == 1
     assert "damaged; skipped" not in caplog.text
+    # the hole leaves with what is discarded
+    assert log.discard_before(victim + 3) == victim + 1
+    assert log.holes == 0
+
+
+def test_open_reads_only_the_last_segment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log, _ = open_log(tmp_path, max_bytes_per_file=1000, cache_records=5)
+    fill(log, 12)
+    written = log.read_cold(1, 1000)
+    log.close()
+    files = segment_files(tmp_path)
+    firsts = [ids_in(path)[0] for path in files]
+    walked: list[int] = []
+    real_walk = topic_log_module._walk_records
+
+    def walk(fd: int, position: int, end: int, first_id: int, *rest: int) -> object:
+        walked.append(first_id)
+        return real_walk(fd, position, end, first_id, *rest)
+
+    monkeypatch.setattr(topic_log_module, "_walk_records", walk)
+    log, report = open_log(tmp_path, max_bytes_per_file=1000, cache_records=5)
+    assert walked == [firsts[-1]]
+    assert report.lossless
+    assert report.segments == len(files)
+    assert report.verified_lazily == len(files) - 1
+    assert report.records == len(log) == 120
+    assert (log.start_id, log.start_offset, log.next_id) == (1, 0, 121)
+    assert log.read(116, 10) == written[115:]  # the tail cache, from the last segment
+    # a read verifies the segments it needs, each once
+    assert log.read_cold(firsts[1] + 1, 2) == written[firsts[1] : firsts[1] + 2]
+    assert walked == [firsts[-1], firsts[1]]
+    assert log.read_cold(firsts[1], 2) == written[firsts[1] - 1 : firsts[1] + 1]
+    assert walked == [firsts[-1], firsts[1]]
+    # as do the seeks
+    third = written[firsts[3] + 1]
+    assert log.seek_offset(third.offset) == third.internal_id
+    assert walked == [firsts[-1], firsts[1], firsts[3]]
+    assert log.offset_of(third.internal_id) == third.offset
+    assert log.seek_timestamp(1000 + 3) == firsts[3]  # fill's timestamps rise by batch
+    assert walked == [firsts[-1], firsts[1], firsts[3], firsts[0], firsts[2]]
+    assert read_everything(log) == written
+    assert sorted(walked) == sorted(firsts)
+    assert log.late_missing_ids == log.holes == 0
+
+
+@pytest.mark.parametrize("cut", ["at a record boundary", "inside a record"])
+def test_a_sealed_segment_shorter_than_the_next_header_says_loses_ids(
+    tmp_path: Path, cut: str
+) -> None:
+    log, _ = open_log(tmp_path, max_bytes_per_file=1000)
+    fill(log, 10)
+    written = log.read_cold(1, 1000)
+    log.close()
+    files = segment_files(tmp_path)
+    ids = ids_in(files[1])
+    last = written[ids[-1] - 1]
+    size = files[1].stat().st_size
+    keep = size - last.raw_size if cut == "at a record boundary" else size - 10
+    with files[1].open("r+b") as file:
+        file.truncate(keep)
+    log, report = open_log(tmp_path, max_bytes_per_file=1000)
+    assert report.missing_ids == 1  # the last record of that segment
+    assert log.holes == 1
+    assert report.verified_lazily == len(files) - 2  # that one is read at open
+    if cut == "inside a record":
+        bad = Path(str(files[1]) + ".bad")
+        assert report.bad_files == (str(bad),)
+        assert report.bad_bytes == last.raw_size - 10 == bad.stat().st_size
+    else:
+        assert report.bad_files == ()
+    assert files[1].stat().st_size == size - last.raw_size
+    assert read_everything(log) == [r for r in written if r.internal_id != last.internal_id]
+    assert log.late_missing_ids == 0
+
+
+def test_a_sealed_segment_longer_than_the_next_header_says_is_cut_back(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A write that failed and could not be undone, then a roll: the next header
+    starts where the failed write did, and what lies past that is set aside."""
+    log, _ = open_log(tmp_path, max_bytes_per_file=1000)
+    fill(log, 10)
+    written = log.read_cold(1, 1000)
+    log.close()
+    files = segment_files(tmp_path)
+    original = files[2].read_bytes()
+    torn = encode_record(written[0])[:25]  # part of a batch that was never acknowledged
+    files[2].write_bytes(original + torn)
+    caplog.set_level(logging.WARNING, "trionsq.storage")
+    log, report = open_log(tmp_path, max_bytes_per_file=1000)
+    bad = Path(str(files[2]) + ".bad")
+    assert report.bad_files == (str(bad),)
+    assert report.bad_bytes == len(torn)
+    assert bad.read_bytes() == torn
+    assert files[2].read_bytes() == original
+    assert (report.missing_ids, report.skipped_records, report.truncated_bytes) == (0, 0, 0)
+    assert report.verified_lazily == len(files) - 1
+    assert report.records == 100
+    assert "a write that failed, then a roll" in caplog.text
+    assert read_everything(log) == written
+    assert log.holes == log.late_missing_ids == 0
+    log.close()
+    log, report = open_log(tmp_path, max_bytes_per_file=1000)
+    assert report.lossless
 
 
 def test_several_damaged_records_in_a_row(tmp_path: Path) -> None:
@@ -508,7 +658,7 @@ def test_damaged_records_at_the_end_are_a_torn_tail(tmp_path: Path) -> None:
     assert log.next_id == 20
 
 
-def test_an_impossible_size_in_an_earlier_segment_saves_the_rest_as_bad(
+def test_an_impossible_size_in_a_sealed_segment_loses_the_rest_of_it_at_first_read(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     log, _ = open_log(tmp_path, max_bytes_per_file=1500)
@@ -516,22 +666,25 @@ def test_an_impossible_size_in_an_earlier_segment_saves_the_rest_as_bad(
     victim = log.read_cold(5, 1)[0]
     log.close()
     first = segment_files(tmp_path)[0]
-    original = first.read_bytes()
-    data = bytearray(original)
+    lost = range(5, ids_in(first)[-1] + 1)
+    data = bytearray(first.read_bytes())
     data[HEADER_SIZE + victim.offset : HEADER_SIZE + victim.offset + 4] = b"\xff\xff\xff\xff"
     first.write_bytes(bytes(data))
     caplog.set_level(logging.WARNING, "trionsq.storage")
     log, report = open_log(tmp_path, max_bytes_per_file=1500)
-    bad = Path(str(first) + ".bad")
-    assert report.bad_files == (str(bad),)
-    assert report.bad_bytes == len(original) - HEADER_SIZE - victim.offset == bad.stat().st_size
-    assert first.stat().st_size == HEADER_SIZE + victim.offset
-    lost = range(5, log.read_cold(5, 1)[0].internal_id)
-    assert report.missing_ids == len(lost) > 0
-    assert "saved the other" in caplog.text
+    assert report.lossless
+    assert len(log) == 60
     ids = [r.internal_id for r in read_everything(log)]
     assert ids == [i for i in range(1, 61) if i not in lost]
-    assert log.holes == len(lost)
+    assert log.holes == log.late_missing_ids == len(lost) > 1
+    assert len(log) == 60 - len(lost)
+    assert caplog.text.count("is unreadable from position") == 1
+    assert f"ids 5 to {lost[-1]} are missing" in caplog.text
+    # a read never writes: the file is as it was, nothing set aside
+    assert first.read_bytes() == bytes(data)
+    assert not Path(str(first) + ".bad").exists()
+    assert log.seek_offset(victim.offset) == lost[-1] + 1
+    assert log.offset_of(5) == log.read_cold(5, 1)[0].offset
 
 
 def test_a_zero_length_segment_is_removed_without_loss(tmp_path: Path) -> None:
@@ -681,9 +834,17 @@ def test_installed_chunks_are_bounded(tmp_path: Path) -> None:
     assert log.read(80, 100) == log.read_cold(80, 5)
 
 
-def test_read_cold_in_a_thread_while_appending_rolling_and_expiring(tmp_path: Path) -> None:
+@pytest.mark.parametrize("reopened", [False, True])
+def test_read_cold_in_a_thread_while_appending_rolling_and_expiring(
+    tmp_path: Path, reopened: bool
+) -> None:
+    """``reopened``: the readers also verify sealed segments (or find them expired)."""
     log, _ = open_log(tmp_path, max_bytes_per_file=3000, cache_records=10)
-    fill(log, 5)
+    fill(log, 30 if reopened else 5)
+    if reopened:
+        log.close()
+        log, report = open_log(tmp_path, max_bytes_per_file=3000, cache_records=10)
+        assert report.verified_lazily > 5
     stop = threading.Event()
     errors: list[BaseException] = []
     seen = [0]
@@ -722,6 +883,58 @@ def test_read_cold_in_a_thread_while_appending_rolling_and_expiring(tmp_path: Pa
     assert log.segment_count < 20
 
 
+def test_threads_first_reading_a_sealed_segment_verify_it_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    log, _ = open_log(tmp_path, max_bytes_per_file=1000)
+    fill(log, 6)
+    written = log.read_cold(1, 1000)
+    log.close()
+    files = segment_files(tmp_path)
+    sealed_firsts = [ids_in(path)[0] for path in files[:-1]]
+    victim = written[4]  # in the first segment
+    data = bytearray(files[0].read_bytes())
+    data[HEADER_SIZE + victim.offset + 4] ^= 0xFF
+    files[0].write_bytes(bytes(data))
+    walked: list[int] = []
+    real_walk = topic_log_module._walk_records
+
+    def slow_walk(fd: int, position: int, end: int, first_id: int, *rest: int) -> object:
+        walked.append(first_id)
+        time.sleep(0.02)  # the other threads arrive meanwhile
+        return real_walk(fd, position, end, first_id, *rest)
+
+    monkeypatch.setattr(topic_log_module, "_walk_records", slow_walk)
+    caplog.set_level(logging.WARNING, "trionsq.storage")
+    log, _ = open_log(tmp_path, max_bytes_per_file=1000)
+    walked.clear()
+    barrier = threading.Barrier(4)
+    results: list[list[Record]] = []
+    errors: list[BaseException] = []
+
+    def reader() -> None:
+        try:
+            barrier.wait()
+            results.append(log.read_cold(1, 1000))
+        except BaseException as exc:  # reported to the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=reader) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    expected = [r for r in written if r.internal_id != victim.internal_id]
+    assert results == [expected] * 4
+    assert walked == sealed_firsts  # each sealed segment, once
+    assert caplog.text.count("skipped 1 damaged record") == 1
+    assert log.late_missing_ids == 1
+    log.install_chunk(1, results[0])
+    assert log.holes == 1
+    assert len(log) == 59
+
+
 async def test_read_cold_through_trio_to_thread(tmp_path: Path) -> None:
     log, _ = open_log(tmp_path, cache_records=2)
     fill(log, 10)
@@ -729,7 +942,10 @@ async def test_read_cold_through_trio_to_thread(tmp_path: Path) -> None:
     assert [r.internal_id for r in records] == list(range(1, 101))
 
 
-def test_seek_timestamp_offset_and_offset_of(tmp_path: Path) -> None:
+@pytest.mark.parametrize("reopened", [False, True])
+def test_seek_timestamp_offset_and_offset_of(tmp_path: Path, reopened: bool) -> None:
+    """``reopened``: every seek runs on a log just opened, so the sealed segments it
+    needs build their index then."""
     log, _ = open_log(tmp_path, max_bytes_per_file=2500, index_interval=128)
     # timestamps rise, with one batch from a clock that went back
     stamps = [100, 110, 120, 105, 130, 140, 150, 150, 160, 170, 180, 190]
@@ -737,13 +953,27 @@ def test_seek_timestamp_offset_and_offset_of(tmp_path: Path) -> None:
         first = log.next_id
         log.append([body_for(first + i) for i in range(15)], stamp)
     records = log.read_cold(1, 10**6, max_bytes=1 << 30)
+
+    def fresh() -> TopicLog:
+        if not reopened:
+            return log
+        log.close()
+        opened, report = open_log(tmp_path, max_bytes_per_file=2500, index_interval=128)
+        assert report.verified_lazily == report.segments - 1 > 2
+        return opened
+
     for target in (0, 100, 101, 105, 106, 115, 120, 121, 150, 151, 190, 191, 10**9):
         expected = next((r.internal_id for r in records if r.timestamp >= target), log.next_id)
+        log = fresh()
         assert log.seek_timestamp(target) == expected, target
     for record in records[::7]:
+        log = fresh()
         assert log.seek_offset(record.offset) == record.internal_id
+        log = fresh()
         assert log.seek_offset(record.offset + 1) == record.internal_id + 1
+        log = fresh()
         assert log.offset_of(record.internal_id) == record.offset
+    log = fresh()
     assert log.seek_offset(0) == 1
     assert log.seek_offset(log.next_offset) == log.next_id
     assert log.offset_of(log.next_id) == log.next_offset
