@@ -13,7 +13,6 @@ line), 0 after ``-version``, ``-h`` or a clean SIGINT/SIGTERM shutdown.
 from __future__ import annotations
 
 import logging
-import platform
 import signal
 import sys
 import tomllib
@@ -21,7 +20,7 @@ from typing import TYPE_CHECKING, Final
 
 import attrs
 
-from . import __version__, goflags
+from . import goflags
 from .config import (
     EXPERIMENTS,
     LOG_LEVELS,
@@ -32,6 +31,7 @@ from .config import (
 )
 from .goflags import FlagSpec, Kind
 from .logs import configure_logging
+from .version import version_string
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -53,12 +53,6 @@ log = logging.getLogger("trionsq")
 
 _D: Final = NsqdConfig()
 """The defaults every flag shows and falls back to."""
-
-
-def version_string(program: str) -> str:
-    """nsqd's ``-version`` shape, ``nsqd v1.3.0 (built w/go1.21.5)``, with Python as
-    the toolchain, so scripts that cut the version out of it keep working."""
-    return f"{program} v{__version__} (built w/python{platform.python_version()})"
 
 
 def _log_level(text: str) -> str:

@@ -24,6 +24,7 @@ import trio
 
 from ..persist import ensure_directory, remove_stale_temps, write_atomic
 from ..protocol.names import is_ephemeral
+from ..queues.cursor import ChannelCursor
 from ..queues.cursor_state import (
     ChannelState,
     ChannelStateError,
@@ -296,7 +297,6 @@ class Storage:
 
 def channel_state(channel: Channel, now: float, wall: int) -> ChannelState:
     """What a durable channel persists, read on the broker's thread."""
-    from ..queues.cursor import ChannelCursor
 
     cursor = channel.cursor
     if not isinstance(cursor, ChannelCursor):

@@ -20,6 +20,7 @@ import orjson
 from .. import __version__
 from ..config import TlsRequired
 from ..protocol.names import is_valid_name
+from ..version import version_string
 from .messages import Request, Response, parse_bool
 
 if TYPE_CHECKING:
@@ -83,11 +84,6 @@ class HttpError(Exception):
         super().__init__(message)
         self.status = status
         self.message = message
-
-
-def version_line() -> str:
-    """``nsqd v<version> (built w/python<version>)``, nsqd's shape."""
-    return f"nsqd v{__version__} (built w/python{platform.python_version()})"
 
 
 @attrs.define
@@ -237,7 +233,7 @@ class NsqdHttpApi:
             "include_mem": True if include_mem is None else include_mem,
         }
         if request.arg("format") != "json":
-            text = stats_text(self.broker, version_line=version_line(), **options)  # type: ignore[arg-type]
+            text = stats_text(self.broker, version_line=version_string("nsqd"), **options)  # type: ignore[arg-type]
             return Response.legacy_ok(text) if request.legacy else Response.text(text)
         document = stats_document(self.broker, version=__version__, **options)  # type: ignore[arg-type]
         return Response.legacy_ok(document) if request.legacy else Response.json(document)
