@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Final, Protocol, TypeVar
 
 import attrs
 
-from trionsq.protocol import MAGIC_V2, IdentifyRequest, Mpub, Nop, Pub, Rdy, Sub
+from trionsq.protocol import MAGIC_V2, IdentifyRequest, Mpub, MpubExt, Nop, Pub, Rdy, Sub
 from trionsq.protocol.client import (
     ClientConnection,
     ErrorReply,
@@ -48,6 +48,7 @@ from trionsq.protocol.client import (
     encode_command,
     encode_identify,
 )
+from trionsq.protocol.commands import ExtMessage
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -113,6 +114,11 @@ class WorkerConfig:
     start_timeout: float
     max_samples: int
     spin_us: int
+    tags: int = 0
+    """mpub: publish with MPUB_EXT, tagging bodies tag0..tag<N-1> and one in N+1
+    untagged, in turn (an ext topic's tag dispatch)."""
+    desired_tag: str | None = None
+    """consume: IDENTIFY with extend_support and this desired_tag ("" = untagged)."""
 
 
 @attrs.define
@@ -436,6 +442,7 @@ def connect(cfg: WorkerConfig, client_id: str) -> socket.socket:
     sock = socket.create_connection((cfg.host, cfg.port), timeout=cfg.connect_timeout)
     try:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        youzan = cfg.desired_tag is not None
         request = IdentifyRequest(
             client_id=client_id,
             hostname=socket.gethostname(),
@@ -443,6 +450,9 @@ def connect(cfg: WorkerConfig, client_id: str) -> socket.socket:
             heartbeat_interval=cfg.heartbeat_ms,
             output_buffer_size=cfg.output_buffer_size,
             output_buffer_timeout=cfg.output_buffer_timeout,
+            feature_negotiation=youzan,
+            extend_support=youzan,
+            desired_tag=cfg.desired_tag or "",
         )
         sock.sendall(MAGIC_V2 + encode_identify(request))
         expect_response(sock, ClientConnection())
@@ -450,6 +460,12 @@ def connect(cfg: WorkerConfig, client_id: str) -> socket.socket:
         sock.close()
         raise
     return sock
+
+
+def tagged(body: bytes, count: int, tags: int) -> tuple[ExtMessage, ...]:
+    """``count`` bodies whose JSON headers cycle through tag0..tag<tags-1> and none."""
+    headers = [b'{"##client_dispatch_tag":"tag%d"}' % i for i in range(tags)] + [b"{}"]
+    return tuple(ExtMessage(headers[i % len(headers)], body) for i in range(count))
 
 
 def go_blocking(sock: socket.socket) -> None:
@@ -486,6 +502,9 @@ class Publisher:
         if cfg.mode == "pub":
             self.command = encode_command(Pub(cfg.topic, body))
             self.per_command = 1
+        elif cfg.tags:
+            self.command = encode_command(MpubExt(cfg.topic, tagged(body, cfg.batch, cfg.tags)))
+            self.per_command = cfg.batch
         else:
             self.command = encode_command(Mpub(cfg.topic, (body,) * cfg.batch))
             self.per_command = cfg.batch
@@ -788,6 +807,10 @@ def build_configs(args: argparse.Namespace) -> list[WorkerConfig]:
         counts = [shares[i % channels][i // channels] for i in range(processes)]
     else:
         counts = split(args.count, processes)
+    desired: str | None = getattr(args, "desired_tags", None)
+    desired_tags = desired.split(",") if desired is not None else []
+    if desired_tags and len(desired_tags) != processes:
+        raise SystemExit("--desired-tags needs one entry per process (-p)")
     configs = []
     for i in range(processes):
         channel: str = getattr(args, "channel", "loadgen")
@@ -816,6 +839,8 @@ def build_configs(args: argparse.Namespace) -> list[WorkerConfig]:
                 start_timeout=args.start_timeout,
                 max_samples=args.max_samples,
                 spin_us=args.spin_us,
+                tags=getattr(args, "tags", 0),
+                desired_tag=desired_tags[i] if desired_tags else None,
             )
         )
     return configs
@@ -1218,6 +1243,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="MPUBs outstanding per connection (default %(default)s)",
     )
+    mpub.add_argument(
+        "--tags",
+        type=int,
+        default=0,
+        metavar="N",
+        help="MPUB_EXT with ##client_dispatch_tag tag0..tagN-1 and untagged bodies in turn "
+        "(the topic must be an ext topic; default 0: plain MPUB)",
+    )
 
     consume = modes.add_parser(
         "consume", parents=[common], help="SUB, RDY, FIN every message; msgs/s and MB/s"
@@ -1239,6 +1272,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=200,
         metavar="N",
         help="RDY per connection (default %(default)s)",
+    )
+    consume.add_argument(
+        "--desired-tags",
+        metavar="T0,T1,...",
+        help="IDENTIFY extend_support with one desired_tag per process, in order "
+        '(an empty entry: untagged), e.g. "tag0,tag1,tag2,tag3,,,,"',
     )
     consume.add_argument(
         "--output-buffer-size",
