@@ -892,10 +892,31 @@ CASES = [
     not_supported("SUB_ORDERED", encode_commands([SubOrdered("t", "c", 0)])),
     not_supported("SUB_ADVANCED", encode_commands([SubAdvanced("t", "c")])),
     not_supported("PUB_TRACE", encode_commands([PubTrace("t", 7, b"x")])),
-    not_supported("PUB_EXT", encode_commands([PubExt("t", ExtMessage(b"{}", b"x"))])),
     not_supported("MPUB_TRACE", encode_commands([MpubTrace("t", (TracedMessage(7, b"x"),))])),
-    not_supported("MPUB_EXT", encode_commands([MpubExt("t", (ExtMessage(b"{}", b"x"),))])),
-    not_supported("INTERNAL_CREATE_TOPIC", encode_commands([InternalCreateTopic("t", 0)])),
+    # §8.2-§8.3 ext publishes and standalone topic creation
+    Case(
+        "PUB_EXT missing topic",
+        encode_commands([PubExt("t", ExtMessage(b"{}", b"x"))]),
+        "E_TOPIC_NOT_EXIST ",
+    ),
+    Case(
+        "MPUB_EXT missing topic",
+        encode_commands([MpubExt("t", (ExtMessage(b"{}", b"x"),))]),
+        "E_TOPIC_NOT_EXIST ",
+    ),
+    Case(
+        "PUB_EXT plain topic",
+        encode_commands([PubExt("t", ExtMessage(b"{}", b"x"))]),
+        "E_EXT_NOT_SUPPORT ext content not supported in topic t",
+        fatal=False,
+        setup=(encode_commands([Pub("t", b"first")]), 1),
+    ),
+    Case(
+        "INTERNAL_CREATE_TOPIC partition",
+        encode_commands([InternalCreateTopic("t", 1)]),
+        "E_CREATE_TOPIC_FAILED partition 1 is not supported yet",
+        fatal=False,
+    ),
 ]
 
 

@@ -73,34 +73,64 @@ class Broker:
         """A TCP connection ended."""
         self.clients.pop(client_id, None)
 
-    def topic(self, name: str, *, partitions: int = 1) -> Topic:
-        """The topic, created on first use (PUB/SUB auto-create plain topics)."""
+    def topic(
+        self, name: str, *, partitions: int = 1, ext: bool = False, ordered: bool = False
+    ) -> Topic:
+        """The topic, created on first use (PUB/SUB auto-create plain topics).
+
+        ``ext``/``ordered`` apply when the topic is created; ``ext`` also upgrades an
+        existing plain topic (one way: an ext topic stays ext).
+        """
         topic = self.topics.get(name)
-        if topic is None:
-            storage = self.storage
-            topic = self.topics[name] = Topic(
-                name,
-                partitions=partitions,
-                max_msg_timeout=self.config.max_msg_timeout,
-                mem_queue_size=self.config.mem_queue_size,
-                latency=self.latency,
-                open_log=(lambda index: storage.open_log(name, index)) if storage else None,
-            )
+        if topic is not None:
+            if ext and not topic.ext:
+                topic.ext = True
+            return topic
+        storage = self.storage
+        topic = self.topics[name] = Topic(
+            name,
+            partitions=partitions,
+            max_msg_timeout=self.config.max_msg_timeout,
+            mem_queue_size=self.config.mem_queue_size,
+            latency=self.latency,
+            open_log=(lambda index: storage.open_log(name, index)) if storage else None,
+            ext=ext,
+            ordered=ordered,
+        )
         return topic
 
     def publish(
-        self, topic_name: str, bodies: Sequence[bytes], timestamp: int, *, deliver_at: int = 0
+        self,
+        topic_name: str,
+        bodies: Sequence[bytes],
+        timestamp: int,
+        *,
+        deliver_at: int = 0,
+        partition_index: int = 0,
+        trace_ids: Sequence[int] | None = None,
+        ext_version: int = 0,
+        exts: Sequence[bytes] | None = None,
     ) -> list[Record]:
-        """Append a batch to partition 0 and wake every channel's router once."""
-        partition = self.topic(topic_name).partitions[0]
-        records = partition.publish(bodies, timestamp, deliver_at=deliver_at)
+        """Append a batch to one partition and wake every channel's router once.
+
+        ``ext_version``/``exts``: Youzan ext headers (4 = the JSON bytes as sent).
+        """
+        partition = self.topic(topic_name).partitions[partition_index]
+        records = partition.publish(
+            bodies,
+            timestamp,
+            deliver_at=deliver_at,
+            trace_ids=trace_ids,
+            ext_version=ext_version,
+            exts=exts,
+        )
         if self.storage is not None and records:
             self.storage.appended(partition.log, len(records))
         if deliver_at and records and not partition.paused:
             self._defer_at_publish(partition, records, deliver_at)
         for name, channel in partition.channels.items():
             if channel.consumers:  # a channel nobody reads is woken when someone subscribes
-                self.runners[(topic_name, 0, name)].wake()
+                self.runners[(topic_name, partition_index, name)].wake()
         count = self._since_release.get(topic_name, 0) + len(records)
         if count >= RELEASE_EVERY:
             partition.release()

@@ -150,11 +150,7 @@ def _durable(name: str) -> bool:
 
 
 def snapshot(broker: Broker) -> Metadata:
-    """The live broker's durable topics and channels (call on the broker's thread).
-
-    ``ext``/``ordered`` come from the topic's attributes of those names once topics
-    have them (explicit creation, design §6); until then they are false.
-    """
+    """The live broker's durable topics and channels (call on the broker's thread)."""
     topics: list[TopicMeta] = []
     for name in sorted(broker.topics):
         topic = broker.topics[name]
@@ -170,8 +166,8 @@ def snapshot(broker: Broker) -> Metadata:
                 name=name,
                 partitions=len(topic.partitions),
                 paused=topic.paused,
-                ext=bool(getattr(topic, "ext", False)),
-                ordered=bool(getattr(topic, "ordered", False)),
+                ext=topic.ext,
+                ordered=topic.ordered,
                 channels=tuple(ChannelMeta(c, paused[c]) for c in sorted(paused)),
             )
         )

@@ -166,7 +166,9 @@ class Storage:
             save_metadata(directory, metadata)
         now, wall = trio.current_time(), time.time_ns()
         for meta in metadata.topics:
-            topic = broker.topic(meta.name, partitions=meta.partitions)
+            topic = broker.topic(
+                meta.name, partitions=meta.partitions, ext=meta.ext, ordered=meta.ordered
+            )
             for partition in topic.partitions:
                 for channel_meta in meta.channels:
                     channel = partition.channel(channel_meta.name)

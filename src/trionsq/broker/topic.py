@@ -241,10 +241,18 @@ class Topic:
         mem_queue_size: int,
         latency: LatencySettings | None = None,
         open_log: Callable[[int], PartitionLog] | None = None,
+        ext: bool = False,
+        ordered: bool = False,
     ) -> None:
         """``open_log(partition)``: each partition's storage (default: in memory)."""
         self.name: Final = name
         self.ephemeral: Final = is_ephemeral(name)
+        self.ext = ext
+        """Youzan ext topic: messages may carry a JSON header (PUB_EXT), consumers
+        must IDENTIFY with ``extend_support`` and may ask for a dispatch tag. A topic
+        can be upgraded to ext, never back."""
+        self.ordered: Final = ordered
+        """Created for ordered consumption (SUB_ORDERED); stored, not enforced yet."""
         self.partitions = [
             Partition(
                 name,

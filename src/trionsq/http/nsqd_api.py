@@ -333,7 +333,13 @@ class NsqdHttpApi:
         return name
 
     async def _topic_create(self, request: Request) -> Response:
-        self.broker.topic(self._topic_name(request, validate=True))
+        """Create a topic; ``ext=true`` makes (or upgrades) it ext, ``ordered=true``
+        marks a new one ordered. Youzan's lookupd spellings ``extend`` and
+        ``orderedmulti`` work too; as there, any other value means false."""
+        name = self._topic_name(request, validate=True)
+        ext = _flag(request, "ext", "extend")
+        ordered = _flag(request, "ordered", "orderedmulti")
+        self.broker.topic(name, ext=ext, ordered=ordered)
         return Response.empty()
 
     async def _topic_delete(self, request: Request) -> Response:
@@ -470,3 +476,8 @@ def _go_int64(text: str) -> int | None:
         return None
     value = int(text)
     return value if -(2**63) <= value < 2**63 else None
+
+
+def _flag(request: Request, *names: str) -> bool:
+    """A Youzan creation flag: on only when one of ``names`` is ``true`` or ``1``."""
+    return any(parse_bool(request.arg(name), default=False) is True for name in names)

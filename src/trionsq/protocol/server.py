@@ -136,9 +136,13 @@ class ServerConnection:
         settings: ServerSettings | None = None,
         *,
         publish_gate: PublishGate | None = None,
+        gated_verbs: frozenset[str] | None = None,
     ) -> None:
+        """``gated_verbs``: the publish commands ``publish_gate`` sees (None: all), so
+        a gate for some commands costs the others nothing."""
         self.settings: Final = settings if settings is not None else ServerSettings()
         self.publish_gate: Final = publish_gate
+        self.gated_verbs: Final = gated_verbs
         self.state = ConnectionState.INIT
         self.negotiated = NegotiatedSettings.defaults(self.settings)
         """The client's settings; replaced by each successful IDENTIFY."""
@@ -434,6 +438,8 @@ class ServerConnection:
         self, verb: str, topic: str, partition: int | None, size: int | None
     ) -> ProtocolError | None:
         if self.publish_gate is None:
+            return None
+        if self.gated_verbs is not None and verb not in self.gated_verbs:
             return None
         verdict = self.publish_gate(PublishHeader(verb, topic, partition, size))
         if verdict is not None and verdict.fatal:

@@ -27,9 +27,12 @@ from ..protocol.commands import (
     Dpub,
     Fin,
     Identify,
+    InternalCreateTopic,
     Mpub,
+    MpubExt,
     Nop,
     Pub,
+    PubExt,
     Rdy,
     Req,
     Sub,
@@ -42,19 +45,24 @@ from ..protocol.frames import (
     OK_FRAME,
     error_frame,
     response_frame,
+    traced_reply_frame,
 )
 from ..protocol.identify import encode_identify_response
 from ..protocol.message import parse_binary_id, parse_hex_id
 from ..protocol.server import ServerConnection
 from ..queues.inflight import InFlightError
+from ..queues.record import MAX_EXT_LENGTH
 from .outbound import OutboundBuffer
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from ..broker.broker import Broker
     from ..broker.channel import Delivery
     from ..dispatch.router import ChannelRunner
+    from ..protocol.commands import ExtMessage
     from ..protocol.identify import IdentifyRequest
-    from ..protocol.server import Event
+    from ..protocol.server import Event, PublishHeader
     from ..protocol.settings import ServerSettings
 
 __all__ = ["ClientSession"]
@@ -62,6 +70,10 @@ __all__ = ["ClientSession"]
 log = logging.getLogger("trionsq.tcp")
 READ_SIZE = 65536
 _WORD_START = re.compile(r"(?<=[a-z])(?=[A-Z])")
+_GATED_VERBS = frozenset({"PUB_EXT", "MPUB_EXT"})
+"""Publishes whose topic must exist before their body is read (spec §8.3 step 5)."""
+EXT_VERSION_JSON = 4
+"""Ext version of a record holding a PUB_EXT JSON header as sent (spec §8.3)."""
 
 
 def _wire_verb(event_class: str) -> str:
@@ -79,7 +91,9 @@ class ClientSession:
         self.stream = stream
         self.broker = broker
         self.settings = settings
-        self.protocol = ServerConnection(settings)
+        self.protocol = ServerConnection(
+            settings, publish_gate=self._publish_gate, gated_verbs=_GATED_VERBS
+        )
         self.outbound = OutboundBuffer(
             buffer_size=settings.output_buffer_size,
             buffer_timeout=settings.output_buffer_timeout_ms / 1000,
@@ -104,6 +118,9 @@ class ClientSession:
             Pub: self._pub,
             Mpub: self._mpub,
             Dpub: self._dpub,
+            PubExt: self._pub_ext,
+            MpubExt: self._mpub_ext,
+            InternalCreateTopic: self._internal_create_topic,
             Rdy: self._rdy,
             Fin: self._fin,
             Req: self._req,
@@ -346,14 +363,113 @@ class ClientSession:
         counts[event.topic] = counts.get(event.topic, 0) + 1
         self._reply(OK_FRAME)
 
+    # ---- Youzan ext topics (spec §8.2, §8.3)
+
+    def _publish_gate(self, header: PublishHeader) -> ProtocolError | None:
+        """PUB_EXT/MPUB_EXT never create topics: the topic-partition must exist."""
+        topic = self.broker.topics.get(header.topic)
+        if topic is None or (header.partition or 0) >= len(topic.partitions):
+            return broker_errors.topic_not_exist()
+        return None
+
+    def _ext_refusal(self, topic_name: str, messages: Sequence[ExtMessage]) -> bool:
+        """Answer the error if these headers cannot be stored in the topic (non-fatal).
+
+        A plain topic takes no header: without Youzan's ``allow-ext-compatible``
+        (not an option here, so off) that is E_EXT_NOT_SUPPORT.
+        """
+        topic = self.broker.topics.get(topic_name)
+        if topic is None:  # deleted since the gate let the command through
+            self._fail(broker_errors.topic_not_exist())
+            return True
+        if not topic.ext:
+            self._reply(error_frame(broker_errors.ext_not_supported(topic_name)))
+            return True
+        if any(len(m.header) > MAX_EXT_LENGTH for m in messages):
+            reason = f"ext header longer than {MAX_EXT_LENGTH} bytes"
+            self._reply(error_frame(broker_errors.pub_failed("PUB", reason, youzan=True)))
+            return True
+        return False
+
+    def _pub_ext(self, event: PubExt) -> None:
+        message = event.message
+        if self._ext_refusal(event.topic, (message,)):
+            return
+        trace_id = message.trace_id
+        records = self.broker.publish(
+            event.topic,
+            [message.body],
+            time.time_ns(),
+            partition_index=event.partition or 0,
+            trace_ids=[trace_id or 0],
+            ext_version=EXT_VERSION_JSON,
+            exts=[message.header],
+        )
+        counts = self.pub_counts
+        counts[event.topic] = counts.get(event.topic, 0) + 1
+        if trace_id is None or not records:
+            self._reply(OK_FRAME)
+            return
+        record = records[0]
+        self._reply(
+            traced_reply_frame(record.internal_id, trace_id, record.offset, record.raw_size)
+        )
+
+    def _mpub_ext(self, event: MpubExt) -> None:
+        messages = event.messages
+        if self._ext_refusal(event.topic, messages):
+            return
+        self.broker.publish(
+            event.topic,
+            [m.body for m in messages],
+            time.time_ns(),
+            partition_index=event.partition or 0,
+            trace_ids=[m.trace_id or 0 for m in messages],
+            ext_version=EXT_VERSION_JSON,
+            exts=[m.header for m in messages],
+        )
+        counts = self.pub_counts
+        counts[event.topic] = counts.get(event.topic, 0) + len(messages)
+        self._reply(OK_FRAME)
+
+    def _internal_create_topic(self, event: InternalCreateTopic) -> None:
+        """Standalone topic creation (idempotent; ``ext`` upgrades, never downgrades).
+
+        Partitions beyond the first are not supported yet: creating one that the
+        topic does not have is refused.
+        """
+        existing = self.broker.topics.get(event.topic)
+        count = len(existing.partitions) if existing is not None else 1
+        if event.partition >= count:
+            reason = f"partition {event.partition} is not supported yet"
+            self._reply(error_frame(broker_errors.create_topic_failed(reason)))
+            return
+        self.broker.topic(event.topic, ext=event.ext)
+        self._reply(OK_FRAME)
+
     async def _sub(self, event: Sub) -> None:
+        """SUB, with Youzan's ext rules (spec §8.6 rule 6 and 9).
+
+        An ext topic takes only ``extend_support`` clients and gives them the extended
+        layout and their ``desired_tag``; a plain topic refuses them and drops the tag.
+        """
         negotiated = self.protocol.negotiated
+        topic = self.broker.topics.get(event.topic)
+        ext = topic is not None and topic.ext
+        if ext and not negotiated.extend_support:
+            self._fail(broker_errors.sub_extend_needed())
+            return
+        if not ext and negotiated.extend_support:
+            self._fail(broker_errors.sub_extend_forbidden())
+            return
         consumer = Consumer(
             self.client_id,
             msg_timeout=negotiated.msg_timeout_ms / 1000,
+            tag=(negotiated.desired_tag or None) if ext else None,
             sample_rate=negotiated.sample_rate,
         )
         self.outbound.binary_ids = self.protocol.binary_ids
+        self.outbound.extended = ext
         self.consumer = consumer
         self.runner = await self.broker.subscribe(event.topic, event.channel, consumer, self)
         self._reply(OK_FRAME)
