@@ -889,10 +889,23 @@ CASES = [
         eof=True,
     ),
     # §8 Youzan commands, parsed but not served yet
-    not_supported("SUB_ORDERED", encode_commands([SubOrdered("t", "c", 0)])),
     not_supported("SUB_ADVANCED", encode_commands([SubAdvanced("t", "c")])),
-    not_supported("PUB_TRACE", encode_commands([PubTrace("t", 7, b"x")])),
-    not_supported("MPUB_TRACE", encode_commands([MpubTrace("t", (TracedMessage(7, b"x"),))])),
+    # §8.2-§8.6 partitions, traced publishes and ordered SUB never create a topic
+    Case(
+        "SUB_ORDERED missing topic",
+        encode_commands([SubOrdered("t", "c", 0)]),
+        "E_TOPIC_NOT_EXIST ",
+    ),
+    Case("SUB partition missing topic", b"SUB t c 0\n", "E_TOPIC_NOT_EXIST "),
+    Case("PUB partition missing topic", b"PUB t 0\n" + size(1) + b"x", "E_TOPIC_NOT_EXIST "),
+    Case(
+        "PUB_TRACE missing topic", encode_commands([PubTrace("t", 7, b"x")]), "E_TOPIC_NOT_EXIST "
+    ),
+    Case(
+        "MPUB_TRACE missing topic",
+        encode_commands([MpubTrace("t", (TracedMessage(7, b"x"),))]),
+        "E_TOPIC_NOT_EXIST ",
+    ),
     # §8.2-§8.3 ext publishes and standalone topic creation
     Case(
         "PUB_EXT missing topic",
@@ -912,9 +925,9 @@ CASES = [
         setup=(encode_commands([Pub("t", b"first")]), 1),
     ),
     Case(
-        "INTERNAL_CREATE_TOPIC partition",
-        encode_commands([InternalCreateTopic("t", 1)]),
-        "E_CREATE_TOPIC_FAILED partition 1 is not supported yet",
+        "INTERNAL_CREATE_TOPIC partition out of range",
+        encode_commands([InternalCreateTopic("t", 255)]),
+        "E_CREATE_TOPIC_FAILED partition 255 out of range 0-254",
         fatal=False,
     ),
 ]

@@ -79,12 +79,15 @@ class Broker:
         """The topic, created on first use (PUB/SUB auto-create plain topics).
 
         ``ext``/``ordered`` apply when the topic is created; ``ext`` also upgrades an
-        existing plain topic (one way: an ext topic stays ext).
+        existing plain topic (one way: an ext topic stays ext), and ``partitions``
+        adds partitions to an existing topic that has fewer (never removes any).
         """
         topic = self.topics.get(name)
         if topic is not None:
             if ext and not topic.ext:
                 topic.ext = True
+            if partitions > len(topic.partitions):
+                topic.add_partitions(partitions)
             return topic
         storage = self.storage
         topic = self.topics[name] = Topic(
@@ -153,10 +156,24 @@ class Broker:
                 runner.deadline_changed()
 
     async def subscribe(
-        self, topic_name: str, channel_name: str, consumer: Consumer, outbox: Outbox
+        self,
+        topic_name: str,
+        channel_name: str,
+        consumer: Consumer,
+        outbox: Outbox,
+        *,
+        partition: int = 0,
+        ordered: bool = False,
     ) -> ChannelRunner:
-        """Add a consumer to a channel, creating topic, channel and runner as needed."""
-        runner = await self._runner(topic_name, 0, channel_name)
+        """Add a consumer to one partition's channel, creating topic, channel and runner
+        as needed (a partition beyond the first must exist).
+
+        ``ordered`` (SUB_ORDERED) makes the channel ordered from now on: one message in
+        flight at a time.
+        """
+        runner = await self._runner(topic_name, partition, channel_name)
+        if ordered:
+            runner.channel.ordered = True
         runner.channel.subscribe(consumer)
         runner.outboxes[consumer.client_id] = outbox
         runner.wake()

@@ -160,8 +160,9 @@ class Channel:
         self.cursor: ChannelCursor | EphemeralFeed = (
             feed if feed is not None else ChannelCursor(log, start_id)
         )
-        self.ordered: Final = ordered
-        """SUB_ORDERED: at most one message in flight for the channel."""
+        self.ordered = ordered
+        """SUB_ORDERED: at most one message in flight for the channel (a channel of one
+        partition), whatever the consumers' RDY; set by the first SUB_ORDERED."""
         self.max_batch: Final = max_batch
         self.paused = False
         self.intake_limit: int | None = None

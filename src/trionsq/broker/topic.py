@@ -252,19 +252,35 @@ class Topic:
         must IDENTIFY with ``extend_support`` and may ask for a dispatch tag. A topic
         can be upgraded to ext, never back."""
         self.ordered: Final = ordered
-        """Created for ordered consumption (SUB_ORDERED); stored, not enforced yet."""
-        self.partitions = [
+        """Created for ordered consumption: consumers must SUB_ORDERED and publishers
+        name a partition (spec §8.3 step 6, §8.6 rule 5)."""
+        self._max_msg_timeout: Final = max_msg_timeout
+        self._mem_queue_size: Final = mem_queue_size
+        self._latency: Final = latency
+        self._open_log: Final = open_log
+        self.partitions: list[Partition] = []
+        self.add_partitions(partitions)
+
+    def add_partitions(self, count: int) -> list[Partition]:
+        """Grow to ``count`` partitions (never shrinks); returns the new ones.
+
+        A new partition starts with an empty log and no channel, so everything
+        published to it waits for its first channel.
+        """
+        added = [
             Partition(
-                name,
+                self.name,
                 index,
-                max_msg_timeout=max_msg_timeout,
-                mem_queue_size=mem_queue_size,
+                max_msg_timeout=self._max_msg_timeout,
+                mem_queue_size=self._mem_queue_size,
                 ephemeral=self.ephemeral,
-                latency=latency,
-                log=open_log(index) if open_log is not None else None,
+                latency=self._latency,
+                log=self._open_log(index) if self._open_log is not None else None,
             )
-            for index in range(partitions)
+            for index in range(len(self.partitions), count)
         ]
+        self.partitions.extend(added)
+        return added
 
     @property
     def paused(self) -> bool:

@@ -35,6 +35,8 @@ log = logging.getLogger("trionsq.http")
 
 _INT32: Final = struct.Struct(">i")
 SMALL_BODY: Final = 64 * 1024
+MAX_PARTITION_NUM: Final = 255
+"""``partition_num`` of /topic/create: 1..255 (Youzan's MAX_PARTITION_NUM)."""
 """Body bytes read for endpoints that ignore their body (admin POSTs)."""
 LOG_LEVELS: Final = {"debug": 1, "info": 2, "warn": 3, "error": 4, "fatal": 5}
 """nsqd's lg.LogLevel numbers, which /config/log_level reports."""
@@ -335,11 +337,22 @@ class NsqdHttpApi:
     async def _topic_create(self, request: Request) -> Response:
         """Create a topic; ``ext=true`` makes (or upgrades) it ext, ``ordered=true``
         marks a new one ordered. Youzan's lookupd spellings ``extend`` and
-        ``orderedmulti`` work too; as there, any other value means false."""
+        ``orderedmulti`` work too; as there, any other value means false.
+
+        ``partition_num`` (Youzan, 1..255) gives the topic that many partitions, adding
+        the missing ones to an existing topic; without it a new topic has one, as in
+        nsqd."""
         name = self._topic_name(request, validate=True)
+        partitions = 1
+        raw = request.arg("partition_num")
+        if raw is not None:
+            parsed = int(raw) if raw.isascii() and raw.isdigit() else 0
+            if not 1 <= parsed <= MAX_PARTITION_NUM:
+                raise HttpError(400, "INVALID_ARG_TOPIC_PARTITION_NUM")
+            partitions = parsed
         ext = _flag(request, "ext", "extend")
         ordered = _flag(request, "ordered", "orderedmulti")
-        self.broker.topic(name, ext=ext, ordered=ordered)
+        self.broker.topic(name, partitions=partitions, ext=ext, ordered=ordered)
         return Response.empty()
 
     async def _topic_delete(self, request: Request) -> Response:

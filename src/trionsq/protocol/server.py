@@ -139,7 +139,8 @@ class ServerConnection:
         gated_verbs: frozenset[str] | None = None,
     ) -> None:
         """``gated_verbs``: the publish commands ``publish_gate`` sees (None: all), so
-        a gate for some commands costs the others nothing."""
+        a gate for some commands costs the others nothing; any publish naming a
+        partition is gated too (the topic-partition must exist, spec §8.3 step 5)."""
         self.settings: Final = settings if settings is not None else ServerSettings()
         self.publish_gate: Final = publish_gate
         self.gated_verbs: Final = gated_verbs
@@ -439,7 +440,7 @@ class ServerConnection:
     ) -> ProtocolError | None:
         if self.publish_gate is None:
             return None
-        if self.gated_verbs is not None and verb not in self.gated_verbs:
+        if self.gated_verbs is not None and verb not in self.gated_verbs and partition is None:
             return None
         verdict = self.publish_gate(PublishHeader(verb, topic, partition, size))
         if verdict is not None and verdict.fatal:

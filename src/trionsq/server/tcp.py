@@ -30,12 +30,15 @@ from ..protocol.commands import (
     InternalCreateTopic,
     Mpub,
     MpubExt,
+    MpubTrace,
     Nop,
     Pub,
     PubExt,
+    PubTrace,
     Rdy,
     Req,
     Sub,
+    SubOrdered,
     Touch,
 )
 from ..protocol.errors import ProtocolError
@@ -70,8 +73,11 @@ __all__ = ["ClientSession"]
 log = logging.getLogger("trionsq.tcp")
 READ_SIZE = 65536
 _WORD_START = re.compile(r"(?<=[a-z])(?=[A-Z])")
-_GATED_VERBS = frozenset({"PUB_EXT", "MPUB_EXT"})
-"""Publishes whose topic must exist before their body is read (spec §8.3 step 5)."""
+_GATED_VERBS = frozenset({"PUB_EXT", "MPUB_EXT", "PUB_TRACE", "MPUB_TRACE"})
+"""Publishes whose topic must exist before their body is read (spec §8.3 step 5);
+PUB/MPUB are gated only when they name a partition."""
+MAX_PARTITION_NUM = 255
+"""Partition ids are below this (Youzan's MAX_PARTITION_NUM, spec defaults)."""
 EXT_VERSION_JSON = 4
 """Ext version of a record holding a PUB_EXT JSON header as sent (spec §8.3)."""
 
@@ -120,6 +126,8 @@ class ClientSession:
             Dpub: self._dpub,
             PubExt: self._pub_ext,
             MpubExt: self._mpub_ext,
+            PubTrace: self._pub_trace,
+            MpubTrace: self._mpub_trace,
             InternalCreateTopic: self._internal_create_topic,
             Rdy: self._rdy,
             Fin: self._fin,
@@ -306,7 +314,7 @@ class ClientSession:
             if event.fatal:
                 log.info("client %d: %s", self.client_id, event.text)
             return
-        if isinstance(event, Sub):
+        if isinstance(event, (Sub, SubOrdered)):
             await self._sub(event)
             return
         handler = self._handlers.get(type(event))
@@ -333,26 +341,69 @@ class ClientSession:
         else:
             self._reply(response_frame(encode_identify_response(event.response)))
 
+    def _target(self, topic_name: str, partition: int | None, *, create: bool = True) -> int:
+        """The partition a publish goes to, or -1 after answering the fatal error.
+
+        No partition: the default one, the lowest (spec §9), except on an ordered
+        topic (§8.3 step 6); ``create``: a plain topic may be created by it (PUB,
+        MPUB, DPUB as nsqd), Youzan's publishes never create one. A named partition
+        must exist (the parser's gate checked it before the body; the topic may have
+        been deleted since).
+        """
+        topic = self.broker.topics.get(topic_name)
+        if topic is None:
+            if partition is None and create:
+                return 0
+        elif partition is None:
+            if not topic.ordered:
+                return 0
+            self._fail(broker_errors.bad_partition_for_ordered())
+            return -1
+        elif partition < len(topic.partitions):
+            return partition
+        self._fail(broker_errors.topic_not_exist())
+        return -1
+
     def _pub(self, event: Pub) -> None:
-        self.broker.publish(event.topic, [event.body], time.time_ns())
+        index = self._target(event.topic, event.partition)
+        if index < 0:
+            return
+        self.broker.publish(event.topic, [event.body], time.time_ns(), partition_index=index)
         counts = self.pub_counts
         counts[event.topic] = counts.get(event.topic, 0) + 1
         self._reply(OK_FRAME)
 
     def _pub_together(self, topic: str, pubs: list[Pub]) -> None:
-        self.broker.publish(topic, [pub.body for pub in pubs], time.time_ns())
-        counts = self.pub_counts
-        counts[topic] = counts.get(topic, 0) + len(pubs)
-        for _ in pubs:
-            self._reply(OK_FRAME)
+        """PUBs to one topic in one read: one append per run naming the same partition."""
+        start, count = 0, len(pubs)
+        while start < count:
+            partition = pubs[start].partition
+            end = start + 1
+            while end < count and pubs[end].partition == partition:
+                end += 1
+            index = self._target(topic, partition)
+            if index < 0:
+                return
+            bodies = [pub.body for pub in pubs[start:end]]
+            self.broker.publish(topic, bodies, time.time_ns(), partition_index=index)
+            counts = self.pub_counts
+            counts[topic] = counts.get(topic, 0) + len(bodies)
+            for _ in bodies:
+                self._reply(OK_FRAME)
+            start = end
 
     def _mpub(self, event: Mpub) -> None:
-        self.broker.publish(event.topic, event.bodies, time.time_ns())
+        index = self._target(event.topic, event.partition)
+        if index < 0:
+            return
+        self.broker.publish(event.topic, event.bodies, time.time_ns(), partition_index=index)
         counts = self.pub_counts
         counts[event.topic] = counts.get(event.topic, 0) + len(event.bodies)
         self._reply(OK_FRAME)
 
     def _dpub(self, event: Dpub) -> None:
+        if self._target(event.topic, None) < 0:
+            return
         now = time.time_ns()
         defer_ns = event.defer_ms * 1_000_000
         # DPUB 0 is a plain publish in nsqd: no deferral, no place in the deferred queue
@@ -366,10 +417,16 @@ class ClientSession:
     # ---- Youzan ext topics (spec §8.2, §8.3)
 
     def _publish_gate(self, header: PublishHeader) -> ProtocolError | None:
-        """PUB_EXT/MPUB_EXT never create topics: the topic-partition must exist."""
+        """Before the body (spec §8.3 steps 5-6): Youzan's publishes never create
+        topics and a named partition must exist; an ordered topic needs a partition.
+
+        PUB/MPUB reach here only when they name a partition.
+        """
         topic = self.broker.topics.get(header.topic)
         if topic is None or (header.partition or 0) >= len(topic.partitions):
             return broker_errors.topic_not_exist()
+        if header.partition is None and topic.ordered:
+            return broker_errors.bad_partition_for_ordered()
         return None
 
     def _ext_refusal(self, topic_name: str, messages: Sequence[ExtMessage]) -> bool:
@@ -432,29 +489,89 @@ class ClientSession:
         counts[event.topic] = counts.get(event.topic, 0) + len(messages)
         self._reply(OK_FRAME)
 
-    def _internal_create_topic(self, event: InternalCreateTopic) -> None:
-        """Standalone topic creation (idempotent; ``ext`` upgrades, never downgrades).
+    def _pub_trace(self, event: PubTrace) -> None:
+        """PUB_TRACE: stored with its trace id, answered with the 30-byte reply (§8.4)."""
+        index = self._target(event.topic, event.partition, create=False)
+        if index < 0:
+            return
+        records = self.broker.publish(
+            event.topic,
+            [event.body],
+            time.time_ns(),
+            partition_index=index,
+            trace_ids=[event.trace_id],
+        )
+        counts = self.pub_counts
+        counts[event.topic] = counts.get(event.topic, 0) + 1
+        if not records:  # an ephemeral topic dropped it: nothing to point at
+            self._reply(OK_FRAME)
+            return
+        record = records[0]
+        self._reply(
+            traced_reply_frame(record.internal_id, event.trace_id, record.offset, record.raw_size)
+        )
 
-        Partitions beyond the first are not supported yet: creating one that the
-        topic does not have is refused.
+    def _mpub_trace(self, event: MpubTrace) -> None:
+        """MPUB_TRACE: the traced reply names the batch: first id and offset, trace id
+        0, the raw size of all its records (§8.4)."""
+        index = self._target(event.topic, event.partition, create=False)
+        if index < 0:
+            return
+        messages = event.messages
+        records = self.broker.publish(
+            event.topic,
+            [m.body for m in messages],
+            time.time_ns(),
+            partition_index=index,
+            trace_ids=[m.trace_id for m in messages],
+        )
+        counts = self.pub_counts
+        counts[event.topic] = counts.get(event.topic, 0) + len(messages)
+        if not records:
+            self._reply(OK_FRAME)
+            return
+        first = records[0]
+        raw_size = sum(record.raw_size for record in records)
+        self._reply(traced_reply_frame(first.internal_id, 0, first.offset, raw_size))
+
+    def _internal_create_topic(self, event: InternalCreateTopic) -> None:
+        """Standalone creation of one partition (idempotent; ``ext`` upgrades, never
+        downgrades).
+
+        Partitions are numbered from 0 with no gaps here: creating partition ``n``
+        gives the topic every partition up to ``n`` it does not have yet.
         """
-        existing = self.broker.topics.get(event.topic)
-        count = len(existing.partitions) if existing is not None else 1
-        if event.partition >= count:
-            reason = f"partition {event.partition} is not supported yet"
+        if event.partition >= MAX_PARTITION_NUM:
+            reason = f"partition {event.partition} out of range 0-{MAX_PARTITION_NUM - 1}"
             self._reply(error_frame(broker_errors.create_topic_failed(reason)))
             return
-        self.broker.topic(event.topic, ext=event.ext)
+        self.broker.topic(event.topic, partitions=event.partition + 1, ext=event.ext)
         self._reply(OK_FRAME)
 
-    async def _sub(self, event: Sub) -> None:
-        """SUB, with Youzan's ext rules (spec §8.6 rule 6 and 9).
+    async def _sub(self, event: Sub | SubOrdered) -> None:
+        """SUB and SUB_ORDERED, with Youzan's rules (spec §8.6 rules 4-6 and 9).
 
-        An ext topic takes only ``extend_support`` clients and gives them the extended
-        layout and their ``desired_tag``; a plain topic refuses them and drops the tag.
+        A named partition must exist (a plain SUB without one may create a plain
+        topic; SUB_ORDERED never creates); no partition means the lowest. An ordered
+        topic takes only SUB_ORDERED, which gets the detail layout and makes the
+        channel ordered. An ext topic takes only ``extend_support`` clients and gives
+        them the extended layout and their ``desired_tag``; a plain topic refuses
+        them and drops the tag.
         """
         negotiated = self.protocol.negotiated
+        ordered = type(event) is SubOrdered
         topic = self.broker.topics.get(event.topic)
+        partition = event.partition
+        if topic is None:
+            if partition is not None or ordered:
+                self._fail(broker_errors.topic_not_exist())
+                return
+        elif (partition or 0) >= len(topic.partitions):
+            self._fail(broker_errors.topic_not_exist())
+            return
+        elif topic.ordered and not ordered:
+            self._fail(broker_errors.sub_order_is_must())
+            return
         ext = topic is not None and topic.ext
         if ext and not negotiated.extend_support:
             self._fail(broker_errors.sub_extend_needed())
@@ -470,8 +587,11 @@ class ClientSession:
         )
         self.outbound.binary_ids = self.protocol.binary_ids
         self.outbound.extended = ext
+        self.outbound.detail = ordered
         self.consumer = consumer
-        self.runner = await self.broker.subscribe(event.topic, event.channel, consumer, self)
+        self.runner = await self.broker.subscribe(
+            event.topic, event.channel, consumer, self, partition=partition or 0, ordered=ordered
+        )
         self._reply(OK_FRAME)
 
     def _internal_id(self, message_id: bytes) -> int:
@@ -503,6 +623,8 @@ class ClientSession:
         runner = self.runner
         if runner is None:
             return
+        if event.timeout_ms > 0 and runner.channel.ordered:
+            return  # Youzan ignores it, no answer: the message stays in flight (§8.6)
         max_ms = self.settings.max_req_timeout_ms
         delay = min(max(event.timeout_ms, 0), max_ms) / 1000
         try:
