@@ -458,3 +458,23 @@ async def test_sub_ordered_without_partition_uses_the_lowest_partition(
     client = await consumer(clients, addresses, SubOrdered("t", "c"))
     frames = await quiet(client, 0.5)
     assert [f.message.body for f in frames if isinstance(f, MessageFrame)] == [b"zero"]
+
+
+async def test_sub_ordered_sends_each_message_at_once_not_after_the_buffer_timeout(
+    clients: Clients, nursery: trio.Nursery, autojump_clock: trio.testing.MockClock
+) -> None:
+    """With its one message in flight the consumer counts as not ready, so the output
+    buffer is flushed at once (nsqd's rule) instead of after output_buffer_timeout."""
+    autojump(autojump_clock)
+    addresses = await start(nursery)
+    addresses.broker.topic("t", partitions=1, ordered=True)
+    producer = await clients.connect(addresses.tcp)
+    await publish(producer, *(Pub("t", b"m%d" % i, 0) for i in range(3)))
+    client = await consumer(clients, addresses, SubOrdered("t", "c", 0), rdy=100)
+    for expected in (b"m0", b"m1", b"m2"):
+        t0 = trio.current_time()
+        frame = await next_frame(client)
+        assert isinstance(frame, MessageFrame)
+        assert frame.message.body == expected
+        assert trio.current_time() - t0 < 0.1  # the default buffer timeout is 0.25 s
+        await client.send(Fin(frame.message.id))

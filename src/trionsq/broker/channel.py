@@ -217,8 +217,13 @@ class Channel:
         consumer.rdy = 0
 
     def room_for(self, consumer: Consumer) -> int:
-        """How many more messages ``consumer`` may receive now."""
-        if self.paused or consumer.closing:
+        """How many more messages ``consumer`` may receive now.
+
+        An ordered channel with its one message in flight has no room for anyone: the
+        connection then counts as not ready and flushes at once, instead of holding the
+        message for the output buffer's timeout.
+        """
+        if self.paused or consumer.closing or (self.ordered and len(self.in_flight)):
             return 0
         return max(0, consumer.rdy - self.in_flight.count_for(consumer.client_id))
 
