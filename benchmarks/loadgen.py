@@ -48,7 +48,7 @@ from trionsq.protocol.client import (
     encode_command,
     encode_identify,
 )
-from trionsq.protocol.commands import ExtMessage
+from trionsq.protocol.commands import ExtMessage, SubOrdered
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -119,6 +119,9 @@ class WorkerConfig:
     untagged, in turn (an ext topic's tag dispatch)."""
     desired_tag: str | None = None
     """consume: IDENTIFY with extend_support and this desired_tag ("" = untagged)."""
+    ordered_partition: int | None = None
+    """consume: SUB_ORDERED on this partition (one message in flight per partition);
+    mpub: the partition to publish to."""
 
 
 @attrs.define
@@ -506,7 +509,8 @@ class Publisher:
             self.command = encode_command(MpubExt(cfg.topic, tagged(body, cfg.batch, cfg.tags)))
             self.per_command = cfg.batch
         else:
-            self.command = encode_command(Mpub(cfg.topic, (body,) * cfg.batch))
+            mpub = Mpub(cfg.topic, (body,) * cfg.batch, cfg.ordered_partition)
+            self.command = encode_command(mpub)
             self.per_command = cfg.batch
         self.total = max(1, math.ceil(cfg.count / self.per_command))
         self.window = max(1, min(cfg.inflight, self.total))
@@ -592,7 +596,11 @@ class Consumer:
     def __init__(self, cfg: WorkerConfig) -> None:
         self.cfg = cfg
         self.sock = connect(cfg, f"loadgen-consume-{cfg.index}")
-        self.sock.sendall(encode_command(Sub(cfg.topic, cfg.channel)))
+        if cfg.ordered_partition is None:
+            subscribe: Sub | SubOrdered = Sub(cfg.topic, cfg.channel)
+        else:
+            subscribe = SubOrdered(cfg.topic, cfg.channel, cfg.ordered_partition)
+        self.sock.sendall(encode_command(subscribe))
         expect_response(self.sock, ClientConnection())
         self.rdy = encode_command(Rdy(cfg.rdy))
         go_blocking(self.sock)
@@ -807,6 +815,7 @@ def build_configs(args: argparse.Namespace) -> list[WorkerConfig]:
         counts = [shares[i % channels][i // channels] for i in range(processes)]
     else:
         counts = split(args.count, processes)
+    ordered: int = getattr(args, "ordered_partitions", 0) or getattr(args, "partitions", 0)
     desired: str | None = getattr(args, "desired_tags", None)
     desired_tags = desired.split(",") if desired is not None else []
     if desired_tags and len(desired_tags) != processes:
@@ -841,6 +850,7 @@ def build_configs(args: argparse.Namespace) -> list[WorkerConfig]:
                 spin_us=args.spin_us,
                 tags=getattr(args, "tags", 0),
                 desired_tag=desired_tags[i] if desired_tags else None,
+                ordered_partition=i % ordered if ordered else None,
             )
         )
     return configs
@@ -1244,6 +1254,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="MPUBs outstanding per connection (default %(default)s)",
     )
     mpub.add_argument(
+        "--partitions",
+        type=int,
+        default=0,
+        metavar="N",
+        help="MPUB <topic> <partition>, process i to partition i %% N (default 0: none)",
+    )
+    mpub.add_argument(
         "--tags",
         type=int,
         default=0,
@@ -1272,6 +1289,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=200,
         metavar="N",
         help="RDY per connection (default %(default)s)",
+    )
+    consume.add_argument(
+        "--ordered-partitions",
+        type=int,
+        default=0,
+        metavar="N",
+        help="SUB_ORDERED, process i on partition i %% N (the topic needs N partitions; "
+        "default 0: plain SUB)",
     )
     consume.add_argument(
         "--desired-tags",
