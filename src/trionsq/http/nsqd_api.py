@@ -244,13 +244,7 @@ class NsqdHttpApi:
 
     def _publish_topic(self, request: Request) -> str:
         """nsqd's getTopicFromQuery: the query must parse and name a valid topic."""
-        if not request.query_valid:
-            raise HttpError(400, "INVALID_REQUEST")
-        if "topic" not in request.query:
-            raise HttpError(400, "MISSING_ARG_TOPIC")
-        topic = request.query["topic"][0]
-        if not is_valid_name(topic.encode()):
-            raise HttpError(400, "INVALID_TOPIC")
+        topic = _name_arg(_parsed(request), "topic", invalid="INVALID_TOPIC")
         self.broker.topic(topic)  # nsqd's GetTopic: created even if the rest is refused
         return topic
 
@@ -320,14 +314,7 @@ class NsqdHttpApi:
     # ------------------------------------------------------------- topic admin
 
     def _topic_name(self, request: Request, *, validate: bool) -> str:
-        if not request.query_valid:
-            raise HttpError(400, "INVALID_REQUEST")
-        if "topic" not in request.query:
-            raise HttpError(400, "MISSING_ARG_TOPIC")
-        name = request.query["topic"][0]
-        if validate and not is_valid_name(name.encode()):
-            raise HttpError(400, "INVALID_TOPIC")
-        return name
+        return _name_arg(_parsed(request), "topic", invalid="INVALID_TOPIC" if validate else None)
 
     def _existing_topic(self, name: str) -> str:
         if name not in self.broker.topics:
@@ -379,18 +366,9 @@ class NsqdHttpApi:
 
     def _topic_and_channel(self, request: Request) -> tuple[str, str]:
         """nsqd's GetTopicChannelArgs, then the topic must exist."""
-        if not request.query_valid:
-            raise HttpError(400, "INVALID_REQUEST")
-        if "topic" not in request.query:
-            raise HttpError(400, "MISSING_ARG_TOPIC")
-        topic = request.query["topic"][0]
-        if not is_valid_name(topic.encode()):
-            raise HttpError(400, "INVALID_ARG_TOPIC")
-        if "channel" not in request.query:
-            raise HttpError(400, "MISSING_ARG_CHANNEL")
-        channel = request.query["channel"][0]
-        if not is_valid_name(channel.encode()):
-            raise HttpError(400, "INVALID_ARG_CHANNEL")
+        _parsed(request)
+        topic = _name_arg(request, "topic", invalid="INVALID_ARG_TOPIC")
+        channel = _name_arg(request, "channel", invalid="INVALID_ARG_CHANNEL")
         return self._existing_topic(topic), channel
 
     def _existing_channel(self, request: Request) -> tuple[str, str]:
@@ -475,6 +453,24 @@ class NsqdHttpApi:
 
 
 _MISSING: Final = object()
+
+
+def _parsed(request: Request) -> Request:
+    """The request, if Go's ``url.ParseQuery`` would accept its query (else 400)."""
+    if not request.query_valid:
+        raise HttpError(400, "INVALID_REQUEST")
+    return request
+
+
+def _name_arg(request: Request, key: str, *, invalid: str | None) -> str:
+    """A required topic or channel name, with nsqd's checks in nsqd's order:
+    ``MISSING_ARG_<KEY>``, then ``invalid`` (None: the name is not validated)."""
+    if key not in request.query:
+        raise HttpError(400, f"MISSING_ARG_{key.upper()}")
+    name = request.query[key][0]
+    if invalid is not None and not is_valid_name(name.encode()):
+        raise HttpError(400, invalid)
+    return name
 
 
 def _ns(seconds: float) -> int:
