@@ -17,8 +17,9 @@ import multiprocessing
 import selectors
 import socket
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Final
+
+from loadgen import BrokerProbe  # a sibling script: benchmarks/ is on sys.path
 
 if TYPE_CHECKING:
     from multiprocessing.queues import Queue
@@ -95,14 +96,6 @@ def worker(
     results.put((done, latencies[:: max(1, len(latencies) // 100_000)], errors))
 
 
-def peak_rss_mib(pid: int) -> float:
-    """The broker's lifetime peak RSS (VmHWM) in MiB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--address", default="127.0.0.1:4151")
@@ -152,7 +145,9 @@ def main() -> None:
         f"  non-200: {errors}"
     )
     if args.broker_pid:
-        print(f"broker peak RSS {peak_rss_mib(args.broker_pid):.1f} MiB (VmHWM)")
+        print(
+            f"broker peak RSS {BrokerProbe(args.broker_pid).sample().hwm_kib / 1024:.1f} MiB (VmHWM)"
+        )
 
 
 if __name__ == "__main__":

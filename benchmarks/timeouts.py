@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Final
 
+from loadgen import BrokerProbe  # a sibling script: benchmarks/ is on sys.path
 from trionsq.protocol import MAGIC_V2, Fin, IdentifyRequest, Pub, Rdy, Sub
 from trionsq.protocol.client import (
     ClientConnection,
@@ -117,14 +118,6 @@ def start_load(args: argparse.Namespace) -> subprocess.Popen[bytes]:
     return subprocess.Popen(command, stdout=subprocess.DEVNULL)  # noqa: S603 - our own script
 
 
-def peak_rss_mib(pid: int) -> float:
-    """The broker's lifetime peak RSS (VmHWM) in MiB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nsqd-tcp-address", default="127.0.0.1:4150")
@@ -156,7 +149,9 @@ def main() -> None:
         f"  (early: min {lateness[0] / MS:.2f} ms)"
     )
     if args.broker_pid:
-        print(f"broker peak RSS {peak_rss_mib(args.broker_pid):.1f} MiB (VmHWM)")
+        print(
+            f"broker peak RSS {BrokerProbe(args.broker_pid).sample().hwm_kib / 1024:.1f} MiB (VmHWM)"
+        )
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from ..config import TlsRequired
 from ..protocol.names import is_valid_name
 from ..version import version_string
 from .messages import Request, Response, parse_bool
+from .stats import stats_document, stats_text
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -220,10 +221,7 @@ class NsqdHttpApi:
         return Response.legacy_ok(info) if request.legacy else Response.json(info)
 
     async def _stats(self, request: Request) -> Response:
-        from .stats import stats_document, stats_text
-
-        if not request.query_valid:
-            raise HttpError(400, "INVALID_REQUEST")
+        _parsed(request)
         include_clients = parse_bool(request.arg("include_clients"), default=True)
         include_mem = parse_bool(request.arg("include_mem"), default=True)
         options = {
