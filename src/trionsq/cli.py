@@ -75,6 +75,13 @@ SERVE_OPTIONS: list[click.Parameter] = [
         help="Keep everything in memory and write nothing (lost at exit).",
     ),
     click.Option(
+        ["--trace-log"],
+        is_flag=True,
+        default=DEFAULTS.trace_log,
+        help="Log each traced message (published with a trace id) when published and "
+        "each time it is delivered: topic, partition, id, trace id, offset, client.",
+    ),
+    click.Option(
         ["--lookupd-tcp-address", "lookupd_tcp_addresses"],
         multiple=True,
         metavar="ADDR:PORT",

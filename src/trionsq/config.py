@@ -107,6 +107,9 @@ class NsqdConfig:
     http_client_request_timeout: float = 5.0
     topology_region: str = ""
     topology_zone: str = ""
+    trace_log: bool = False
+    """trionsq's own (Youzan's trace log): log each traced message at publish and
+    at each delivery (``trionsq.trace`` logger)."""
 
     # storage
     data_path: str = ""

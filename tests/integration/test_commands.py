@@ -564,10 +564,6 @@ def bad_identify(key: str, value: int) -> Case:
     )
 
 
-def not_supported(name: str, command: bytes) -> Case:
-    return Case(name, command, f"E_INVALID {name} is not supported yet")
-
-
 CASES = [
     # §1 connection start
     Case("bad magic", b"", "E_BAD_PROTOCOL", magic=b"  V1"),
@@ -888,8 +884,11 @@ CASES = [
         "E_BAD_MESSAGE DPUB failed to read message body",
         eof=True,
     ),
-    # §8 Youzan commands, parsed but not served yet
-    not_supported("SUB_ADVANCED", encode_commands([SubAdvanced("t", "c")])),
+    Case(
+        "SUB_ADVANCED missing topic",
+        encode_commands([SubAdvanced("t", "c")]),
+        "E_TOPIC_NOT_EXIST ",
+    ),
     # §8.2-§8.6 partitions, traced publishes and ordered SUB never create a topic
     Case(
         "SUB_ORDERED missing topic",

@@ -25,7 +25,6 @@ from trionsq.protocol import (
     PubExt,
     Rdy,
     Sub,
-    SubAdvanced,
 )
 from trionsq.protocol.client import MessageFrame, Response, encode_identify
 from trionsq.protocol.frames import MAGIC_V2
@@ -374,17 +373,6 @@ async def test_pub_ext_body_size_2_is_e_bad_body_fatal(
     await producer.wait_closed()
 
 
-async def test_commands_outside_this_slice_still_answer_not_supported_yet(
-    clients: Clients, nursery: trio.Nursery
-) -> None:
-    addresses = await start(nursery)
-    addresses.broker.topic("t", ext=True)
-    for command, verb in ((SubAdvanced("t", "c"), "SUB_ADVANCED"),):
-        client = await clients.connect(addresses.tcp)
-        await client.send(command)
-        assert (await next_error(client)).error.text == f"E_INVALID {verb} is not supported yet"
-
-
 # ---------------------------------------------------------------- SUB rules (§8.6)
 
 
@@ -529,6 +517,23 @@ async def test_tag_dispatch_untagged_messages_wait_when_only_tagged_consumers_ex
     assert await quiet(a, 0.3) == []
 
 
+async def test_tag_dispatch_a_long_wait_in_one_queue_does_not_hold_back_another(
+    clients: Clients, nursery: trio.Nursery, autojump_clock: trio.testing.MockClock
+) -> None:
+    autojump(autojump_clock)
+    addresses = await start(nursery)
+    addresses.broker.topic("t", ext=True)
+    a = await ext_consumer(clients, addresses, "t", tag="a", rdy=100)
+    untagged = MpubExt("t", tuple(tagged(b"none%d" % n) for n in range(1000)))
+    await ext_publish(clients, addresses, untagged, PubExt("t", tagged(b"a1", "a")))
+    assert bodies(await quiet(a, 0.5)) == [b"a1"]  # behind 1,000 that wait for others
+    (channel,) = addresses.broker.find_channel("t", "c")
+    assert channel.depth == 1000
+    plain = await ext_consumer(clients, addresses, "t", rdy=1000)
+    frames = await quiet(plain, 0.5)
+    assert bodies(frames) == [b"none%d" % n for n in range(1000)]  # still in order
+
+
 # ---------------------------------------------------------------- standard clients
 
 
@@ -556,3 +561,28 @@ async def test_standard_client_on_a_plain_topic_beside_an_ext_topic(
     assert await quiet(standard, 0.3) == []
     ext_message = await next_message(youzan)
     assert (ext_message.body, ext_message.ext_version) == (b"e1", 4)
+
+
+# ---------------------------------------------------------------- upgrade to ext (§8.8)
+
+
+async def test_upgrade_to_ext_closes_a_plain_consumer_at_its_next_delivery(
+    clients: Clients, nursery: trio.Nursery
+) -> None:
+    addresses = await start(nursery)
+    plain = await clients.subscribe(addresses.tcp, "t", "c", rdy=5)
+    producer = await clients.connect(addresses.tcp)
+    await publish(producer, Pub("t", b"before"))
+    before = await next_message(plain)
+    await plain.send(Fin(before.id))
+    await producer.send(InternalCreateTopic("t", 0, ext=True))
+    assert ok(await next_frame(producer))
+    assert await quiet(plain, 0.02) == []  # nothing to deliver: still connected
+    await publish(producer, Pub("t", b"after"))
+    await plain.wait_closed()  # closed instead of getting a layout it cannot decode
+    again = await clients.connect(addresses.tcp)
+    await again.send(Sub("t", "c"))
+    assert (await next_error(again)).error.text.startswith("E_SUB_EXTEND_NEED ")
+    extended = await ext_consumer(clients, addresses, "t")
+    message = await next_message(extended)
+    assert message.body == b"after"  # requeued when the plain consumer left

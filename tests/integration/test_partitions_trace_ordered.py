@@ -7,6 +7,7 @@ Spec tcp-protocol §8.2-§8.4 (partition arguments, PUB_TRACE/MPUB_TRACE and the
 
 from __future__ import annotations
 
+import logging
 import struct
 from typing import TYPE_CHECKING
 
@@ -15,6 +16,7 @@ import orjson
 import trio
 import trio.testing
 
+from trionsq import NsqdConfig
 from trionsq.protocol import (
     Fin,
     IdentifyRequest,
@@ -35,6 +37,8 @@ from trionsq.protocol.message import parse_binary_id
 from .raw import bodies, next_error, next_frame, next_message, ok, publish, quiet, start
 
 if TYPE_CHECKING:
+    import pytest
+
     from trionsq.nursery_tree import BoundAddresses
     from trionsq.protocol.client import Frame
     from trionsq.protocol.message import Message
@@ -478,3 +482,46 @@ async def test_sub_ordered_sends_each_message_at_once_not_after_the_buffer_timeo
         assert frame.message.body == expected
         assert trio.current_time() - t0 < 0.1  # the default buffer timeout is 0.25 s
         await client.send(Fin(frame.message.id))
+
+
+# ---------------------------------------------------------------- the trace log
+
+
+async def test_trace_log_has_a_line_per_traced_publish_and_delivery(
+    clients: Clients, nursery: trio.Nursery, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="trionsq.trace")
+    addresses = await start(nursery, NsqdConfig.loopback(trace_log=True))
+    addresses.broker.topic("t")
+    producer = await clients.connect(addresses.tcp)
+    await producer.send(PubTrace("t", 77, b"traced"))
+    _, internal, _, offset, raw_size = await traced_reply(producer)
+    await publish(producer, Pub("t", b"plain"))  # no trace id: no line
+    consumer = await clients.subscribe(addresses.tcp, "t", "c", rdy=5)
+    assert sorted([(await next_message(consumer)).body for _ in range(2)]) == [b"plain", b"traced"]
+    host, port = producer.stream.socket.getsockname()[:2]
+    lines = [r.getMessage() for r in caplog.records if r.name == "trionsq.trace"]
+    assert lines[0] == (
+        f"PUB topic=t partition=0 id={internal} trace_id=77 offset={offset} size={raw_size}"
+        f" client={host}:{port}"
+    )
+    host, port = consumer.stream.socket.getsockname()[:2]
+    assert lines[1] == (
+        f"DELIVER topic=t partition=0 channel=c id={internal} trace_id=77 offset={offset}"
+        f" attempts=1 client={host}:{port}"
+    )
+    assert len(lines) == 2
+
+
+async def test_trace_log_is_off_by_default(
+    clients: Clients, nursery: trio.Nursery, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="trionsq.trace")
+    addresses = await start(nursery)
+    addresses.broker.topic("t")
+    producer = await clients.connect(addresses.tcp)
+    await producer.send(PubTrace("t", 77, b"traced"))
+    await traced_reply(producer)
+    consumer = await clients.subscribe(addresses.tcp, "t", "c", rdy=5)
+    assert (await next_message(consumer)).body == b"traced"
+    assert [r for r in caplog.records if r.name == "trionsq.trace"] == []

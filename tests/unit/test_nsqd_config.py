@@ -62,6 +62,7 @@ def test_every_flag_has_a_field_and_every_field_but_nsqds_unflagged_ones_a_flag(
         "queue_scan_dirty_percent",
         "persist",  # trionsq's own (memory-only mode), not an nsqd option
         "retention",  # trionsq's own (durable log retention)
+        "trace_log",  # trionsq's own (Youzan's trace log)
     }
     switches = {spec.name for spec in NSQD_FLAGS if not spec.option}
     assert switches == {"version", "config", "verbose", "worker-id"}

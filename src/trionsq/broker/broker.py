@@ -15,7 +15,9 @@ import trio
 
 from ..dispatch.router import ChannelRunner
 from ..protocol.names import is_ephemeral
+from . import trace_log
 from .latency import LatencySettings
+from .offsets import OffsetError, resolve_offset
 from .topic import Topic
 
 if TYPE_CHECKING:
@@ -23,6 +25,7 @@ if TYPE_CHECKING:
 
     from ..config import NsqdConfig
     from ..dispatch.router import Outbox
+    from ..protocol.commands import OffsetSpec
     from ..queues.record import Record
     from .channel import Channel, ClientStatistics, Consumer
     from .storage import Storage
@@ -64,6 +67,8 @@ class Broker:
         )
         """E2e latency tracking for every channel; None unless percentiles are configured."""
         self._since_release: dict[str, int] = {}
+        self.trace_log: bool = config.trace_log
+        """Log traced messages at publish and delivery (Youzan's trace log)."""
 
     def register_client(self, client_id: int, client: ConnectedClient) -> None:
         """A TCP connection began (it is listed by /stats until it ends)."""
@@ -86,6 +91,10 @@ class Broker:
         if topic is not None:
             if ext and not topic.ext:
                 topic.ext = True
+                for (topic_name, _, _), runner in self.runners.items():
+                    if topic_name == name:
+                        for outbox in runner.outboxes.values():
+                            outbox.topic_now_ext()
             if partitions > len(topic.partitions):
                 topic.add_partitions(partitions)
             return topic
@@ -113,10 +122,12 @@ class Broker:
         trace_ids: Sequence[int] | None = None,
         ext_version: int = 0,
         exts: Sequence[bytes] | None = None,
+        source: str = "",
     ) -> list[Record]:
         """Append a batch to one partition and wake every channel's router once.
 
-        ``ext_version``/``exts``: Youzan ext headers (4 = the JSON bytes as sent).
+        ``ext_version``/``exts``: Youzan ext headers (4 = the JSON bytes as sent);
+        ``source``: the publishing client's address, for the trace log.
         """
         partition = self.topic(topic_name).partitions[partition_index]
         records = partition.publish(
@@ -129,6 +140,8 @@ class Broker:
         )
         if self.storage is not None and records:
             self.storage.appended(partition.log, len(records))
+        if self.trace_log and trace_ids is not None:
+            trace_log.published(topic_name, partition_index, records, source)
         if deliver_at and records and not partition.paused:
             self._defer_at_publish(partition, records, deliver_at)
         for name, channel in partition.channels.items():
@@ -277,6 +290,51 @@ class Broker:
             channel.empty()
             self._wake(channel)
         return bool(channels)
+
+    async def set_channel_offset(
+        self,
+        topic_name: str,
+        partition: int,
+        channel_name: str,
+        spec: OffsetSpec,
+        *,
+        only_consumer: int | None = None,
+    ) -> bool:
+        """Move one partition's channel to where ``spec`` says (Youzan's setoffset).
+
+        ``only_consumer`` (SUB_ADVANCED): applied only while that client is the
+        channel's one consumer, as in Youzan, else left alone (returns False).
+        Raises :class:`OffsetError` when the spec names no place the log has, the
+        channel is ephemeral (no log position) or it went away meanwhile; nothing
+        moves then. A durable log is searched in a worker thread.
+        """
+        channel = self._existing_channel(topic_name, partition, channel_name)
+        if channel.feed is not None:
+            raise OffsetError("an ephemeral channel has no consume offset")
+        if only_consumer is not None and list(channel.consumers) != [only_consumer]:
+            return False
+        log = channel.log
+        if getattr(log, "is_cold", None) is not None:  # on disk: seeks read files
+            target = await trio.to_thread.run_sync(resolve_offset, log, spec)
+        else:
+            target = resolve_offset(log, spec)
+        if self._existing_channel(topic_name, partition, channel_name) is not channel:
+            raise OffsetError("the channel was deleted meanwhile")
+        if target < log.earliest_id:
+            raise OffsetError(f"consume offset {spec} is no longer held")
+        log.rewind(target)
+        channel.move_to(target)
+        self._wake(channel)
+        return True
+
+    def _existing_channel(self, topic_name: str, partition: int, channel_name: str) -> Channel:
+        topic = self.topics.get(topic_name)
+        if topic is None or not 0 <= partition < len(topic.partitions):
+            raise OffsetError(f"topic {topic_name} has no partition {partition}")
+        channel = topic.partitions[partition].channels.get(channel_name)
+        if channel is None:
+            raise OffsetError(f"channel {channel_name} does not exist")
+        return channel
 
     def set_channel_paused(self, topic_name: str, channel_name: str, paused: bool) -> bool:
         """Pause or unpause delivery from a channel; False if no such channel."""

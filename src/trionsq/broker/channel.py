@@ -37,6 +37,9 @@ __all__ = ["Channel", "ChannelStatistics", "ClientStatistics", "Consumer", "Deli
 
 MAX_ATTEMPTS: Final = 0xFFFF
 DEFAULT_MAX_BATCH: Final = 256
+WAITING_LIMIT: Final = 10_000
+"""Messages a channel keeps waiting for a consumer of their queue (tag dispatch)
+before it stops reading new ones; bounds memory when nobody takes one queue."""
 
 
 @attrs.define(eq=False)
@@ -178,7 +181,19 @@ class Channel:
         self.latency = LatencyWindow(latency) if latency is not None else None
         """FIN latencies for /stats; the connection records them (it has the clock)."""
         self._requeued: deque[Record] = deque()
-        self._waiting: deque[Record] = deque()
+        self._waiting: dict[str | None, deque[Record]] = {}
+        """Messages no eligible consumer had room for, by the tag queue they wait in
+        (None: the default queue), each in channel order."""
+        self._waiting_count = 0
+        self._tags: dict[int, str | None] = {}
+        """Dispatch tags of waiting messages, parsed once (only while tags are held)."""
+        self._held_tags: frozenset[str] = frozenset()
+        self._pass_tags: dict[int, str | None] = {}
+        """Tags parsed during the current routing pass."""
+        self.read_on = False
+        """The last routing pass took new records from the log: another pass may
+        deliver more even if this one delivered nothing (all went to waiting)."""
+        """Tags with a tag queue (a subscribed consumer) when the waiting were parked."""
         self.saved_confirmed: int | None = None
         """The confirmed id last written to the channel's state file (durable storage):
         the log keeps records from there, so a restart never finds its state behind."""
@@ -233,11 +248,11 @@ class Channel:
     def depth(self) -> int:
         """Messages waiting to be delivered (nsqd's depth: not in flight, not deferred)."""
         unread = max(0, self.cursor.backlog - len(self._ahead))
-        return unread + len(self._requeued) + len(self._waiting)
+        return unread + len(self._requeued) + self._waiting_count
 
     def has_work(self) -> bool:
         """Something could be delivered if a consumer had room."""
-        return bool(self._requeued or self._waiting or self._intake())
+        return bool(self._requeued or self._waiting_count or self._intake())
 
     def _intake(self) -> int:
         """How many new records the channel may take from the log now."""
@@ -247,6 +262,7 @@ class Channel:
 
     def route(self, now: float, wall_ns: int) -> dict[int, list[Delivery]]:
         """One routing pass: what each consumer gets now, recorded as in flight."""
+        self.read_on = False
         if self.paused:
             return {}
         slots = [
@@ -257,12 +273,17 @@ class Channel:
             room = min(room, 1 - len(self.in_flight))
         if room <= 0:
             return {}
-        batch = self._collect(room, now, wall_ns)
+        held = frozenset(slot.tag for slot in slots if slot.tag is not None)
+        if held != self._held_tags:
+            self._repark(held)
+        self._pass_tags = {}
+        batch = self._collect(room, slots, now, wall_ns)
         if not batch:
             return {}
-        result = assign(batch, slots, _tag_of, turn=self._turn)
+        result = assign(batch, slots, self._tag_of, turn=self._turn)
         self._turn = result.next_turn
-        self._waiting = deque(result.waiting)
+        self._park(result.waiting)
+        self._pass_tags = {}
         deliveries: dict[int, list[Delivery]] = {}
         for client_id, records in result.deliveries.items():
             sent = self._deliver(self.consumers[client_id], records, now)
@@ -270,16 +291,43 @@ class Channel:
                 deliveries[client_id] = sent
         return deliveries
 
-    def _collect(self, room: int, now: float, wall_ns: int) -> list[Record]:
-        """Requeued first, then messages already waiting, then new ones from the log."""
+    def _collect(
+        self, room: int, slots: list[ConsumerSlot], now: float, wall_ns: int
+    ) -> list[Record]:
+        """Requeued first, then waiting messages whose queue has room now, then new ones.
+
+        Waiting messages are only taken for a queue with room, so a backlog waiting
+        for one tag (or for an untagged consumer) costs nothing per pass and does not
+        hold back the others; new records are read on while fewer than
+        :data:`WAITING_LIMIT` wait.
+        """
         batch: list[Record] = []
         requeued = self._requeued
         while requeued and len(batch) < room:
             batch.append(requeued.popleft())
-        batch.extend(self._waiting)
-        fresh = min(room - len(batch) + len(self._waiting), self._intake())
-        if fresh > 0 and len(self._waiting) < self.max_batch:
+        if self._waiting_count:
+            open_room: dict[str | None, int] = {}
+            for slot in slots:
+                open_room[slot.tag] = open_room.get(slot.tag, 0) + slot.room
+            for record in batch:  # requeued ones go first and use some of that room
+                key = self._queue_of(record)
+                open_room[key] = open_room.get(key, 0) - 1
+            for key, queue in list(self._waiting.items()):
+                take = min(open_room.get(key, 0), len(queue), room - len(batch))
+                tags, known = self._tags, self._pass_tags
+                for _ in range(take):
+                    record = queue.popleft()
+                    key_id = record.internal_id
+                    if key_id in tags:
+                        known[key_id] = tags.pop(key_id)
+                    batch.append(record)
+                self._waiting_count -= max(take, 0)
+                if not queue:
+                    del self._waiting[key]
+        fresh = min(room - len(batch), self._intake())
+        if fresh > 0 and self._waiting_count < WAITING_LIMIT:
             ahead = self._ahead
+            self.read_on = True
             for record in self.cursor.take(fresh):
                 self.message_count += 1
                 if ahead and record.internal_id in ahead:  # deferred already at publish
@@ -292,6 +340,54 @@ class Channel:
                 else:
                     batch.append(record)
         return batch
+
+    def _tag_of(self, record: Record) -> str | None:
+        """A message's dispatch tag, parsed at most once while it is in the channel."""
+        key = record.internal_id
+        tags = self._tags
+        if key in tags:
+            return tags[key]
+        known = self._pass_tags
+        if key in known:
+            return known[key]
+        tag = known[key] = _tag_of(record)
+        return tag
+
+    def _queue_of(self, record: Record) -> str | None:
+        """The tag queue a message waits in now: its tag if a consumer holds it (§8.7)."""
+        held = self._held_tags
+        if not held:
+            return None
+        tag = self._tag_of(record)
+        return tag if tag in held else None
+
+    def _park(self, records: list[Record]) -> None:
+        """Keep messages nobody had room for, each in the queue of its tag."""
+        if not records:
+            return
+        waiting = self._waiting
+        tags, known = self._tags, self._pass_tags
+        for record in records:
+            key = self._queue_of(record)
+            internal_id = record.internal_id
+            if internal_id in known:  # keep the parsed tag with the waiting message
+                tags[internal_id] = known[internal_id]
+            queue = waiting.get(key)
+            if queue is None:
+                queue = waiting[key] = deque()
+            queue.append(record)
+        self._waiting_count += len(records)
+
+    def _repark(self, held: frozenset[str]) -> None:
+        """Tag holders changed: a message waits in its tag's queue while someone holds
+        the tag, else in the default queue (spec §8.7: a late tag consumer gets its
+        messages, the last one leaving sends them to untagged consumers)."""
+        self._held_tags = held
+        parked = [record for queue in self._waiting.values() for record in queue]
+        parked.sort(key=_record_id)  # one channel order again
+        self._waiting = {}
+        self._waiting_count = 0
+        self._park(parked)
 
     def _deliver(self, consumer: Consumer, records: list[Record], now: float) -> list[Delivery]:
         sent: list[Delivery] = []
@@ -417,13 +513,27 @@ class Channel:
     def empty(self) -> None:
         """Channel empty: drop everything queued, in flight and deferred."""
         self.message_count += self._intake()  # they had entered the channel (nsqd counts them)
+        self.move_to(self.log.next_id)
+
+    def move_to(self, internal_id: int) -> None:
+        """Read on from ``internal_id`` (setoffset, empty): everything before it counts
+        as finished, everything from it is delivered again.
+
+        What was in flight, requeued or deferred is dropped: those ids are either
+        before the new position or will be read again (a DPUB is deferred again when
+        read). A consumer's FIN for a dropped message then gets E_FIN_FAILED.
+        """
         self.in_flight.clear()
         self.deferred.clear()
         self._requeued.clear()
         self._waiting.clear()
+        self._waiting_count = 0
+        self._tags.clear()
         self._attempts.clear()
         self._ahead.clear()
-        self.cursor.move_to(self.log.next_id)
+        self.cursor.move_to(internal_id)
+        if self.saved_confirmed is not None:  # the log must keep what will be read again
+            self.saved_confirmed = min(self.saved_confirmed, internal_id)
 
     def statistics(self) -> ChannelStatistics:
         """A frozen snapshot for /stats.
@@ -456,3 +566,7 @@ def _tag_of(record: Record) -> str | None:
         tag = header.get("##client_dispatch_tag") if isinstance(header, dict) else None
         return tag if isinstance(tag, str) else None
     return None
+
+
+def _record_id(record: Record) -> int:
+    return record.internal_id

@@ -38,6 +38,10 @@ class Outbox(Protocol):
     def close(self) -> None:
         """The channel is gone (deleted): end the connection, as nsqd closes its clients."""
 
+    def topic_now_ext(self) -> None:
+        """The topic was upgraded to ext: a consumer that did not IDENTIFY with
+        ``extend_support`` cannot decode what comes next (spec §8.8)."""
+
 
 class ChannelRunner:
     """Drives one :class:`~trionsq.broker.channel.Channel` from Trio."""
@@ -108,5 +112,7 @@ class ChannelRunner:
                 if outbox is not None:
                     outbox.push(batch)
             self.deadline_changed()
-            if deliveries and channel.has_work():
-                self._work.set()  # a batch cap, not a lack of room, may have stopped us
+            if (deliveries or channel.read_on) and channel.has_work():
+                # a batch cap, not a lack of room, may have stopped us; or a batch that
+                # all had to wait (tag dispatch) may have later messages behind it
+                self._work.set()

@@ -7,6 +7,8 @@ consumed records advances ``start_id`` and compacts the list now and then.
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from itertools import islice
 from typing import TYPE_CHECKING
 
 from .record import Record, record_size
@@ -41,6 +43,14 @@ class MemoryLog:
         """The offset of the oldest record held (== ``next_offset`` when empty)."""
         index = self._skip
         return self._records[index].offset if index < len(self._records) else self.next_offset
+
+    @property
+    def earliest_id(self) -> int:
+        """Released records are gone from memory: the same as ``start_id``."""
+        return self.start_id
+
+    def rewind(self, internal_id: int) -> None:
+        """Nothing to do: a memory log cannot give back what it released."""
 
     def __len__(self) -> int:
         return len(self._records) - self._skip
@@ -114,3 +124,29 @@ class MemoryLog:
             self._base_id += self._skip
             self._skip = 0
         return len(dropped)
+
+    def offset_of(self, internal_id: int, *, floor: int | None = None) -> int:
+        """The offset of the first record from ``internal_id`` on (``next_offset`` if none)."""
+        del floor
+        record = self.get(max(internal_id, self.start_id))
+        return record.offset if record is not None else self.next_offset
+
+    def seek_offset(self, offset: int, *, floor: int | None = None) -> int:
+        """The id of the record at ``offset`` or the first after it (``next_id`` if none)."""
+        del floor  # nothing below start_id is held
+        records = self._records
+        at = bisect_left(records, offset, lo=self._skip, key=_record_offset)
+        return records[at].internal_id if at < len(records) else self.next_id
+
+    def seek_timestamp(self, timestamp: int, *, floor: int | None = None) -> int:
+        """The first id whose timestamp is at or after ``timestamp`` (``next_id`` if
+        none). A scan, not a bisection: the wall clock may have gone back."""
+        del floor
+        for record in islice(self._records, self._skip, None):
+            if record.timestamp >= timestamp:
+                return record.internal_id
+        return self.next_id
+
+
+def _record_offset(record: Record) -> int:
+    return record.offset

@@ -36,6 +36,22 @@ class PartitionLog(Protocol):
     def bytes_held(self) -> int:
         """Body bytes of the records held."""
 
+    @property
+    def earliest_id(self) -> int:
+        """The oldest id a channel can be moved back to (``setoffset``)."""
+
+    def rewind(self, internal_id: int) -> None:
+        """Make records from ``internal_id`` (≥ ``earliest_id``) readable again."""
+
+    def offset_of(self, internal_id: int, *, floor: int | None = None) -> int:
+        """The offset of the first record from ``internal_id`` on (``next_offset`` if none)."""
+
+    def seek_offset(self, offset: int, *, floor: int | None = None) -> int:
+        """The id of the record at ``offset`` or the first after it (``next_id`` if none)."""
+
+    def seek_timestamp(self, timestamp: int, *, floor: int | None = None) -> int:
+        """The first id with a timestamp (ns) at or after ``timestamp`` (``next_id`` if none)."""
+
     def __len__(self) -> int: ...
 
     def append(

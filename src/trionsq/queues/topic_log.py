@@ -1256,6 +1256,25 @@ class TopicLog:
             self._start_offset = self.offset_of(self._start_id)
         return self._start_offset
 
+    @property
+    def earliest_id(self) -> int:
+        """The oldest id still in a segment file: below ``start_id`` while retention
+        (or a partly released first segment) keeps it, so a channel can replay it."""
+        segments = self._segments
+        return min(segments[0].first_id, self._start_id) if segments else self._start_id
+
+    def rewind(self, internal_id: int) -> None:
+        """Move the logical start back to ``internal_id`` (not below
+        :attr:`earliest_id`), for a channel set to replay from there.
+
+        Those records are read from disk again; holes found before the earlier
+        release are not remembered, so ``len`` may count them until they are read.
+        """
+        target = max(internal_id, self.earliest_id)
+        if target < self._start_id:
+            self._start_id = target
+            self._start_offset = None
+
     def __len__(self) -> int:
         return self.next_id - self._start_id - self._missing(self._start_id, self.next_id)
 
@@ -1883,10 +1902,12 @@ class TopicLog:
         number: int,
         position: int,
         accept: Callable[[Record], bool],
+        floor: int | None = None,
     ) -> tuple[Record | None, int]:
         """The first intact record from (segment, position) on that ``accept`` takes,
-        and the id after the last record looked at (0 if none)."""
-        start_id = self._start_id
+        and the id after the last record looked at (0 if none). Records below
+        ``floor`` (default: ``start_id``) are passed over."""
+        start_id = self._start_id if floor is None else floor
         after = 0
         for segment in segments[number:]:
             end = segment.end
@@ -1914,33 +1935,37 @@ class TopicLog:
             position = HEADER_SIZE
         return None, after
 
-    def offset_of(self, internal_id: int) -> int:
+    def offset_of(self, internal_id: int, *, floor: int | None = None) -> int:
         """The offset of the first record from ``internal_id`` on (``next_offset``
-        if none). Reads disk like :meth:`read_cold`; same thread-safety contract."""
+        if none), not looking below ``floor`` (default ``start_id``). Reads disk like
+        :meth:`read_cold`; same thread-safety contract."""
         next_offset = self.next_offset
         segments = self._segments
-        internal_id = max(internal_id, self._start_id)
+        floor = self._start_id if floor is None else floor
+        internal_id = max(internal_id, floor)
         if not segments:
             return next_offset
         number, position = self._locate(segments, internal_id)
         found, _ = self._scan(
-            segments, number, position, lambda record: record.internal_id >= internal_id
+            segments, number, position, lambda record: record.internal_id >= internal_id, floor
         )
         if found is None:
             return max(next_offset, segments[-1].end_offset)
         return found.offset
 
-    def seek_offset(self, offset: int) -> int:
+    def seek_offset(self, offset: int, *, floor: int | None = None) -> int:
         """The id of the record at ``offset``, or of the first one after it
-        (``next_id`` if none). Same thread-safety contract as :meth:`read_cold`."""
+        (``next_id`` if none), looking from ``floor`` (default ``start_id``; down to
+        :attr:`earliest_id` to replay). Same thread-safety contract as :meth:`read_cold`."""
         next_id = self.next_id
         segments = self._segments
         if not segments:
             return next_id
+        floor = self._start_id if floor is None else floor
         number = max(bisect_right(segments, offset, key=attrgetter("first_offset")) - 1, 0)
-        start_number = _segment_of(segments, self._start_id)
+        start_number = _segment_of(segments, floor)
         if start_number > number:
-            number, position = self._locate(segments, self._start_id)
+            number, position = self._locate(segments, floor)
         else:
             segment = segments[number]
             check = self._checked(segment)
@@ -1949,15 +1974,16 @@ class TopicLog:
             entry = bisect_right(index, target, key=_entry_position) - 1
             position = index[entry][1] if entry >= 0 else HEADER_SIZE
             if start_number == number:
-                position = max(position, self._locate(segments, self._start_id)[1])
+                position = max(position, self._locate(segments, floor)[1])
         found, after = self._scan(
-            segments, number, position, lambda record: record.offset >= offset
+            segments, number, position, lambda record: record.offset >= offset, floor
         )
         return max(next_id, after) if found is None else found.internal_id
 
-    def seek_timestamp(self, timestamp: int) -> int:
+    def seek_timestamp(self, timestamp: int, *, floor: int | None = None) -> int:
         """The first id whose record has a timestamp at or after ``timestamp``
-        (``next_id`` if none). Same thread-safety contract as :meth:`read_cold`.
+        (``next_id`` if none), from ``floor`` on as in :meth:`seek_offset`. Same
+        thread-safety contract as :meth:`read_cold`.
 
         Segments are taken in order from the start, and one is read only if its
         greatest timestamp reaches ``timestamp``, so the answer is right even if the
@@ -1970,7 +1996,8 @@ class TopicLog:
         segments = self._segments
         if not segments:
             return next_id
-        start_number, start_position = self._locate(segments, self._start_id)
+        floor = self._start_id if floor is None else floor
+        start_number, start_position = self._locate(segments, floor)
         after = 0
         for number in range(start_number, len(segments)):
             check = self._checked(segments[number])
@@ -1986,6 +2013,7 @@ class TopicLog:
                 0,
                 position,
                 lambda record: record.timestamp >= timestamp,
+                floor,
             )
             if found is not None:
                 return found.internal_id

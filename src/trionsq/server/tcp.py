@@ -20,7 +20,9 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from ..broker import trace_log
 from ..broker.channel import ClientStatistics, Consumer, PubCount
+from ..broker.offsets import OffsetError
 from ..protocol import broker_errors
 from ..protocol.commands import (
     Cls,
@@ -38,6 +40,7 @@ from ..protocol.commands import (
     Rdy,
     Req,
     Sub,
+    SubAdvanced,
     SubOrdered,
     Touch,
 )
@@ -118,6 +121,7 @@ class ClientSession:
         """Reader (replies) and pump (messages, heartbeats) both write, like nsqd's
         IOLoop and messagePump; the lock keeps each write whole and in order."""
         self._finished = False
+        self._closes_at_next_delivery = False
         self._scope = trio.CancelScope()
         self._handlers = {
             Identify: self._identify,
@@ -141,12 +145,27 @@ class ClientSession:
 
     def push(self, deliveries: list[Delivery]) -> None:
         """A batch from the router: encode now, write when the pump decides."""
+        if self._closes_at_next_delivery:
+            log.info("client %d: topic upgraded to ext, client not extend_support", self.client_id)
+            self._scope.cancel()  # leaving requeues the batch for the other consumers
+            return
         self.outbound.add_deliveries(deliveries, trio.current_time())
         self._wake.set()
+        if self.broker.trace_log and self.runner is not None:
+            channel = self.runner.channel
+            trace_log.delivered(
+                channel.topic, channel.partition, channel.name, deliveries, self.remote_address
+            )
 
     def close(self) -> None:
         """Our channel was deleted: end the connection (nsqd closes it without a frame)."""
         self._scope.cancel()
+
+    def topic_now_ext(self) -> None:
+        """Youzan closes a consumer without ``extend_support`` at its next delivery
+        after the upgrade (spec §8.8); it gets E_SUB_EXTEND_NEED when it comes back."""
+        if not self.outbound.extended:
+            self._closes_at_next_delivery = True
 
     def _reply(self, frame_bytes: bytes) -> None:
         """Replies come only from the reader, which writes them after each read."""
@@ -314,7 +333,7 @@ class ClientSession:
             if event.fatal:
                 log.info("client %d: %s", self.client_id, event.text)
             return
-        if isinstance(event, (Sub, SubOrdered)):
+        if isinstance(event, (Sub, SubOrdered, SubAdvanced)):
             await self._sub(event)
             return
         handler = self._handlers.get(type(event))
@@ -461,6 +480,7 @@ class ClientSession:
             trace_ids=[trace_id or 0],
             ext_version=EXT_VERSION_JSON,
             exts=[message.header],
+            source=self.remote_address,
         )
         counts = self.pub_counts
         counts[event.topic] = counts.get(event.topic, 0) + 1
@@ -484,6 +504,7 @@ class ClientSession:
             trace_ids=[m.trace_id or 0 for m in messages],
             ext_version=EXT_VERSION_JSON,
             exts=[m.header for m in messages],
+            source=self.remote_address,
         )
         counts = self.pub_counts
         counts[event.topic] = counts.get(event.topic, 0) + len(messages)
@@ -500,6 +521,7 @@ class ClientSession:
             time.time_ns(),
             partition_index=index,
             trace_ids=[event.trace_id],
+            source=self.remote_address,
         )
         counts = self.pub_counts
         counts[event.topic] = counts.get(event.topic, 0) + 1
@@ -524,6 +546,7 @@ class ClientSession:
             time.time_ns(),
             partition_index=index,
             trace_ids=[m.trace_id for m in messages],
+            source=self.remote_address,
         )
         counts = self.pub_counts
         counts[event.topic] = counts.get(event.topic, 0) + len(messages)
@@ -548,22 +571,25 @@ class ClientSession:
         self.broker.topic(event.topic, partitions=event.partition + 1, ext=event.ext)
         self._reply(OK_FRAME)
 
-    async def _sub(self, event: Sub | SubOrdered) -> None:
-        """SUB and SUB_ORDERED, with Youzan's rules (spec §8.6 rules 4-6 and 9).
+    async def _sub(self, event: Sub | SubOrdered | SubAdvanced) -> None:
+        """SUB, SUB_ORDERED and SUB_ADVANCED, with Youzan's rules (spec §8.6 rules
+        4-6, 9 and 12).
 
         A named partition must exist (a plain SUB without one may create a plain
-        topic; SUB_ORDERED never creates); no partition means the lowest. An ordered
-        topic takes only SUB_ORDERED, which gets the detail layout and makes the
-        channel ordered. An ext topic takes only ``extend_support`` clients and gives
-        them the extended layout and their ``desired_tag``; a plain topic refuses
-        them and drops the tag.
+        topic; the Youzan verbs never create); no partition means the lowest. An
+        ordered topic takes only SUB_ORDERED, which gets the detail layout and makes
+        the channel ordered; SUB_ADVANCED gets the detail layout and may move the
+        channel to an offset when it is the channel's only consumer. An ext topic
+        takes only ``extend_support`` clients and gives them the extended layout and
+        their ``desired_tag``; a plain topic refuses them and drops the tag.
         """
         negotiated = self.protocol.negotiated
         ordered = type(event) is SubOrdered
+        youzan_verb = type(event) is not Sub
         topic = self.broker.topics.get(event.topic)
         partition = event.partition
         if topic is None:
-            if partition is not None or ordered:
+            if partition is not None or youzan_verb:
                 self._fail(broker_errors.topic_not_exist())
                 return
         elif (partition or 0) >= len(topic.partitions):
@@ -587,11 +613,23 @@ class ClientSession:
         )
         self.outbound.binary_ids = self.protocol.binary_ids
         self.outbound.extended = ext
-        self.outbound.detail = ordered
+        self.outbound.detail = youzan_verb
         self.consumer = consumer
         self.runner = await self.broker.subscribe(
             event.topic, event.channel, consumer, self, partition=partition or 0, ordered=ordered
         )
+        if isinstance(event, SubAdvanced) and event.offset is not None:
+            try:
+                await self.broker.set_channel_offset(
+                    event.topic,
+                    partition or 0,
+                    event.channel,
+                    event.offset,
+                    only_consumer=self.client_id,
+                )
+            except OffsetError as error:
+                self._fail(ProtocolError("E_INVALID", str(error)))
+                return
         self._reply(OK_FRAME)
 
     def _internal_id(self, message_id: bytes) -> int:
