@@ -655,7 +655,10 @@ class ClientSession:
             return
         if channel.latency is not None:  # only with e2e percentiles configured
             channel.record_latency(record, time.time_ns())
-        runner.wake()
+        if channel.ordered:
+            runner.route_now()  # its one slot is free: the next message goes in this write
+        else:
+            runner.wake()
 
     def _req(self, event: Req) -> None:
         runner = self.runner
