@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import httpx
+import orjson
 import trio
 import trio.testing
 
@@ -247,3 +249,84 @@ async def test_sub_advanced_on_one_channel_leaves_other_channels_alone_by_sub_ad
     other = await clients.subscribe(addresses.tcp, "t", "other", rdy=1)
     await advanced(clients, addresses, SubAdvanced("t", "c", 0, OffsetSpec("special", -1)))
     assert (await next_message(other)).body == b"a"
+
+
+# ---------------------------------------------------------------- HTTP /channel/setoffset
+
+
+async def setoffset(addresses: BoundAddresses, query: str, body: bytes) -> httpx.Response:
+    assert addresses.http is not None
+    host, port = addresses.http
+    async with httpx.AsyncClient(base_url=f"http://{host}:{port}") as http:
+        return await http.post(f"/channel/setoffset?{query}", content=body)
+
+
+async def test_http_setoffset_moves_the_channel_even_with_consumers_attached(
+    clients: Clients, nursery: trio.Nursery
+) -> None:
+    addresses = await start(nursery)
+    producer = await clients.connect(addresses.tcp)
+    await publish(producer, *(Pub("t", b"m%d" % n) for n in range(5)))
+    first = await clients.subscribe(addresses.tcp, "t", "c")
+    second = await clients.subscribe(addresses.tcp, "t", "c")
+    response = await setoffset(addresses, "topic=t&channel=c", b"msgcount:3")
+    assert (response.status_code, response.content) == (200, b"")
+    await first.send(Rdy(2))  # not ready once both are in flight: flushed at once
+    assert [(await next_message(first)).body for _ in range(2)] == [b"m3", b"m4"]
+    assert await quiet(second, 0.02) == []
+
+
+async def test_http_setoffset_accepts_every_spec_kind(nursery: trio.Nursery) -> None:
+    addresses = await start(nursery)
+    broker = addresses.broker
+    records = [broker.publish("t", [b"at %d" % s], s * SECOND)[0] for s in (10, 20, 30)]
+    await broker.create_channel("t", "c")
+    (channel,) = broker.find_channel("t", "c")
+    for body, read_id in (
+        (b"timestamp:20", 2),
+        (b"virtual_queue:%d" % records[2].offset, 3),
+        (b"msgcount:0", 1),
+        (b"special:-1", 4),
+    ):
+        response = await setoffset(addresses, "topic=t&channel=c&partition=0", body)
+        assert response.status_code == 200, (body, response.content)
+        assert channel.cursor.read_id == read_id, body
+
+
+async def test_http_setoffset_errors_move_nothing(nursery: trio.Nursery) -> None:
+    addresses = await start(nursery)
+    addresses.broker.publish("t", [b"a", b"b"], SECOND)
+    await addresses.broker.create_channel("t", "c")
+    (channel,) = addresses.broker.find_channel("t", "c")
+    for query, body, status, message in (
+        ("topic=t&channel=c", b"", 406, "MSG_EMPTY"),
+        ("topic=t&channel=c", b'{"offset":1}', 400, 'invalid consume offset:{"offset":1}'),
+        ("topic=t&channel=c", b"special:5", 400, "invalid consume offset:special:5"),
+        (
+            "topic=t&channel=c",
+            b"msgcount:7",
+            400,
+            ("consume offset msgcount:7 out of range: the queue has 2 messages"),
+        ),
+        (
+            "topic=t&channel=c",
+            b"virtual_queue:1",
+            400,
+            ("consume offset virtual_queue:1 is not the start of a message"),
+        ),
+        ("topic=missing&channel=c", b"special:-1", 404, "E_TOPIC_NOT_EXIST"),
+        ("topic=t&channel=c&partition=1", b"special:-1", 404, "E_TOPIC_NOT_EXIST"),
+        ("topic=t&channel=other", b"special:-1", 404, "CHANNEL_NOT_FOUND"),
+        (
+            "topic=t&channel=c&partition=x",
+            b"special:-1",
+            400,
+            ('strconv.Atoi: parsing "x": invalid syntax'),
+        ),
+        ("channel=c", b"special:-1", 400, "MISSING_ARG_TOPIC"),
+        ("topic=t", b"special:-1", 400, "MISSING_ARG_CHANNEL"),
+    ):
+        response = await setoffset(addresses, query, body)
+        assert response.status_code == status, (query, body, response.content)
+        assert orjson.loads(response.content) == {"message": message}, (query, body)
+    assert channel.cursor.read_id == 1

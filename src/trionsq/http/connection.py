@@ -42,6 +42,9 @@ IDLE_TIMEOUT: Final = 300.0
 class Transport(Protocol):
     """The byte stream under one HTTP connection."""
 
+    peer: str
+    """The client as ``host:port``."""
+
     async def receive(self) -> bytes:
         """Some bytes; ``b""`` at EOF."""
 
@@ -55,6 +58,7 @@ class FdTransport:
     def __init__(self, stream: trio.SocketStream) -> None:
         self._fd = stream.socket.fileno()
         self._waited = True
+        self.peer = _peer(stream.socket)
 
     async def receive(self) -> bytes:
         if not self._waited:  # data kept coming: let other tasks run once per read
@@ -82,14 +86,27 @@ class FdTransport:
 class StreamTransport:
     """Any trio stream (HTTPS: an SSLStream)."""
 
-    def __init__(self, stream: trio.abc.Stream) -> None:
+    def __init__(self, stream: trio.abc.Stream, peer: str = "") -> None:
         self._stream = stream
+        self.peer = peer
 
     async def receive(self) -> bytes:
         return bytes(await self._stream.receive_some(READ_SIZE))
 
     async def send(self, data: bytes) -> None:
         await self._stream.send_all(data)
+
+
+def _peer(sock: trio.socket.SocketType) -> str:
+    """``host:port`` of the other end, as Go prints an address (IPv6 in brackets)."""
+    try:
+        address = sock.getpeername()
+    except OSError:
+        return ""
+    if not isinstance(address, tuple):
+        return str(address)
+    host, port = address[0], address[1]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 class _DateHeader:
@@ -215,7 +232,7 @@ async def _answer(
     headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in request.headers}
     length_header = headers.get("content-length")
     length = int(length_header) if length_header is not None else None
-    head = Request.from_target(method, target, headers)
+    head = Request.from_target(method, target, headers, remote_address=transport.peer)
     limit = body_limit(head, length)
     if isinstance(limit, Response):
         return limit, length == 0  # refused on its Content-Length; the body is not read

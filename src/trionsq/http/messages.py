@@ -47,15 +47,23 @@ class Request:
     query_valid: bool = True
     """False where Go's ``url.ParseQuery`` fails (a ``;``, a bad ``%`` escape): nsqd
     answers 400 INVALID_REQUEST on the endpoints that parse the query that way."""
+    remote_address: str = ""
+    """The client as ``host:port`` (the trace log names it)."""
 
     @classmethod
     def from_target(
-        cls, method: str, target: str, headers: Mapping[str, str], body: bytes = b""
+        cls,
+        method: str,
+        target: str,
+        headers: Mapping[str, str],
+        body: bytes = b"",
+        *,
+        remote_address: str = "",
     ) -> Request:
         """Split ``target`` into path and query the way Go's ``url.ParseQuery`` does."""
         path, _, query = target.partition("?")
         parsed = parse_qs(query, keep_blank_values=True) if query else {}
-        return cls(method, path, parsed, headers, body, go_query_valid(query))
+        return cls(method, path, parsed, headers, body, go_query_valid(query), remote_address)
 
     def arg(self, name: str) -> str | None:
         """The first value of a query parameter (Go's ``Query().Get`` returns the first)."""

@@ -1,9 +1,12 @@
-"""nsqd's HTTP endpoints (spec http-api.md §2): publish, admin, /info, /stats, /config.
+"""nsqd's HTTP endpoints (spec http-api.md §2, §3): publish, admin, /info, /stats, /config.
 
 Every handler takes a :class:`Request` and returns a :class:`Response`; checks run
 in nsqd's order so the same bad request gets the same status and text. Endpoints
 that nsqd ≤ 0.3 answered in the ``status_code/status_txt/data`` envelope (/info,
-/pub, /mpub, /stats) give it to a request that asks for it (messages.py).
+/pub, /mpub, /stats; Youzan's /pub_ext too) give it to a request that asks for it
+(messages.py). Youzan's publishing (``partition``, /pubtrace, /pub_ext) follows
+http-api.md §3 with TCP's rules: a named partition must exist, an ordered topic
+needs one, and ext headers obey :func:`~trionsq.protocol.check_ext_header`.
 """
 
 from __future__ import annotations
@@ -18,8 +21,16 @@ import attrs
 import orjson
 
 from .. import __version__
+from ..broker.offsets import OffsetError
 from ..config import TlsRequired
+from ..protocol.broker_errors import pub_failed
+from ..protocol.commands import OffsetSpec
+from ..protocol.errors import ProtocolError
+from ..protocol.ext_header import TRACE_ID_KEY, check_ext_header
+from ..protocol.message import EXT_VERSION_JSON
 from ..protocol.names import is_valid_name
+from ..protocol.strconv import go_atoi, go_parse_uint64
+from ..queues.record import MAX_EXT_LENGTH
 from ..version import version_string
 from .messages import Request, Response, parse_bool
 from .stats import stats_document, stats_text
@@ -29,6 +40,7 @@ if TYPE_CHECKING:
 
     from ..broker.broker import Broker
     from ..config import NsqdConfig
+    from ..queues.record import Record
 
 __all__ = ["NsqdHttpApi"]
 
@@ -62,8 +74,13 @@ _DURATION_FIELDS: Final = frozenset(
         "queue_scan_refresh_interval",
     }
 )
-LEGACY_ENDPOINTS: Final = frozenset({"/info", "/pub", "/mpub", "/stats"})
-"""Where nsqd ≤ 0.3 answered in the status_code/status_txt/data envelope."""
+LEGACY_ENDPOINTS: Final = frozenset({"/info", "/pub", "/mpub", "/stats", "/pub_ext"})
+"""Where nsqd ≤ 0.3 (and Youzan, for /pub_ext) answered in the status_code/status_txt/data
+envelope; /pubtrace is V1 only."""
+_SINGLE_MESSAGE: Final = frozenset({"/pub", "/pubtrace", "/pub_ext"})
+"""Endpoints whose body is one message: bounded by max-msg-size."""
+_NSQEXT_PREFIX: Final = "x-nsqext-"
+"""Request headers that add a key to /pub_ext's JSON header (names are lower-cased)."""
 _CFG_NAMES: Final = {"id": "node_id", "nsqlookupd_tcp_addresses": "lookupd_tcp_addresses"}
 """Config-file names that differ from the field (flag) name."""
 _NOT_CFG_NAMES: Final = frozenset(
@@ -75,6 +92,7 @@ _NOT_CFG_NAMES: Final = frozenset(
         "client_timeout",
         "persist",
         "retention",
+        "trace_log",
     }
 )
 """Fields /config does not know by their own name: renamed, or without a flag in nsqd."""
@@ -136,6 +154,9 @@ class NsqdHttpApi:
             "/info": {"GET": self._info},
             "/pub": {"POST": self._pub},
             "/mpub": {"POST": self._mpub},
+            "/pubtrace": {"POST": self._pubtrace},
+            "/pub_ext": {"POST": self._pub_ext},
+            "/channel/setoffset": {"POST": self._channel_setoffset},
             "/stats": {"GET": self._stats},
             **{path: {"POST": handler} for path, handler in post_ignoring_body.items()},
         }
@@ -150,7 +171,7 @@ class NsqdHttpApi:
             return self._tls_required()  # nsqd refuses before reading: so no body is read
         # only a POST gets past the router to the handler's Content-Length check
         declared = length if length is not None and method == "POST" else 0
-        if path == "/pub":
+        if path in _SINGLE_MESSAGE:
             if declared > config.max_msg_size:
                 return self._refusal(head, 413, "MSG_TOO_BIG")
             return config.max_msg_size + 1
@@ -240,11 +261,30 @@ class NsqdHttpApi:
 
     # ------------------------------------------------------------- publishing
 
-    def _publish_topic(self, request: Request) -> str:
-        """nsqd's getTopicFromQuery: the query must parse and name a valid topic."""
-        topic = _name_arg(_parsed(request), "topic", invalid="INVALID_TOPIC")
-        self.broker.topic(topic)  # nsqd's GetTopic: created even if the rest is refused
-        return topic
+    def _publish_target(
+        self, request: Request, *, create: bool, invalid: str = "INVALID_TOPIC"
+    ) -> tuple[str, int]:
+        """The topic and partition index a publish goes to (spec http-api §3).
+
+        No ``partition`` (or empty, or -1): the default partition 0, refused on an
+        ordered topic as TCP refuses it; ``create``: a plain topic is created then,
+        as nsqd's GetTopic does even if the rest of the request is refused. A named
+        partition is Youzan's and never creates: it must exist.
+        """
+        name = _name_arg(_parsed(request), "topic", invalid=invalid)
+        partition = _partition_arg(request)
+        topic = self.broker.topics.get(name)
+        if topic is None:
+            if partition is None and create:
+                self.broker.topic(name)
+                return name, 0
+        elif partition is None:
+            if topic.ordered:
+                raise HttpError(400, "E_BAD_PARTITION")
+            return name, 0
+        elif 0 <= partition < len(topic.partitions):
+            return name, partition
+        raise HttpError(404, "E_TOPIC_NOT_EXIST")
 
     async def _pub(self, request: Request) -> Response:
         body = request.body
@@ -252,7 +292,7 @@ class NsqdHttpApi:
             raise HttpError(413, "MSG_TOO_BIG")
         if not body:
             raise HttpError(400, "MSG_EMPTY")
-        topic = self._publish_topic(request)
+        topic, partition = self._publish_target(request, create=True)
         now = time.time_ns()
         deliver_at = 0
         if "defer" in request.query:
@@ -262,19 +302,75 @@ class NsqdHttpApi:
                 raise HttpError(400, "INVALID_DEFER")
             if defer_ms:
                 deliver_at = now + defer_ms * 1_000_000
-        self.broker.publish(topic, [body], now, deliver_at=deliver_at)
+        self.broker.publish(topic, [body], now, deliver_at=deliver_at, partition_index=partition)
         return Response.legacy_ok("OK") if request.legacy else Response.text("OK")
 
     async def _mpub(self, request: Request) -> Response:
-        topic = self._publish_topic(request)
+        topic, partition = self._publish_target(request, create=True)
         binary = parse_bool(request.arg("binary"), default=False)
         if binary is None or binary:
             bodies = self._binary_bodies(request.body)
         else:
             bodies = self._text_bodies(request.body)
         if bodies:
-            self.broker.publish(topic, bodies, time.time_ns())
+            self.broker.publish(topic, bodies, time.time_ns(), partition_index=partition)
         return Response.legacy_ok("OK") if request.legacy else Response.text("OK")
+
+    def _youzan_body(self, request: Request) -> bytes:
+        """Youzan's /pub body rules, shared by /pubtrace and /pub_ext: 413, then 406."""
+        body = request.body
+        if len(body) > self.config.max_msg_size:
+            raise HttpError(413, "MSG_TOO_BIG")
+        if not body:
+            raise HttpError(406, "MSG_EMPTY")
+        return body
+
+    async def _pubtrace(self, request: Request) -> Response:
+        """Youzan's traced publish: the topic must exist; answers where it was stored."""
+        body = self._youzan_body(request)
+        topic, partition = self._publish_target(request, create=False, invalid="INVALID_ARG_TOPIC")
+        given = request.arg("trace_id") or ""
+        trace_id = go_parse_uint64(given.encode("utf-8", "surrogateescape"))
+        if trace_id is None:
+            raise HttpError(400, "INVALID_TRACE_ID")
+        records = self.broker.publish(
+            topic,
+            [body],
+            time.time_ns(),
+            partition_index=partition,
+            trace_ids=[trace_id],
+            source=request.remote_address,
+        )
+        return _traced(records, given, legacy=False)  # /pubtrace is V1 only
+
+    async def _pub_ext(self, request: Request) -> Response:
+        """Youzan's publish with a JSON header: ``ext`` plus ``X-Nsqext-*`` headers,
+        checked by the same rules as TCP PUB_EXT, stored re-serialized."""
+        body = self._youzan_body(request)
+        topic, partition = self._publish_target(request, create=False, invalid="INVALID_ARG_TOPIC")
+        checked = check_ext_header(request.arg("ext") or "", _nsqext_headers(request))
+        if isinstance(checked, ProtocolError):
+            raise HttpError(400, checked.code)
+        if not self.broker.topics[topic].ext:
+            raise HttpError(400, "E_EXT_NOT_SUPPORT")
+        header = orjson.dumps(checked.fields)
+        if len(header) > MAX_EXT_LENGTH:  # the record's limit: TCP's refusal, as a 400
+            reason = f"ext header longer than {MAX_EXT_LENGTH} bytes"
+            raise HttpError(400, pub_failed("PUB", reason, youzan=True).text)
+        trace_id = checked.trace_id
+        records = self.broker.publish(
+            topic,
+            [body],
+            time.time_ns(),
+            partition_index=partition,
+            trace_ids=[trace_id or 0],
+            ext_version=EXT_VERSION_JSON,
+            exts=[header],
+            source=request.remote_address,
+        )
+        if trace_id is None:
+            return Response.legacy_ok("OK") if request.legacy else Response.text("OK")
+        return _traced(records, str(checked.fields[TRACE_ID_KEY]), legacy=request.legacy)
 
     def _text_bodies(self, body: bytes) -> list[bytes]:
         """Newline mode: one message per line; empty lines are skipped, ``\\r`` kept."""
@@ -398,6 +494,33 @@ class NsqdHttpApi:
         self.broker.set_channel_paused(*self._existing_channel(request), paused=False)
         return Response.empty()
 
+    async def _channel_setoffset(self, request: Request) -> Response:
+        """Youzan's setoffset: move one partition's channel to the offset spec in the
+        body (tcp-protocol §8.6), whoever is subscribed. Standalone, every spec kind
+        works; one the log cannot satisfy is a 400 with the reason, and moves nothing."""
+        _parsed(request)
+        name = _name_arg(request, "topic", invalid="INVALID_ARG_TOPIC")
+        partition = _partition_arg(request)
+        channel = _name_arg(request, "channel", invalid="INVALID_ARG_CHANNEL")
+        topic = self.broker.topics.get(name)
+        index = 0 if partition is None else partition
+        if topic is None or not 0 <= index < len(topic.partitions):
+            raise HttpError(404, "E_TOPIC_NOT_EXIST")
+        if channel not in topic.partitions[index].channels:
+            raise HttpError(404, "CHANNEL_NOT_FOUND")
+        body = request.body
+        if not body:
+            raise HttpError(406, "MSG_EMPTY")
+        spec = OffsetSpec.parse(body.strip())
+        if spec is None:
+            text = body.decode("utf-8", "replace")
+            raise HttpError(400, f"invalid consume offset:{text}")
+        try:
+            await self.broker.set_channel_offset(name, index, channel, spec)
+        except OffsetError as error:
+            raise HttpError(400, str(error)) from None
+        return Response.empty()
+
     # ------------------------------------------------------------- /config/:opt
 
     def _config(self, request: Request, name: str) -> Response:
@@ -469,6 +592,48 @@ def _name_arg(request: Request, key: str, *, invalid: str | None) -> str:
     if invalid is not None and not is_valid_name(name.encode()):
         raise HttpError(400, invalid)
     return name
+
+
+def _partition_arg(request: Request) -> int | None:
+    """Youzan's optional ``partition``: None for the default (absent, empty, -1), else
+    the int, which may name no partition (negative ones never do). Not an int: 400
+    with Go's strconv.Atoi text, as Youzan's GetTopicPartitionArgs answers."""
+    raw = request.arg("partition")
+    if not raw:
+        return None
+    value = go_atoi(raw.encode("utf-8", "surrogateescape"))
+    if isinstance(value, str):
+        raise HttpError(400, value)
+    return None if value == -1 else value
+
+
+def _nsqext_headers(request: Request) -> dict[str, str]:
+    """``X-Nsqext-<Name>: value`` request headers as ext keys ``<name>`` (lower-cased).
+
+    The connection decodes header bytes as latin-1; they are read back as UTF-8 (bad
+    bytes become U+FFFD, as Go's JSON encoding of the header string does)."""
+    return {
+        name.removeprefix(_NSQEXT_PREFIX): value.encode("latin-1").decode("utf-8", "replace")
+        for name, value in request.headers.items()
+        if name.startswith(_NSQEXT_PREFIX)
+    }
+
+
+def _traced(records: list[Record], trace_id: str, *, legacy: bool) -> Response:
+    """Youzan's traced answer, in its key order; ``trace_id`` as the client gave it.
+
+    An ephemeral topic may have dropped the message: like TCP, plain ``OK`` then."""
+    if not records:
+        return Response.legacy_ok("OK") if legacy else Response.text("OK")
+    record = records[0]
+    answer = {
+        "status": "OK",
+        "id": record.internal_id,
+        "trace_id": trace_id,
+        "queue_offset": record.offset,
+        "rawsize": record.raw_size,
+    }
+    return Response.legacy_ok(answer) if legacy else Response.json(answer)
 
 
 def _ns(seconds: float) -> int:

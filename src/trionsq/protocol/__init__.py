@@ -34,6 +34,7 @@ from .commands import (
     TracedMessage,
 )
 from .errors import ProtocolError
+from .ext_header import ExtHeader, check_ext_header
 from .frames import (
     CLOSE_WAIT_FRAME,
     HEARTBEAT_FRAME,
@@ -68,6 +69,7 @@ __all__ = [
     "ConnectionState",
     "Dpub",
     "Event",
+    "ExtHeader",
     "ExtMessage",
     "Fin",
     "Identify",
@@ -96,6 +98,7 @@ __all__ = [
     "Touch",
     "TracedMessage",
     "binary_id",
+    "check_ext_header",
     "decode_message",
     "encode_message",
     "encode_message_frame",

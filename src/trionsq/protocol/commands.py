@@ -13,6 +13,7 @@ from typing import Final
 import attrs
 
 from .identify import IdentifyRequest, IdentifyResponse, NegotiatedSettings
+from .strconv import go_atoi
 
 __all__ = [
     "Auth",
@@ -79,6 +80,9 @@ class SubOrdered:
     partition: int | None = None
 
 
+OFFSET_KINDS: Final = ("timestamp", "virtual_queue", "msgcount", "special")
+
+
 @attrs.frozen
 class OffsetSpec:
     """Where SUB_ADVANCED or ``/channel/setoffset`` starts a channel: ``<kind>:<value>``."""
@@ -89,6 +93,19 @@ class OffsetSpec:
 
     def __str__(self) -> str:
         return f"{self.kind}:{self.value}"
+
+    @classmethod
+    def parse(cls, raw: bytes) -> OffsetSpec | None:
+        """``<kind>:<int64>`` as SUB_ADVANCED and /channel/setoffset take it; None if
+        malformed (``special`` takes only -1)."""
+        kind, sep, value = raw.partition(b":")
+        text = kind.decode("utf-8", "surrogateescape")
+        if not sep or text not in OFFSET_KINDS:
+            return None
+        number = go_atoi(value)
+        if isinstance(number, str) or (text == "special" and number != -1):
+            return None
+        return cls(text, number)
 
 
 @attrs.frozen

@@ -27,7 +27,6 @@ from types import GeneratorType
 from typing import Final
 
 import attrs
-import orjson
 
 from .broker_errors import topic_not_exist
 from .commands import (
@@ -56,11 +55,12 @@ from .commands import (
     TracedMessage,
 )
 from .errors import ProtocolError
+from .ext_header import check_ext_header
 from .frames import MAGIC_V2
 from .identify import NegotiatedSettings, decode_identify_request, negotiate
 from .names import go_quote, is_valid_name
 from .settings import ServerSettings
-from .strconv import go_atoi, go_parse_bool, go_parse_uint64, parse_base10, to_int64
+from .strconv import go_atoi, go_parse_bool, parse_base10, to_int64
 
 __all__ = ["ConnectionState", "Event", "PublishHeader", "ServerConnection"]
 
@@ -868,41 +868,18 @@ class ServerConnection:
 
 def _offset_spec(raw: bytes) -> OffsetSpec:
     """``<kind>:<int64>``; anything else is ``E_INVALID`` with the reason."""
-    kind, sep, value = raw.partition(b":")
-    kind_text = _text(kind)
-    if not sep or kind_text not in ("timestamp", "virtual_queue", "msgcount", "special"):
+    spec = OffsetSpec.parse(raw)
+    if spec is None:
         raise _invalid(f"invalid consume offset: {_text(raw)}")
-    number = go_atoi(value)
-    if isinstance(number, str):
-        raise _invalid(f"invalid consume offset: {_text(raw)}")
-    if kind_text == "special" and number != -1:
-        raise _invalid(f"invalid consume offset: {_text(raw)}")
-    return OffsetSpec(kind_text, number)
+    return spec
 
 
 def _ext_message(header: bytes, body: bytes) -> ExtMessage | ProtocolError:
-    """Check a JSON header the way Youzan's PUB_EXT does; its errors are non-fatal."""
-    try:
-        parsed = orjson.loads(header)
-    except orjson.JSONDecodeError as exc:
-        return ProtocolError(
-            "E_INVALID_JSON_HEADER", f"fail to parse json header:{exc}", fatal=False
-        )
-    if not isinstance(parsed, dict):
-        return ProtocolError(
-            "E_INVALID_JSON_HEADER", "fail to parse json header:not a JSON object", fatal=False
-        )
-    trace_id: int | None = None
-    raw_trace = parsed.get("##trace_id")
-    if raw_trace is not None:
-        if not isinstance(raw_trace, str):
-            return ProtocolError(
-                "INVALID_TRACE_ID", "passin trace id should be string", fatal=False
-            )
-        value = go_parse_uint64(raw_trace.encode("utf-8", "surrogateescape"))
-        if value is None:
-            return ProtocolError("INVALID_TRACE_ID", "invalid trace id", fatal=False)
-        trace_id = value
-    raw_tag = parsed.get("##client_dispatch_tag")
-    tag = raw_tag if isinstance(raw_tag, str) else None
-    return ExtMessage(header, body, trace_id, tag)
+    """Check a JSON header the way Youzan's PUB_EXT does; its errors are non-fatal.
+
+    The header is kept as the client sent it; the rules are :func:`check_ext_header`'s.
+    """
+    checked = check_ext_header(header)
+    if isinstance(checked, ProtocolError):
+        return checked
+    return ExtMessage(header, body, checked.trace_id, checked.tag)
