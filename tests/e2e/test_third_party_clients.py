@@ -13,6 +13,9 @@ import pytest
 import trio
 
 from trionsq import NsqdConfig, serve_nsqd
+from trionsq.protocol import ExtMessage, IdentifyRequest, PubExt, Rdy, Sub
+from trionsq.protocol.client import MessageFrame, encode_identify
+from trionsq.testing import ProtocolClient
 
 if TYPE_CHECKING:
     from trionsq.nursery_tree import BoundAddresses
@@ -48,3 +51,37 @@ async def test_round_trip(client: str, nursery: trio.Nursery) -> None:
     assert counts["shared-1"] > 0  # both consumers of "shared" got some
     assert counts["shared-2"] > 0
     assert counts["shared-1"] + counts["shared-2"] == COUNT + 1  # each once, m0 twice
+
+
+async def test_pynsq_on_a_plain_topic_beside_an_ext_topic_in_use(nursery: trio.Nursery) -> None:
+    """Youzan's ext topics, tags and binary ids do not leak into a standard client."""
+    addresses: BoundAddresses = await nursery.start(serve_nsqd, NsqdConfig.loopback())
+    addresses.broker.topic("ext", ext=True)
+    ext_consumer = await ProtocolClient.connect(addresses.tcp)
+    await ext_consumer.stream.send_all(
+        encode_identify(IdentifyRequest(extend_support=True, desired_tag="a"))
+    )
+    await ext_consumer.read(1)
+    ext_consumer.decoder.extended = True
+    await ext_consumer.send(Sub("ext", "c"), Rdy(10))
+    await ext_consumer.read(1)
+    producer = await ProtocolClient.connect(addresses.tcp)
+    header = b'{"##client_dispatch_tag":"a","k":"v"}'
+    await producer.send(PubExt("ext", ExtMessage(header, b"tagged")))
+    host, port = addresses.tcp
+    with trio.fail_after(60):
+        result = await trio.run_process(
+            [sys.executable, str(CLIENTS / "pynsq_roundtrip.py"), f"{host}:{port}", "plain", "50"],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    summary = json.loads(result.stdout.decode().strip().splitlines()[-1])
+    assert sorted(summary["seen"]["other"]) == sorted(f"m{i}" for i in range(50))
+    (frame,) = await ext_consumer.read(1)
+    assert isinstance(frame, MessageFrame)
+    assert (frame.message.body, frame.message.ext) == (b"tagged", header)
+    await producer.aclose()
+    await ext_consumer.aclose()

@@ -525,3 +525,33 @@ async def test_trace_log_is_off_by_default(
     consumer = await clients.subscribe(addresses.tcp, "t", "c", rdy=5)
     assert (await next_message(consumer)).body == b"traced"
     assert [r for r in caplog.records if r.name == "trionsq.trace"] == []
+
+
+# ---------------------------------------------------------------- stats per partition
+
+
+async def test_stats_report_each_partition_with_its_channels_positions(
+    clients: Clients, nursery: trio.Nursery
+) -> None:
+    addresses = await start(nursery)
+    addresses.broker.topic("p", partitions=3)
+    producer = await clients.connect(addresses.tcp)
+    await publish(producer, Mpub("p", (b"a", b"b"), 1), Pub("p", b"c", 2))
+    sub = await consumer(clients, addresses, Sub("p", "c", 1), rdy=1)  # b only after the FIN
+    first = await next_message(sub)
+    await sub.send(Fin(first.id))
+    await next_message(sub)
+    assert addresses.http is not None
+    host, port = addresses.http
+    async with httpx.AsyncClient(base_url=f"http://{host}:{port}") as http:
+        (topic,) = (await http.get("/stats?format=json&topic=p")).json()["topics"]
+    assert topic["message_count"] == 3
+    by_index = {p["partition"]: p for p in topic["partitions"]}
+    assert [by_index[i]["message_count"] for i in range(3)] == [0, 2, 1]
+    assert [by_index[i]["end_count"] for i in range(3)] == [0, 2, 1]
+    assert by_index[2]["depth"] == 1  # no channel in partition 2: the topic holds it
+    (channel,) = by_index[1]["channels"]
+    assert channel["channel_name"] == "c"
+    assert channel["in_flight_count"] == 1
+    assert channel["confirmed_count"] == 1  # "a" finished; msgcount:1 resumes after it
+    assert by_index[0]["channels"] == []

@@ -30,16 +30,19 @@ import attrs
 
 from ..broker.channel import ClientStatistics
 from ..broker.latency import LatencyResult, aggregate
+from ..broker.offsets import FIRST_ID
 
 if TYPE_CHECKING:
     from ..broker.broker import Broker
     from ..broker.channel import Channel
     from ..broker.latency import LatencyWindow
-    from ..broker.topic import Topic
+    from ..broker.topic import Partition, Topic
 
 __all__ = [
     "ChannelSnapshot",
     "MemoryStatistics",
+    "PartitionChannelSnapshot",
+    "PartitionSnapshot",
     "StatsSnapshot",
     "TopicSnapshot",
     "memory_statistics",
@@ -70,6 +73,35 @@ class ChannelSnapshot:
 
 
 @attrs.frozen
+class PartitionChannelSnapshot:
+    """One channel in one partition: where it stands in that partition's log."""
+
+    channel_name: str
+    depth: int
+    in_flight_count: int
+    deferred_count: int
+    client_count: int
+    confirmed_offset: int
+    """Queue offset below which the channel finished everything (a setoffset target)."""
+    confirmed_count: int
+    """Messages of the partition before that point (``msgcount:`` counts these)."""
+
+
+@attrs.frozen
+class PartitionSnapshot:
+    """One partition of a topic (Youzan): its own log and its own channels."""
+
+    partition: int
+    depth: int
+    message_count: int
+    end_offset: int
+    """The queue offset the next message gets (``virtual_queue:`` of the tail)."""
+    end_count: int
+    """Messages ever stored in the partition (``msgcount:`` of the tail)."""
+    channels: tuple[PartitionChannelSnapshot, ...]
+
+
+@attrs.frozen
 class TopicSnapshot:
     """One topic as /stats reports it."""
 
@@ -88,6 +120,8 @@ class TopicSnapshot:
     lost_count: int = 0
     """trionsq's addition: messages recovery could not give back (damaged records,
     unreadable segment parts, unfinished messages cut from a channel's log)."""
+    partitions: tuple[PartitionSnapshot, ...] = ()
+    """trionsq's addition (Youzan's per-partition view): each partition's figures."""
 
 
 @attrs.frozen
@@ -246,6 +280,7 @@ def snapshot(
                 e2e=aggregate(_windows([c for group in by_name.values() for c in group]), now),
                 disk_bytes=sum(getattr(p.log, "disk_bytes", 0) for p in t.partitions),
                 lost_count=_lost(broker, t),
+                partitions=tuple(_partition_snapshot(p, set(names)) for p in t.partitions),
             )
         )
     producers: tuple[ClientStatistics, ...] | None = None
@@ -287,6 +322,35 @@ def _channels_by_name(topic: Topic) -> dict[str, list[Channel]]:
         for name, found in partition.channels.items():
             by_name.setdefault(name, []).append(found)
     return by_name
+
+
+def _partition_snapshot(partition: Partition, names: set[str]) -> PartitionSnapshot:
+    log = partition.log
+    channels = []
+    for name in sorted(names & partition.channels.keys()):
+        channel = partition.channels[name]
+        stats = channel.statistics()
+        cursor = channel.cursor
+        confirmed = getattr(cursor, "confirmed_id", log.next_id)  # ephemeral: no position
+        channels.append(
+            PartitionChannelSnapshot(
+                channel_name=name,
+                depth=stats.depth,
+                in_flight_count=stats.in_flight_count,
+                deferred_count=stats.deferred_count,
+                client_count=stats.client_count,
+                confirmed_offset=getattr(cursor, "confirmed_offset", log.next_offset),
+                confirmed_count=confirmed - FIRST_ID,
+            )
+        )
+    return PartitionSnapshot(
+        partition=partition.index,
+        depth=partition.held(),
+        message_count=partition.message_count,
+        end_offset=log.next_offset,
+        end_count=log.next_id - FIRST_ID,
+        channels=tuple(channels),
+    )
 
 
 def _windows(channels: list[Channel]) -> list[LatencyWindow]:
@@ -367,7 +431,14 @@ def _topic_json(t: TopicSnapshot) -> dict[str, object]:
         "e2e_processing_latency": _e2e_json(t.e2e),
         "disk_bytes": t.disk_bytes,
         "lost_count": t.lost_count,
+        "partitions": [_partition_json(p) for p in t.partitions],
     }
+
+
+def _partition_json(p: PartitionSnapshot) -> dict[str, object]:
+    document = attrs.asdict(p, recurse=False)
+    document["channels"] = [attrs.asdict(c) for c in p.channels]
+    return document
 
 
 def _channel_json(c: ChannelSnapshot) -> dict[str, object]:

@@ -46,6 +46,7 @@ TOPIC_KEYS = [
     "e2e_processing_latency",
     "disk_bytes",  # trionsq's additions, after nsqd's keys
     "lost_count",
+    "partitions",
 ]
 CHANNEL_KEYS = [
     "channel_name",
@@ -418,6 +419,35 @@ async def test_every_field_after_pub_mpub_dpub_fin_and_req(
         "e2e_processing_latency": NO_LATENCY,
         "disk_bytes": 0,  # in memory
         "lost_count": 0,
+        "partitions": [
+            {
+                "partition": 0,
+                "depth": 0,
+                "message_count": 5,
+                "end_offset": 185,
+                "end_count": 5,
+                "channels": [
+                    {
+                        "channel_name": "idle",
+                        "depth": 5,
+                        "in_flight_count": 0,
+                        "deferred_count": 0,
+                        "client_count": 0,
+                        "confirmed_offset": 0,
+                        "confirmed_count": 0,
+                    },
+                    {
+                        "channel_name": "work",
+                        "depth": 0,
+                        "in_flight_count": 3,
+                        "deferred_count": 0,
+                        "client_count": 1,
+                        "confirmed_offset": 71,  # the first two finished
+                        "confirmed_count": 2,
+                    },
+                ],
+            }
+        ],
     }
     assert t2 == {
         "topic_name": "t2",
@@ -430,6 +460,16 @@ async def test_every_field_after_pub_mpub_dpub_fin_and_req(
         "e2e_processing_latency": NO_LATENCY,
         "disk_bytes": 0,
         "lost_count": 0,
+        "partitions": [
+            {
+                "partition": 0,
+                "depth": 1,
+                "message_count": 1,
+                "end_offset": 47,
+                "end_count": 1,
+                "channels": [],
+            }
+        ],
     }
     encoded = orjson.dumps(doc)
     assert orjson.loads(encoded) == doc
@@ -545,10 +585,14 @@ async def test_filters(nursery: trio.Nursery, clients: Clients, autojump: None) 
     only_work = document(addresses, channel="work")
     (t1,) = topics_of(only_work)  # t2 has no channel "work": left out
     assert [c["channel_name"] for c in objects(t1["channels"])] == ["work"]
-    e2e_and_counts = {k: v for k, v in t1.items() if k != "channels"}
+    e2e_and_counts = {k: v for k, v in t1.items() if k not in ("channels", "partitions")}
     assert e2e_and_counts == {
-        k: v for k, v in topics_of(document(addresses))[0].items() if k != "channels"
+        k: v
+        for k, v in topics_of(document(addresses))[0].items()
+        if k not in ("channels", "partitions")
     }
+    (partition,) = objects(t1["partitions"])
+    assert [c["channel_name"] for c in objects(partition["channels"])] == ["work"]
 
     assert document(addresses, topic="t1", channel="nope")["topics"] == []
     assert document(addresses, topic="t2", channel="work")["topics"] == []
