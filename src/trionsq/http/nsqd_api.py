@@ -21,6 +21,7 @@ import attrs
 import orjson
 
 from .. import __version__
+from ..auth.session import AuthSession
 from ..broker.offsets import OffsetError
 from ..config import TlsRequired
 from ..protocol.broker_errors import pub_failed
@@ -48,6 +49,8 @@ log = logging.getLogger("trionsq.http")
 
 _INT32: Final = struct.Struct(">i")
 SMALL_BODY: Final = 64 * 1024
+MAX_AUTH_SESSIONS: Final = 4096
+"""HTTP publishers' auth sessions kept (the least recently used go first)."""
 MAX_PARTITION_NUM: Final = 255
 """``partition_num`` of /topic/create: 1..255 (Youzan's MAX_PARTITION_NUM)."""
 """Body bytes read for endpoints that ignore their body (admin POSTs)."""
@@ -137,6 +140,8 @@ class NsqdHttpApi:
         self._https_port = https_port
         self.is_https = is_https
         self.runtime = runtime or RuntimeOptions(config.log_level, config.lookupd_tcp_addresses)
+        self._auth_sessions: dict[tuple[str, str, bool], AuthSession] = {}
+        """HTTP publishers' auth grants by (secret, client IP, https), oldest first."""
         post_ignoring_body: dict[str, Callable[[Request], Awaitable[Response]]] = {
             "/topic/create": self._topic_create,
             "/topic/delete": self._topic_delete,
@@ -286,12 +291,47 @@ class NsqdHttpApi:
             return name, partition
         raise HttpError(404, "E_TOPIC_NOT_EXIST")
 
+    async def _authorize_publish(
+        self, request: Request, verb: str = "PUB", *, invalid: str = "INVALID_TOPIC"
+    ) -> None:
+        """With --auth-http-address, publishing over HTTP needs a secret too.
+
+        nsqd checks only TCP clients, which leaves HTTP publishing open; here the
+        secret comes as ``Authorization: Bearer <secret>`` (or ``auth_secret=``) and
+        is checked like TCP's AUTH + PUB, the grants kept per secret and client
+        address until their ttl. 401 without a working secret, 403 when the grants
+        do not cover the topic; checked before the topic is created, as TCP's MPUB.
+        """
+        if not self.config.auth_http_addresses:
+            return
+        topic = _name_arg(_parsed(request), "topic", invalid=invalid)  # its errors first
+        bearer = request.headers.get("authorization", "")
+        secret = bearer[7:] if bearer[:7].lower() == "bearer " else request.arg("auth_secret")
+        if not secret:
+            raise HttpError(401, f"E_AUTH_FIRST AUTH required before {verb}")
+        key = (secret, request.remote_address.rpartition(":")[0], self.is_https)
+        session = self._auth_sessions.pop(key, None)  # re-inserted: most recent last
+        if session is None:
+            session = AuthSession(
+                self.config, remote_address=request.remote_address, tls=self.is_https
+            )
+            answer = await session.authenticate(secret.encode("utf-8", "surrogateescape"))
+            if isinstance(answer, ProtocolError):
+                raise HttpError(401, answer.text)
+        self._auth_sessions[key] = session
+        while len(self._auth_sessions) > MAX_AUTH_SESSIONS:
+            del self._auth_sessions[next(iter(self._auth_sessions))]
+        error = await session.check(verb, topic)
+        if error is not None:
+            raise HttpError(403 if error.code == "E_UNAUTHORIZED" else 401, error.text)
+
     async def _pub(self, request: Request) -> Response:
         body = request.body
         if len(body) > self.config.max_msg_size:
             raise HttpError(413, "MSG_TOO_BIG")
         if not body:
             raise HttpError(400, "MSG_EMPTY")
+        await self._authorize_publish(request)
         topic, partition = self._publish_target(request, create=True)
         now = time.time_ns()
         deliver_at = 0
@@ -306,6 +346,7 @@ class NsqdHttpApi:
         return Response.legacy_ok("OK") if request.legacy else Response.text("OK")
 
     async def _mpub(self, request: Request) -> Response:
+        await self._authorize_publish(request, "MPUB")
         topic, partition = self._publish_target(request, create=True)
         binary = parse_bool(request.arg("binary"), default=False)
         if binary is None or binary:
@@ -328,6 +369,7 @@ class NsqdHttpApi:
     async def _pubtrace(self, request: Request) -> Response:
         """Youzan's traced publish: the topic must exist; answers where it was stored."""
         body = self._youzan_body(request)
+        await self._authorize_publish(request, invalid="INVALID_ARG_TOPIC")
         topic, partition = self._publish_target(request, create=False, invalid="INVALID_ARG_TOPIC")
         given = request.arg("trace_id") or ""
         trace_id = go_parse_uint64(given.encode("utf-8", "surrogateescape"))
@@ -347,6 +389,7 @@ class NsqdHttpApi:
         """Youzan's publish with a JSON header: ``ext`` plus ``X-Nsqext-*`` headers,
         checked by the same rules as TCP PUB_EXT, stored re-serialized."""
         body = self._youzan_body(request)
+        await self._authorize_publish(request, invalid="INVALID_ARG_TOPIC")
         topic, partition = self._publish_target(request, create=False, invalid="INVALID_ARG_TOPIC")
         checked = check_ext_header(request.arg("ext") or "", _nsqext_headers(request))
         if isinstance(checked, ProtocolError):
