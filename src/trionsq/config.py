@@ -288,8 +288,8 @@ class NsqdConfig:
             raise ConfigError(f"{cause} needs TLS, but --tls-cert and --tls-key are not set")
 
     def server_settings(self, version: str) -> ServerSettings:
-        """What the protocol state machine needs. TLS, snappy, deflate and AUTH arrive
-        with their issue; until then IDENTIFY answers as a server without them."""
+        """What the protocol state machine needs. AUTH arrives with its issue; until
+        then IDENTIFY answers as a server without it."""
 
         def ms(seconds: float) -> int:
             return round(seconds * 1000)
@@ -308,6 +308,9 @@ class NsqdConfig:
             output_buffer_timeout_ms=ms(self.output_buffer_timeout),
             min_output_buffer_timeout_ms=ms(self.min_output_buffer_timeout),
             max_output_buffer_timeout_ms=ms(self.max_output_buffer_timeout),
-            deflate=False,
-            snappy=False,
+            deflate=self.deflate,
+            max_deflate_level=self.max_deflate_level,
+            snappy=self.snappy,
+            tls_available=self.tls_enabled,
+            tls_required=self.effective_tls_required is not TlsRequired.NO,
         )

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import ssl
 import time
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Final
@@ -43,6 +42,7 @@ from .config import NsqdConfig
 from .http.connection import FdTransport, StreamTransport, serve_http_connection
 from .http.nsqd_api import NsqdHttpApi
 from .server.tcp import ClientSession
+from .server.tls import server_tls_context
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -97,9 +97,11 @@ async def serve_nsqd(
         http = _bound(http_listeners) if http_listeners else None
         https = _bound(https_listeners) if https_listeners else None
         client_ids = itertools.count(1)
+        # one TLS configuration for the TCP upgrade and HTTPS, as nsqd has
+        tls_context = server_tls_context(config) if config.tls_enabled else None
 
         async def handle_tcp(stream: trio.SocketStream) -> None:
-            await ClientSession(next(client_ids), stream, broker, settings).run()
+            await ClientSession(next(client_ids), stream, broker, settings, tls_context).run()
 
         await broker_nursery.start(trio.serve_listeners, handle_tcp, tcp_listeners)
 
@@ -120,11 +122,10 @@ async def serve_nsqd(
                 await _serve_http(FdTransport(stream), stream, plain_api)
 
             await broker_nursery.start(trio.serve_listeners, handle_http, http_listeners)
-        if https_listeners:
+        if https_listeners and tls_context is not None:
             tls_api = api(is_https=True)
-            context = _server_tls_context(config)
             ssl_listeners = [
-                trio.SSLListener(listener, context, https_compatible=True)
+                trio.SSLListener(listener, tls_context, https_compatible=True)
                 for listener in https_listeners
             ]
 
@@ -138,13 +139,6 @@ async def serve_nsqd(
 def _bound(listeners: list[trio.SocketListener]) -> tuple[str, int]:
     name = listeners[0].socket.getsockname()
     return name[0], name[1]
-
-
-def _server_tls_context(config: NsqdConfig) -> ssl.SSLContext:
-    """The HTTPS listener's TLS: nsqd's certificate and minimum version."""
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(config.tls_cert, config.tls_key)
-    return context
 
 
 async def _serve_http(transport: Transport, stream: trio.abc.Stream, api: NsqdHttpApi) -> None:

@@ -260,7 +260,8 @@ async def test_rdy_is_a_window_over_in_flight_and_zero_stops_delivery(
 
 
 async def test_identify_feature_negotiation_reply(clients: Clients, nursery: trio.Nursery) -> None:
-    """Keys and order are nsqd's (spec §4.1); TLS, deflate and snappy are not offered yet."""
+    """Keys and order are nsqd's (spec §4.1); without a certificate TLS is not offered,
+    and compression not asked for reports the default level."""
     config = attrs.evolve(LOCAL, max_rdy_count=123, msg_timeout=20.0, max_msg_timeout=100.0)
     addresses = await start(nursery, config)
     client = await clients.connect(addresses.tcp)
@@ -274,7 +275,7 @@ async def test_identify_feature_negotiation_reply(clients: Clients, nursery: tri
         output_buffer_timeout=100,
         sample_rate=50,
         tls_v1=True,
-        deflate=True,
+        deflate=False,
         deflate_level=3,
         snappy=False,
         heartbeat_interval=5000,

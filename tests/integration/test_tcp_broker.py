@@ -58,12 +58,12 @@ async def test_identify_reply_and_heartbeats(
     client = await clients.connect(addresses.tcp)
     await client.stream.send_all(
         encode_identify(
-            IdentifyRequest(feature_negotiation=True, heartbeat_interval=1000, snappy=True)
+            IdentifyRequest(feature_negotiation=True, heartbeat_interval=1000, tls_v1=True)
         )
     )
     (reply,) = await client.read(1)
     assert isinstance(reply, Response)
-    assert b'"snappy":false' in reply.data  # no compression yet: answered as nsqd without it
+    assert b'"tls_v1":false' in reply.data  # no certificate: TLS is not offered
     t0 = trio.current_time()
     (beat,) = await client.read(1)
     assert isinstance(beat, Response)

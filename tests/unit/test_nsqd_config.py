@@ -238,11 +238,17 @@ def test_split_host_port_and_loopback() -> None:
     assert local.mem_queue_size == 5
 
 
-def test_identify_still_offers_no_compression_or_tls() -> None:
+def test_identify_offers_what_the_flags_allow() -> None:
     settings = config_from(
-        ["-deflate=true", "-snappy", "-tls-cert=c", "-tls-key=k"]
+        ["-deflate=true", "-snappy", "-tls-cert=c", "-tls-key=k", "-max-deflate-level=4"]
     ).server_settings("v")
-    assert (settings.deflate, settings.snappy, settings.tls_available) == (False, False, False)
+    assert (settings.deflate, settings.snappy, settings.tls_available) == (True, True, True)
+    assert (settings.max_deflate_level, settings.tls_required) == (4, False)
+    settings = config_from(
+        ["-deflate=false", "-snappy=false", "-tls-cert=c", "-tls-key=k", "-tls-required=tcp-https"]
+    ).server_settings("v")
+    assert (settings.deflate, settings.snappy, settings.tls_required) == (False, False, True)
+    assert not config_from([]).server_settings("v").tls_available
 
 
 def test_version_and_flag_errors_in_process(capsys: pytest.CaptureFixture[str]) -> None:

@@ -7,6 +7,10 @@ writes the buffer with one ``send_all`` when nsqd's rules say so, and sends
 heartbeats. The router pushes message batches in through :meth:`push`; nothing on
 that path awaits per message. A session registers itself with the broker for
 ``/stats`` (:meth:`ClientSession.statistics`) while it runs.
+
+An IDENTIFY that negotiates TLS, snappy or deflate puts a :class:`Transport` between
+the descriptor and the protocol (spec §4.1 upgrade sequence); without one, reads and
+writes go to the descriptor untouched.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import logging
 import math
 import os
 import re
+import ssl
 import time
 from typing import TYPE_CHECKING
 
@@ -44,6 +49,7 @@ from ..protocol.commands import (
     SubOrdered,
     Touch,
 )
+from ..protocol.compression import CompressionError
 from ..protocol.errors import ProtocolError
 from ..protocol.frames import (
     CLOSE_WAIT_FRAME,
@@ -59,6 +65,7 @@ from ..protocol.server import ServerConnection
 from ..queues.inflight import InFlightError
 from ..queues.record import MAX_EXT_LENGTH
 from .outbound import OutboundBuffer
+from .transport import TlsLayer, Transport
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -67,7 +74,7 @@ if TYPE_CHECKING:
     from ..broker.channel import Delivery
     from ..dispatch.router import ChannelRunner
     from ..protocol.commands import ExtMessage
-    from ..protocol.identify import IdentifyRequest
+    from ..protocol.identify import IdentifyRequest, NegotiatedSettings
     from ..protocol.server import Event, PublishHeader
     from ..protocol.settings import ServerSettings
 
@@ -83,6 +90,8 @@ MAX_PARTITION_NUM = 255
 """Partition ids are below this (Youzan's MAX_PARTITION_NUM, spec defaults)."""
 EXT_VERSION_JSON = 4
 """Ext version of a record holding a PUB_EXT JSON header as sent (spec §8.3)."""
+TLS_HANDSHAKE_TIMEOUT = 5.0
+"""nsqd's deadline for the TLS handshake after IDENTIFY (spec §4.1)."""
 
 
 def _wire_verb(event_class: str) -> str:
@@ -94,9 +103,17 @@ class ClientSession:
     """One connected client: protocol state, outbound buffer, subscription."""
 
     def __init__(
-        self, client_id: int, stream: trio.SocketStream, broker: Broker, settings: ServerSettings
+        self,
+        client_id: int,
+        stream: trio.SocketStream,
+        broker: Broker,
+        settings: ServerSettings,
+        tls_context: ssl.SSLContext | None = None,
     ) -> None:
+        """``tls_context``: the server's TLS (:func:`.tls.server_tls_context`), needed
+        when ``settings.tls_available`` lets IDENTIFY negotiate ``tls_v1``."""
         self.client_id = client_id
+        self.tls_context = tls_context
         self.stream = stream
         self.broker = broker
         self.settings = settings
@@ -116,6 +133,11 @@ class ClientSession:
         self.pub_counts: dict[str, int] = {}
         """Messages published on this connection, per topic (nsqd's pubCounts)."""
         self._identify_request: IdentifyRequest | None = None
+        self.tls_common_name = ""
+        """The verified client certificate's subject CN (for AUTH, as nsqd sends it)."""
+        self._transport: Transport | None = None
+        """TLS/compression layers; None on a plain connection (the fast path)."""
+        self._upgrade_to: NegotiatedSettings | None = None
         self._wake = trio.Event()
         self._send_lock = trio.StrictFIFOLock()
         """Reader (replies) and pump (messages, heartbeats) both write, like nsqd's
@@ -224,7 +246,11 @@ class ClientSession:
                     waited = True
                     continue
                 waited = False
-                await self._process(data)
+                transport = self._transport
+                if transport is None or not data:
+                    await self._process(data)
+                else:
+                    await self._receive_layered(transport, data)
                 if not data:
                     return
         if deadline.cancelled_caught:
@@ -255,6 +281,9 @@ class ClientSession:
                 handler(event)  # type: ignore[operator]
             else:
                 await self._handle(event)
+        if self._upgrade_to is not None:  # IDENTIFY ended the list: what follows is upgraded
+            await self._upgrade(self._upgrade_to)
+            return
         if self.outbound.flush_due(trio.current_time(), ready=self._ready()):
             # answer every command of this read with one write, without a task switch
             await self._write()
@@ -296,7 +325,10 @@ class ClientSession:
             await lock.acquire()
         try:
             data = self.outbound.take()
-            if data:
+            transport = self._transport
+            if transport is not None:
+                data = transport.encode(data)
+            if data:  # inline, not _send: no extra coroutine on the hot path
                 fd = self.stream.socket.fileno()
                 with memoryview(data) as view:
                     sent = 0
@@ -307,6 +339,18 @@ class ClientSession:
                             await self._wait_writable(fd)
         finally:
             lock.release()
+
+    async def _send(self, data: bytes) -> None:
+        """Put ``data`` on the descriptor (the upgrade's writes); the caller holds the
+        send lock."""
+        fd = self.stream.socket.fileno()
+        with memoryview(data) as view:
+            sent = 0
+            while sent < len(view):
+                try:
+                    sent += os.write(fd, view[sent:])
+                except BlockingIOError:
+                    await self._wait_writable(fd)
 
     async def _wait_writable(self, fd: int) -> None:
         """Wait for room in the socket, at most one heartbeat interval (spec §6).
@@ -324,6 +368,129 @@ class ClientSession:
             return
         log.info("client %d: nothing written for a heartbeat interval, closing", self.client_id)
         raise trio.BrokenResourceError("write deadline passed")
+
+    # ------------------------------------------------------------- TLS and compression
+
+    async def _receive_layered(self, transport: Transport, data: bytes) -> None:
+        """Raw bytes through the layers into the protocol (``b""``: what they hold).
+
+        Deflate hands back a bounded amount per call; the rest is drained in turn,
+        each piece answered before the next, so memory stays bounded. Bytes that are
+        not a valid TLS or compressed stream close the connection without a frame, as
+        nsqd's failed read does.
+        """
+        try:
+            plain = transport.decode(data)
+            while True:
+                if plain:
+                    await self._process(plain)
+                if self.protocol.closed or self._transport is not transport:
+                    return  # closed, or a second IDENTIFY upgraded again and went on
+                if not transport.pending:
+                    break
+                plain = transport.decode(b"")
+        except (CompressionError, ssl.SSLError) as error:
+            log.info("client %d: bad upgraded stream, closing: %s", self.client_id, error)
+            self.outbound.take()  # nothing more is sent on a broken stream
+            self.protocol.closed = True
+            return
+        if transport.peer_closed:
+            await self._process(b"")  # close_notify is the client's EOF
+        elif transport.wants_write:
+            await self._write()
+
+    async def _upgrade(self, negotiated: NegotiatedSettings) -> None:
+        """IDENTIFY's upgrade sequence, in nsqd's order (spec §4.1).
+
+        The JSON reply goes out as the stream was; then the TLS handshake on the raw
+        socket (with what followed IDENTIFY in the same read as its first input) and
+        ``OK`` through TLS; then snappy or deflate and ``OK`` through that. The send
+        lock is held throughout, so a heartbeat cannot land inside the handshake or
+        ahead of an ``OK``. Bytes the client sent after the upgrade are then
+        processed through the new layers.
+        """
+        self._upgrade_to = None
+        trailing = self.protocol.trailing_data
+        self.protocol.trailing_data = b""
+        lock = self._send_lock
+        await lock.acquire()
+        try:
+            transport = self._transport
+            data = self.outbound.take()
+            await self._send(transport.encode(data) if transport is not None else data)
+            transport = transport if transport is not None else Transport()
+            failure = ""
+            if negotiated.tls_v1:
+                if transport.tls is not None or self.tls_context is None:
+                    failure = "connection is already TLS"
+                else:
+                    tls = TlsLayer(self.tls_context)
+                    failure = await self._handshake(tls, trailing)
+                    if not failure:
+                        trailing = b""  # it was TLS input
+                        transport.tls = tls
+                        self._transport = transport
+                        self.protocol.tls_established()
+                        self.tls_common_name = tls.peer_common_name
+                        await self._send(transport.encode(OK_FRAME))
+            if not failure and (negotiated.snappy or negotiated.deflate):
+                if transport.compressed:
+                    failure = "connection is already compressed"
+                else:
+                    if negotiated.snappy:
+                        transport.compress_snappy()
+                    else:
+                        transport.compress_deflate(negotiated.deflate_level)
+                    self._transport = transport
+                    await self._send(transport.encode(OK_FRAME))
+            if failure:
+                error = ProtocolError("E_IDENTIFY_FAILED", f"IDENTIFY failed {failure}", fatal=True)
+                log.info("client %d: %s", self.client_id, error.text)
+                frame_bytes = error_frame(error)
+                current = self._transport
+                await self._send(current.encode(frame_bytes) if current else frame_bytes)
+                self.protocol.closed = True
+                return
+        finally:
+            lock.release()
+        await self._receive_layered(transport, trailing)
+
+    async def _handshake(self, tls: TlsLayer, first_input: bytes) -> str:
+        """Run the server handshake on the raw socket; ``""`` or why it failed.
+
+        nsqd gives it 5 seconds. On failure the TLS alert goes out, then the caller's
+        error frame, in the clear, as nsqd writes it to the raw connection.
+        """
+        if first_input:
+            tls.feed(first_input)
+        fd = self.stream.socket.fileno()
+        try:
+            with trio.move_on_after(TLS_HANDSHAKE_TIMEOUT):
+                while not tls.handshake():
+                    flight = tls.outgoing()
+                    if flight:
+                        await self._send(flight)
+                    data = await self._receive_raw(fd)
+                    if not data:
+                        return "EOF during the TLS handshake"
+                    tls.feed(data)
+                flight = tls.outgoing()
+                if flight:
+                    await self._send(flight)
+                return ""
+        except ssl.SSLError as error:
+            alert = tls.outgoing()
+            if alert:
+                await self._send(alert)
+            return f"tls: {error.reason or error}".lower().replace("_", " ")
+        return "tls: handshake timed out"
+
+    async def _receive_raw(self, fd: int) -> bytes:
+        while True:
+            try:
+                return os.read(fd, READ_SIZE)
+            except BlockingIOError:
+                await trio.lowlevel.wait_readable(fd)
 
     # ------------------------------------------------------------- commands
 
@@ -355,6 +522,8 @@ class ClientSession:
         self.outbound.buffer_size = settings.output_buffer_size
         self.outbound.buffer_timeout = settings.output_buffer_timeout_ms / 1000
         self._wake.set()  # the pump re-reads the heartbeat interval
+        if settings.tls_v1 or settings.snappy or settings.deflate:
+            self._upgrade_to = settings  # after this read's events (parsing stopped here)
         if event.response is None:
             self._reply(OK_FRAME)
         else:
@@ -716,6 +885,7 @@ class ClientSession:
             zone, region = request.topology_zone, request.topology_region
         consumer, runner = self.consumer, self.runner
         in_flight = runner.channel.in_flight.count_for(self.client_id) if runner else 0
+        tls = self._transport.tls if self._transport is not None else None
         return ClientStatistics(
             client_id=client_id,
             hostname=hostname,
@@ -736,6 +906,11 @@ class ClientSession:
             topology_region=region,
             pub_counts=tuple(PubCount(t, n) for t, n in sorted(self.pub_counts.items())),
             tls=self.protocol.tls,
+            tls_cipher_suite=tls.cipher_suite if tls else "",
+            tls_version=tls.version if tls else "",
+            tls_negotiated_protocol=tls.negotiated_protocol if tls else "",
+            # Go's ConnectionState always says true; nsqd reports it for TLS clients
+            tls_negotiated_protocol_is_mutual=tls is not None,
         )
 
 
