@@ -288,8 +288,7 @@ class NsqdConfig:
             raise ConfigError(f"{cause} needs TLS, but --tls-cert and --tls-key are not set")
 
     def server_settings(self, version: str) -> ServerSettings:
-        """What the protocol state machine needs. AUTH arrives with its issue; until
-        then IDENTIFY answers as a server without it."""
+        """What the protocol state machine needs (AUTH is on with an auth server)."""
 
         def ms(seconds: float) -> int:
             return round(seconds * 1000)
@@ -313,4 +312,5 @@ class NsqdConfig:
             snappy=self.snappy,
             tls_available=self.tls_enabled,
             tls_required=self.effective_tls_required is not TlsRequired.NO,
+            auth_enabled=bool(self.auth_http_addresses),
         )

@@ -16,7 +16,7 @@ import trio.testing
 import trustme
 
 from trionsq.config import TlsRequired
-from trionsq.protocol import MAGIC_V2, Fin, IdentifyRequest, Mpub, Pub, Rdy, Sub
+from trionsq.protocol import MAGIC_V2, Auth, Fin, IdentifyRequest, Mpub, Pub, Rdy, Sub
 from trionsq.protocol.client import (
     ErrorReply,
     MessageFrame,
@@ -31,6 +31,7 @@ from trionsq.protocol.compression import (
     SnappyEncoder,
 )
 
+from ..auth_server import grant, start_auth_server
 from .raw import LOCAL, Clients, next_frame, start
 from .upgraded import UpgradedClient
 
@@ -359,3 +360,29 @@ async def test_client_hello_in_the_identify_read(pki: Pki, nursery: trio.Nursery
                 incoming.write(await stream.receive_some(65536))
         assert plain == b"\x00\x00\x00\x06\x00\x00\x00\x00OK"
     await stream.aclose()
+
+
+async def test_auth_over_tls_sends_tls_true_and_the_certificates_common_name(
+    pki: Pki, nursery: trio.Nursery
+) -> None:
+    server = await start_auth_server(nursery, {"s": grant()})
+    config = pki.config(
+        tls_client_auth_policy="require-verify",
+        tls_root_ca_file=pki.ca_file,
+        auth_http_addresses=(server.address,),
+    )
+    addresses = await start(nursery, config)
+    client = await UpgradedClient.connect(
+        addresses.tcp,
+        IdentifyRequest(tls_v1=True, snappy=True),
+        tls=pki.client_context(with_cert="worker-7"),
+    )
+    await client.send(Auth(b"s"))
+    (answer,) = await client.read(1)
+    assert isinstance(answer, Response)
+    assert b'"permission_count":1' in answer.data
+    await client.send(Pub("t", b"x"))
+    assert (await client.read(1))[0].is_ok  # type: ignore[union-attr]
+    (request,) = server.requests
+    assert (request.params["tls"], request.params["common_name"]) == ("true", "worker-7")
+    await client.aclose()

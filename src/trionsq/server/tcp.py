@@ -25,11 +25,13 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from ..auth.session import AuthSession
 from ..broker import trace_log
 from ..broker.channel import ClientStatistics, Consumer, PubCount
 from ..broker.offsets import OffsetError
 from ..protocol import broker_errors
 from ..protocol.commands import (
+    Auth,
     Cls,
     Dpub,
     Fin,
@@ -84,6 +86,20 @@ log = logging.getLogger("trionsq.tcp")
 READ_SIZE = 65536
 _WORD_START = re.compile(r"(?<=[a-z])(?=[A-Z])")
 _GATED_VERBS = frozenset({"PUB_EXT", "MPUB_EXT", "PUB_TRACE", "MPUB_TRACE"})
+_AUTH_VERBS: dict[type[Event], str] = {
+    Pub: "PUB",
+    Mpub: "MPUB",
+    Dpub: "DPUB",
+    # Youzan checks every publish variant as "PUB" (spec §8.3)
+    PubExt: "PUB",
+    MpubExt: "PUB",
+    PubTrace: "PUB",
+    MpubTrace: "PUB",
+    Sub: "SUB",
+    SubOrdered: "SUB",
+    SubAdvanced: "SUB",
+}
+"""Commands nsqd's CheckAuth guards, with the name its error gives them."""
 """Publishes whose topic must exist before their body is read (spec §8.3 step 5);
 PUB/MPUB are gated only when they name a partition."""
 MAX_PARTITION_NUM = 255
@@ -135,6 +151,12 @@ class ClientSession:
         self._identify_request: IdentifyRequest | None = None
         self.tls_common_name = ""
         """The verified client certificate's subject CN (for AUTH, as nsqd sends it)."""
+        self.auth = (
+            AuthSession(broker.config, remote_address=self.remote_address)
+            if settings.auth_enabled
+            else None
+        )
+        """The grants AUTH fetched (nsqd's per-client auth state); None: auth off."""
         self._transport: Transport | None = None
         """TLS/compression layers; None on a plain connection (the fast path)."""
         self._upgrade_to: NegotiatedSettings | None = None
@@ -264,10 +286,16 @@ class ClientSession:
         """
         handlers = self._handlers
         events = self.protocol.receive_data(data)
+        auth = self.auth
         index, count = 0, len(events)
         while index < count:
             event = events[index]
             index += 1
+            if auth is not None and type(event) in _AUTH_VERBS:
+                refusal = await self._check_auth(auth, event)
+                if refusal is not None:
+                    self._fail(refusal)
+                    break
             if type(event) is Pub and index < count:
                 run = index
                 while run < count and type(events[run]) is Pub and events[run].topic == event.topic:  # type: ignore[union-attr]
@@ -281,6 +309,8 @@ class ClientSession:
                 handler(event)  # type: ignore[operator]
             else:
                 await self._handle(event)
+            if self.protocol.closed:
+                break  # a fatal answer: nothing after it is acted on, as in nsqd
         if self._upgrade_to is not None:  # IDENTIFY ended the list: what follows is upgraded
             await self._upgrade(self._upgrade_to)
             return
@@ -432,6 +462,9 @@ class ClientSession:
                         self._transport = transport
                         self.protocol.tls_established()
                         self.tls_common_name = tls.peer_common_name
+                        if self.auth is not None:  # the auth server is told both
+                            self.auth.tls = True
+                            self.auth.common_name = tls.peer_common_name
                         await self._send(transport.encode(OK_FRAME))
             if not failure and (negotiated.snappy or negotiated.deflate):
                 if transport.compressed:
@@ -503,12 +536,33 @@ class ClientSession:
         if isinstance(event, (Sub, SubOrdered, SubAdvanced)):
             await self._sub(event)
             return
+        if isinstance(event, Auth):
+            await self._auth(event)
+            return
         handler = self._handlers.get(type(event))
         if handler is None:
             verb = _wire_verb(type(event).__name__)
             self._fail(ProtocolError("E_INVALID", f"{verb} is not supported yet"))
             return
         handler(event)  # type: ignore[operator]
+
+    async def _auth(self, event: Auth) -> None:
+        """AUTH: ask the auth server (spec §4.2); its answer or a fatal error."""
+        if self.auth is None:  # the parser refuses AUTH when auth is off
+            self._fail(ProtocolError("E_AUTH_DISABLED", "AUTH disabled"))
+            return
+        answer = await self.auth.authenticate(event.secret)
+        if isinstance(answer, ProtocolError):
+            self._fail(answer)
+        else:
+            self._reply(response_frame(answer))
+
+    async def _check_auth(self, auth: AuthSession, event: Event) -> ProtocolError | None:
+        """nsqd's CheckAuth before a publish or SUB; awaits only to refresh grants."""
+        verb = _AUTH_VERBS[type(event)]
+        topic: str = event.topic  # type: ignore[union-attr]
+        channel: str = getattr(event, "channel", "")
+        return await auth.check(verb, topic, channel)
 
     def _fail(self, error: ProtocolError) -> None:
         self._reply(error_frame(error))
@@ -876,6 +930,8 @@ class ClientSession:
         """
         negotiated = self.protocol.negotiated
         request = self._identify_request
+        auth = self.auth
+        auth_state = auth.state if auth is not None else None
         if request is None:
             host = self.remote_address.rpartition(":")[0].strip("[]")
             client_id = hostname = host
@@ -901,7 +957,9 @@ class ClientSession:
             deflate=negotiated.deflate,
             snappy=negotiated.snappy,
             user_agent=negotiated.user_agent,
-            authed=self.protocol.authenticated,
+            authed=auth is not None and auth.has_authorizations,
+            auth_identity=auth_state.identity if auth_state is not None else "",
+            auth_identity_url=auth_state.identity_url if auth_state is not None else "",
             topology_zone=zone,
             topology_region=region,
             pub_counts=tuple(PubCount(t, n) for t, n in sorted(self.pub_counts.items())),
