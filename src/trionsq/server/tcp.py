@@ -166,6 +166,9 @@ class ClientSession:
         IOLoop and messagePump; the lock keeps each write whole and in order."""
         self._finished = False
         self._closes_at_next_delivery = False
+        self._refused = False
+        """The broker answered a command with a fatal error (the parser's own fatal
+        errors end its event list instead)."""
         self._scope = trio.CancelScope()
         self._handlers = {
             Identify: self._identify,
@@ -309,8 +312,8 @@ class ClientSession:
                 handler(event)  # type: ignore[operator]
             else:
                 await self._handle(event)
-            if self.protocol.closed:
-                break  # a fatal answer: nothing after it is acted on, as in nsqd
+            if self._refused:
+                break  # the broker's fatal answer: nothing after it is acted on, as nsqd
         if self._upgrade_to is not None:  # IDENTIFY ended the list: what follows is upgraded
             await self._upgrade(self._upgrade_to)
             return
@@ -568,6 +571,7 @@ class ClientSession:
         self._reply(error_frame(error))
         if error.fatal:
             self.protocol.closed = True
+            self._refused = True
 
     def _identify(self, event: Identify) -> None:
         settings = event.settings
