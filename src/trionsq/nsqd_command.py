@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Final
 import attrs
 
 from . import goflags
+from .addresses import join_host_port
 from .config import (
     EXPERIMENTS,
     LOG_LEVELS,
@@ -239,18 +240,12 @@ def build_nsqd_config(parsed: goflags.ParseResult) -> NsqdConfig:
 
 def listening_lines(addresses: BoundAddresses) -> list[str]:
     """The lines nsqd logs once its listeners accept, in its format."""
-    lines = [f"TCP: listening on {_host_port(addresses.tcp)}"]
+    lines = [f"TCP: listening on {join_host_port(*addresses.tcp)}"]
     if addresses.http is not None:
-        lines.append(f"HTTP: listening on {_host_port(addresses.http)}")
+        lines.append(f"HTTP: listening on {join_host_port(*addresses.http)}")
     if addresses.https is not None:
-        lines.append(f"HTTPS: listening on {_host_port(addresses.https)}")
+        lines.append(f"HTTPS: listening on {join_host_port(*addresses.https)}")
     return lines
-
-
-def _host_port(address: tuple[str, int]) -> str:
-    """Go's ``net.JoinHostPort``: IPv6 hosts in brackets."""
-    host, port = address
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 async def run_until_signalled(config: NsqdConfig) -> None:

@@ -22,6 +22,7 @@ import attrs
 import h11
 import trio
 
+from ..addresses import peer_address
 from .messages import Request, Response
 
 if TYPE_CHECKING:
@@ -58,7 +59,7 @@ class FdTransport:
     def __init__(self, stream: trio.SocketStream) -> None:
         self._fd = stream.socket.fileno()
         self._waited = True
-        self.peer = _peer(stream.socket)
+        self.peer = peer_address(stream.socket)
 
     async def receive(self) -> bytes:
         if not self._waited:  # data kept coming: let other tasks run once per read
@@ -95,18 +96,6 @@ class StreamTransport:
 
     async def send(self, data: bytes) -> None:
         await self._stream.send_all(data)
-
-
-def _peer(sock: trio.socket.SocketType) -> str:
-    """``host:port`` of the other end, as Go prints an address (IPv6 in brackets)."""
-    try:
-        address = sock.getpeername()
-    except OSError:
-        return ""
-    if not isinstance(address, tuple):
-        return str(address)
-    host, port = address[0], address[1]
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 class _DateHeader:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from ..addresses import peer_address
 from ..auth.session import AuthSession
 from ..broker import trace_log
 from ..broker.channel import ClientStatistics, Consumer, PubCount
@@ -145,7 +146,7 @@ class ClientSession:
         self.runner: ChannelRunner | None = None
         self.connected_at = time.time()
         """Unix seconds (nsqd's ConnectTime)."""
-        self.remote_address = _peer_address(stream)
+        self.remote_address = peer_address(stream.socket)
         self.pub_counts: dict[str, int] = {}
         """Messages published on this connection, per topic (nsqd's pubCounts)."""
         self._identify_request: IdentifyRequest | None = None
@@ -974,15 +975,3 @@ class ClientSession:
             # Go's ConnectionState always says true; nsqd reports it for TLS clients
             tls_negotiated_protocol_is_mutual=tls is not None,
         )
-
-
-def _peer_address(stream: trio.SocketStream) -> str:
-    """The peer as Go prints a ``net.Addr``: ``host:port``, ``[v6 host]:port``."""
-    try:
-        peer = stream.socket.getpeername()
-    except OSError:  # already reset by the peer
-        return ""
-    if not isinstance(peer, tuple):  # a unix socket: its path
-        return str(peer)
-    host, port = peer[0], peer[1]
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
