@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import logging
 
 import click
 import trio
@@ -11,10 +12,13 @@ from . import __version__
 from .config import ConfigError, NsqdConfig, TlsRequired
 from .durations import format_duration, parse_duration
 from .logs import configure_logging
+from .lookupd.config import LookupdConfig
+from .version import version_string
 
 __all__ = ["main"]
 
 DEFAULTS = NsqdConfig()
+LOOKUPD_DEFAULTS = LookupdConfig()
 
 
 def _as_duration(ctx: click.Context, param: click.Parameter, value: str) -> float:
@@ -269,3 +273,79 @@ def _serve(**options: object) -> None:
 
 
 main.add_command(click.Command("serve", callback=_serve, params=SERVE_OPTIONS, help=_serve.__doc__))
+
+
+LOOKUPD_OPTIONS: list[click.Parameter] = [
+    click.Option(
+        ["--tcp-address"],
+        default=LOOKUPD_DEFAULTS.tcp_address,
+        show_default=True,
+        help="<addr>:<port> where brokers (nsqd) register (TCP protocol V1); port 0 picks "
+        "a free port.",
+    ),
+    click.Option(
+        ["--http-address"],
+        default=LOOKUPD_DEFAULTS.http_address,
+        show_default=True,
+        help="<addr>:<port> for the HTTP API consumers and nsqadmin ask (/lookup, /nodes ...).",
+    ),
+    click.Option(
+        ["--broadcast-address"],
+        default=LOOKUPD_DEFAULTS.broadcast_address,
+        show_default=True,
+        help="The address of this lookupd, given to brokers in the IDENTIFY reply.",
+    ),
+    _duration_option(
+        "inactive-producer-timeout",
+        LOOKUPD_DEFAULTS.inactive_producer_timeout,
+        "A broker not heard from (PING) for this long is left out of /lookup and /nodes.",
+    ),
+    _duration_option(
+        "tombstone-lifetime",
+        LOOKUPD_DEFAULTS.tombstone_lifetime,
+        "How long /topic/tombstone hides a broker from /lookup of that topic.",
+    ),
+    click.Option(
+        ["--log-level"],
+        type=click.Choice(["debug", "info", "warn", "error", "fatal"]),
+        default=LOOKUPD_DEFAULTS.log_level,
+        show_default=True,
+        help="Least severe log level to print.",
+    ),
+    click.Option(
+        ["--log-prefix"],
+        default=LOOKUPD_DEFAULTS.log_prefix,
+        show_default=True,
+        help="Text at the start of every log line.",
+    ),
+]
+
+
+def _lookupd(**options: object) -> None:
+    """Start a lookupd (nsqlookupd): brokers register their topics and channels,
+    consumers ask where a topic is. Options have nsqlookupd's names and defaults;
+    the nsqlookupd command takes the same options in its own syntax.
+
+    Stops cleanly on Ctrl-C (SIGINT) or SIGTERM.
+    """
+    from .nsqd_command import first_os_error, run_lookupd_until_signalled
+
+    try:
+        config = LookupdConfig.from_options(options)
+        config.validate()
+    except ConfigError as error:
+        raise click.UsageError(str(error)) from None
+    configure_logging(config.log_level, config.log_prefix)
+    logging.getLogger("trionsq").info("%s", version_string("nsqlookupd"))
+    try:
+        trio.run(run_lookupd_until_signalled, config)
+    except BaseException as error:
+        failure = first_os_error(error)
+        if failure is None:
+            raise
+        raise click.ClickException(f"cannot listen: {failure.strerror or failure}") from None
+
+
+main.add_command(
+    click.Command("lookupd", callback=_lookupd, params=LOOKUPD_OPTIONS, help=_lookupd.__doc__)
+)

@@ -32,21 +32,27 @@ from .config import (
 )
 from .goflags import FlagSpec, Kind
 from .logs import configure_logging
+from .lookupd.config import LookupdConfig
 from .version import version_string
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    from .lookupd.server import LookupdAddresses
     from .nursery_tree import BoundAddresses
 
 __all__ = [
     "NSQD_FLAGS",
     "NSQLOOKUPD_FLAGS",
+    "build_lookupd_config",
     "build_nsqd_config",
     "listening_lines",
+    "lookupd_listening_lines",
     "main",
     "nsqlookupd_main",
+    "run_lookupd_until_signalled",
     "run_until_signalled",
+    "serve_lookupd_process",
     "version_string",
 ]
 
@@ -184,26 +190,28 @@ NSQD_FLAGS: Final[tuple[FlagSpec, ...]] = (
 # fmt: on
 """Every nsqd flag (defaults.md), in nsqd's order."""
 
+_L: Final = LookupdConfig()
+"""nsqlookupd's defaults, which its flags show and fall back to."""
+
 # fmt: off
 NSQLOOKUPD_FLAGS: Final[tuple[FlagSpec, ...]] = (
-    FlagSpec("config", STR, default="", help="a TOML file of options", option=False),
+    FlagSpec("config", STR, default="", help="a TOML file of options (keys: flag names with _)", option=False),
     FlagSpec("version", BOOL, default=False, help="print the version and exit", option=False),
-    FlagSpec("log-level", STR, default="info", help="least severe level logged",
-             parse=_log_level, default_text="INFO"),
-    FlagSpec("log-prefix", STR, default="[nsqlookupd] ", help="text at the start of every log line"),
-    FlagSpec("verbose", BOOL, default=False, help="[deprecated] ignored", option=False),
-    FlagSpec("tcp-address", STR, default="0.0.0.0:4160", help="<addr>:<port> for TCP clients"),
-    FlagSpec("http-address", STR, default="0.0.0.0:4161", help="<addr>:<port> for HTTP clients"),
-    FlagSpec("broadcast-address", STR, default=_D.broadcast_address,
-             help="address of this nsqlookupd"),
-    FlagSpec("inactive-producer-timeout", DUR, default=300.0,
-             help="how long a producer stays listed without a ping"),
-    FlagSpec("tombstone-lifetime", DUR, default=45.0,
-             help="how long a tombstoned producer stays tombstoned"),
+    FlagSpec("log-level", STR, default=_L.log_level, help="least severe level logged: debug, info, warn, error or fatal",
+             parse=_log_level, default_text=_L.log_level.upper()),
+    FlagSpec("log-prefix", STR, default=_L.log_prefix, help="text at the start of every log line"),
+    FlagSpec("verbose", BOOL, default=False, help="[deprecated] ignored; see -log-level", option=False),
+    FlagSpec("tcp-address", STR, default=_L.tcp_address, help="<addr>:<port> for nsqd connections (TCP protocol V1)"),
+    FlagSpec("http-address", STR, default=_L.http_address, help="<addr>:<port> for HTTP clients"),
+    FlagSpec("broadcast-address", STR, default=_L.broadcast_address,
+             help="address of this lookupd node (given to nsqd in the IDENTIFY reply)"),
+    FlagSpec("inactive-producer-timeout", DUR, default=_L.inactive_producer_timeout,
+             help="duration of time a producer will remain in the active list since its last ping"),
+    FlagSpec("tombstone-lifetime", DUR, default=_L.tombstone_lifetime,
+             help="duration of time a producer will remain tombstoned if registration remains"),
 )
 # fmt: on
-"""nsqlookupd's flags (defaults.md), accepted so scripts fail on the missing feature,
-not on the command line."""
+"""nsqlookupd's flags (defaults.md), in nsqlookupd's order."""
 
 
 def build_nsqd_config(parsed: goflags.ParseResult) -> NsqdConfig:
@@ -328,8 +336,78 @@ def main(argv: Sequence[str] | None = None) -> int:
     return serve(config)
 
 
+def build_lookupd_config(parsed: goflags.ParseResult) -> LookupdConfig:
+    """The configuration nsqlookupd would run with: flags, then the ``-config`` file,
+    then defaults; checked with ``LookupdConfig.validate``.
+
+    Raises:
+        ConfigError: one line (unreadable or bad file, bad value, refused setting).
+    """
+    path = str(parsed.values["config"])
+    file_options: dict[str, object] = {}
+    if path:
+        try:
+            with open(path, "rb") as file:
+                file_options = tomllib.load(file)
+        except OSError as error:
+            raise ConfigError(f"cannot load config file {path}: {error.strerror}") from None
+        except tomllib.TOMLDecodeError as error:
+            raise ConfigError(f"cannot load config file {path}: {error}") from None
+    try:
+        options = goflags.resolve(NSQLOOKUPD_FLAGS, parsed, file_options)
+    except goflags.ConfigValueError as error:
+        raise ConfigError(f"config file {path}: {error}") from None
+    config = LookupdConfig.from_options(options)
+    config.validate()
+    return config
+
+
+def lookupd_listening_lines(addresses: LookupdAddresses) -> list[str]:
+    """The lines nsqlookupd logs once its listeners accept, in its format."""
+    return [
+        f"TCP: listening on {join_host_port(*addresses.tcp)}",
+        f"HTTP: listening on {join_host_port(*addresses.http)}",
+    ]
+
+
+async def run_lookupd_until_signalled(config: LookupdConfig) -> None:
+    """Run a lookupd, log where it listens, stop cleanly on SIGINT or SIGTERM."""
+    import trio
+
+    from .lookupd.server import serve_lookupd
+
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            addresses: LookupdAddresses = await nursery.start(serve_lookupd, config)
+            for line in lookupd_listening_lines(addresses):
+                log.info("%s", line)
+            async for signum in signals:
+                log.info("%s: shutting down", signal.Signals(signum).name)
+                nursery.cancel_scope.cancel()
+                break
+
+
+def serve_lookupd_process(config: LookupdConfig) -> int:
+    """Run a validated lookupd configuration in this process until a signal; the exit code."""
+    import trio
+
+    configure_logging(config.log_level, config.log_prefix)
+    log.info("%s", version_string("nsqlookupd"))
+    try:
+        trio.run(run_lookupd_until_signalled, config)
+    except KeyboardInterrupt:  # Ctrl-C before the signal handler was in place
+        return 130
+    except BaseException as error:
+        failure = first_os_error(error)
+        if failure is None:
+            raise
+        log.critical("cannot listen: %s", failure.strerror or failure)
+        return 1
+    return 0
+
+
 def nsqlookupd_main(argv: Sequence[str] | None = None) -> int:
-    """The ``nsqlookupd`` console script: nsqlookupd's command line, no lookupd yet."""
+    """The ``nsqlookupd`` console script: nsqlookupd's command line and behaviour."""
     arguments = sys.argv[1:] if argv is None else argv
     try:
         parsed = goflags.parse(NSQLOOKUPD_FLAGS, arguments)
@@ -342,7 +420,8 @@ def nsqlookupd_main(argv: Sequence[str] | None = None) -> int:
     if parsed.values["version"]:
         sys.stdout.write(version_string("nsqlookupd") + "\n")
         return 0
-    return _fatal(
-        str(parsed.values["log-prefix"]),
-        "nsqlookupd is not implemented in trionsq yet",
-    )
+    try:
+        config = build_lookupd_config(parsed)
+    except ConfigError as error:
+        return _fatal(str(parsed.values["log-prefix"]), str(error))
+    return serve_lookupd_process(config)

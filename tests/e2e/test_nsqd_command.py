@@ -166,9 +166,9 @@ def test_refused_configuration_is_one_fatal_line_and_exit_1() -> None:
     ), result.stderr
 
 
-def test_nsqlookupd_says_not_yet() -> None:
-    result = run(NSQLOOKUPD, "-tcp-address=127.0.0.1:0", "--http-address", "127.0.0.1:0")
+def test_nsqlookupd_refused_configuration_is_one_fatal_line_and_exit_1() -> None:
+    result = run(NSQLOOKUPD, "-tcp-address=nonsense", "--http-address", "127.0.0.1:0")
     assert result.returncode == 1
     assert re.fullmatch(
-        rb"\[nsqlookupd\] \S+ \S+ FATAL: nsqlookupd is not implemented[^\n]*\n", result.stderr
-    )
+        rb"\[nsqlookupd\] \S+ \S+ FATAL: --tcp-address must be <addr>:<port>[^\n]*\n", result.stderr
+    ), result.stderr

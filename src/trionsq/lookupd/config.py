@@ -1,0 +1,94 @@
+"""nsqlookupd's options (spec defaults.md, "nsqlookupd (upstream)") as one frozen value."""
+
+from __future__ import annotations
+
+import socket
+from typing import TYPE_CHECKING
+
+import attrs
+
+from ..config import LOG_LEVELS, ConfigError, split_host_port
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+__all__ = ["LookupdConfig"]
+
+
+@attrs.frozen
+class LookupdConfig:
+    """Options of ``nsqlookupd`` / ``trionsq lookupd`` / ``serve_lookupd``.
+
+    Field = flag name with ``_``; durations are seconds.
+    """
+
+    tcp_address: str = "0.0.0.0:4160"
+    """Where nsqd instances connect (TCP protocol V1); port 0 picks a free port."""
+    http_address: str = "0.0.0.0:4161"
+    """Where consumers and nsqadmin ask (``/lookup``, ``/nodes`` ...)."""
+    broadcast_address: str = attrs.field(factory=socket.gethostname)
+    """The address this lookupd gives in its IDENTIFY reply."""
+    inactive_producer_timeout: float = 300.0
+    """Producers not heard from (IDENTIFY or PING) for longer are hidden from
+    ``/lookup`` and ``/nodes``; nothing is deleted, a later PING shows them again."""
+    tombstone_lifetime: float = 45.0
+    """How long ``/topic/tombstone`` hides a producer of a topic from ``/lookup``."""
+    log_level: str = "info"
+    log_prefix: str = "[nsqlookupd] "
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, object]) -> LookupdConfig:
+        """Build from field name -> value (what the command lines resolve).
+
+        Raises:
+            TypeError: a name that is not a field.
+        """
+        return cls(**options)  # type: ignore[arg-type]
+
+    @classmethod
+    def loopback(cls, **changes: object) -> LookupdConfig:
+        """Both listeners on 127.0.0.1 with a free port: for tests and embedding."""
+        options: dict[str, object] = {
+            "tcp_address": "127.0.0.1:0",
+            "http_address": "127.0.0.1:0",
+            "broadcast_address": "127.0.0.1",
+        }
+        options.update(changes)
+        return cls.from_options(options)
+
+    @property
+    def tcp_host_port(self) -> tuple[str, int]:
+        """``tcp_address`` split; an empty host means every interface."""
+        return split_host_port(self.tcp_address)
+
+    @property
+    def http_host_port(self) -> tuple[str, int]:
+        """``http_address`` split; an empty host means every interface."""
+        return split_host_port(self.http_address)
+
+    def validate(self) -> None:
+        """Refuse what cannot run, before anything listens.
+
+        Raises:
+            ConfigError: one line naming the flag and the offending value.
+        """
+        for flag, address in (
+            ("tcp-address", self.tcp_address),
+            ("http-address", self.http_address),
+        ):
+            try:
+                split_host_port(address)
+            except ValueError:
+                raise ConfigError(
+                    f"--{flag} must be <addr>:<port> with a port in [0,65535], got {address!r}"
+                ) from None
+        if self.log_level not in LOG_LEVELS:
+            raise ConfigError(
+                f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}"
+            )
+        for flag, seconds in (
+            ("inactive-producer-timeout", self.inactive_producer_timeout),
+            ("tombstone-lifetime", self.tombstone_lifetime),
+        ):
+            if seconds < 0:
+                raise ConfigError(f"--{flag} must not be negative, got {seconds}s")

@@ -1,0 +1,398 @@
+"""nsqlookupd's registration DB, sans-IO: who registered which topic and channel.
+
+A *registration* is ``(category, key, subkey)``: ``("client", "", "")`` for every
+identified nsqd, ``("topic", <topic>, "")`` and ``("channel", <topic>, <channel>)``.
+Each holds *producers* by peer id; a producer is one peer's membership in one
+registration and carries that membership's tombstone (so a tombstone marks one
+peer for one topic). Keys outlive their producers, as in nsqlookupd: that is why
+``/lookup`` can answer 200 with no producers.
+
+Nothing here reads a clock or does I/O: every time is a float of the caller's
+clock (``now``), so tests drive inactivity and tombstones with plain numbers and
+the server passes ``trio.current_time()``. Lookups go through indexes by
+``(category, key)``, by category and by peer, so ``/lookup`` costs O(its channels
++ producers) and a disconnect O(that peer's registrations), never a scan of
+everything. Insertion order stands in for Go's random map order.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+import attrs
+
+from ..protocol.lookupd import PeerInfo
+from ..protocol.names import is_ephemeral
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
+
+__all__ = [
+    "CHANNEL",
+    "CLIENT",
+    "CLIENT_REGISTRATION",
+    "TOPIC",
+    "WILDCARD",
+    "Node",
+    "Peer",
+    "Producer",
+    "Registration",
+    "RegistrationDB",
+    "filter_by_active",
+]
+
+CLIENT: Final = "client"
+TOPIC: Final = "topic"
+CHANNEL: Final = "channel"
+WILDCARD: Final = "*"
+"""Matches any key or subkey in the find functions (never a valid name)."""
+
+
+@attrs.frozen
+class Registration:
+    """One key of the DB; a topic's subkey is ``""``, a client's key and subkey too."""
+
+    category: str
+    key: str
+    subkey: str = ""
+
+    def matches(self, category: str, key: str, subkey: str) -> bool:
+        """nsqlookupd's match: same category; key and subkey equal or ``*``."""
+        return (
+            self.category == category
+            and (key == WILDCARD or self.key == key)
+            and (subkey == WILDCARD or self.subkey == subkey)
+        )
+
+
+CLIENT_REGISTRATION: Final = Registration(CLIENT, "", "")
+
+
+@attrs.define(eq=False)
+class Peer:
+    """One identified nsqd connection, shared by all its producers.
+
+    ``last_update`` moves on IDENTIFY and PING only (REGISTER does not refresh it
+    upstream), so a silent nsqd drops out of ``/lookup`` after the inactivity timeout.
+    """
+
+    id: str
+    """The connection's remote ``ip:port``: unique while it is connected."""
+    info: PeerInfo
+    last_update: float
+    _json: dict[str, str | int] | None = attrs.field(default=None, init=False, repr=False)
+
+    @property
+    def remote_address(self) -> str:
+        """nsqlookupd sets ``remote_address`` to the id, the connection's address."""
+        return self.id
+
+    @property
+    def node(self) -> str:
+        """``<broadcast_address>:<http_port>``, the ``node`` of ``/topic/tombstone``."""
+        return f"{self.info.broadcast_address}:{self.info.http_port}"
+
+    def as_json(self) -> dict[str, str | int]:
+        """The producer object of ``/lookup`` (keys in nsqlookupd's order); built once."""
+        if self._json is None:
+            info = self.info
+            self._json = {
+                "remote_address": self.id,
+                "hostname": info.hostname,
+                "broadcast_address": info.broadcast_address,
+                "tcp_port": info.tcp_port,
+                "http_port": info.http_port,
+                "version": info.version,
+                "topology_zone": info.topology_zone,
+                "topology_region": info.topology_region,
+            }
+        return self._json
+
+
+@attrs.define(eq=False)
+class Producer:
+    """A peer's membership in one registration, with that membership's tombstone."""
+
+    peer: Peer
+    tombstoned: bool = False
+    tombstoned_at: float | None = None
+    """The caller's clock when tombstoned; None while never tombstoned."""
+
+    def tombstone(self, now: float) -> None:
+        """Mark (or mark again, restarting the lifetime)."""
+        self.tombstoned = True
+        self.tombstoned_at = now
+
+    def is_tombstoned(self, now: float, lifetime: float) -> bool:
+        """Tombstoned less than ``lifetime`` ago (never, with a lifetime of 0)."""
+        at = self.tombstoned_at
+        return self.tombstoned and at is not None and now - at < lifetime
+
+
+def filter_by_active(
+    producers: Iterable[Producer], now: float, inactivity_timeout: float, tombstone_lifetime: float
+) -> list[Producer]:
+    """Producers heard from within the timeout and not tombstoned within the lifetime."""
+    return [
+        producer
+        for producer in producers
+        if now - producer.peer.last_update <= inactivity_timeout
+        and not producer.is_tombstoned(now, tombstone_lifetime)
+    ]
+
+
+@attrs.frozen
+class Node:
+    """One entry of ``/nodes``: an active peer, its topics and their tombstones."""
+
+    peer: Peer
+    topics: list[str]
+    tombstones: list[bool]
+
+
+class RegistrationDB:
+    """Registrations -> producers, with nsqlookupd's operations and their rules.
+
+    The low-level operations (``add_registration``, ``add_producer``,
+    ``remove_producer``, ``remove_registration``, ``find_*``) are nsqlookupd's;
+    the rest are the effects of the TCP commands and HTTP endpoints, kept here so
+    both servers apply the same rules.
+    """
+
+    def __init__(
+        self, *, inactive_producer_timeout: float = 300.0, tombstone_lifetime: float = 45.0
+    ) -> None:
+        self.inactive_producer_timeout = inactive_producer_timeout
+        self.tombstone_lifetime = tombstone_lifetime
+        self._producers: dict[Registration, dict[str, Producer]] = {}
+        self._by_key: dict[tuple[str, str], dict[Registration, None]] = {}
+        self._by_category: dict[str, dict[Registration, None]] = {}
+        self._by_peer: dict[str, dict[Registration, None]] = {}
+
+    def __len__(self) -> int:
+        return len(self._producers)
+
+    def __contains__(self, registration: object) -> bool:
+        return registration in self._producers
+
+    def items(self) -> Iterator[tuple[Registration, list[Producer]]]:
+        """Every registration with its producers, in insertion order (``/debug``)."""
+        for registration, producers in self._producers.items():
+            yield registration, list(producers.values())
+
+    # ------------------------------------------------------------ nsqlookupd's primitives
+
+    def add_registration(self, registration: Registration) -> bool:
+        """Create the key (with no producers); False when it existed."""
+        if registration in self._producers:
+            return False
+        self._producers[registration] = {}
+        self._by_key.setdefault((registration.category, registration.key), {})[registration] = None
+        self._by_category.setdefault(registration.category, {})[registration] = None
+        return True
+
+    def add_producer(self, registration: Registration, producer: Producer) -> bool:
+        """Add a peer to a registration (creating the key); False when it was there.
+
+        An existing membership is kept as is, tombstone included, as nsqlookupd does.
+        """
+        self.add_registration(registration)
+        producers = self._producers[registration]
+        peer_id = producer.peer.id
+        if peer_id in producers:
+            return False
+        producers[peer_id] = producer
+        self._by_peer.setdefault(peer_id, {})[registration] = None
+        return True
+
+    def remove_producer(self, registration: Registration, peer_id: str) -> tuple[bool, int]:
+        """Take a peer out of a registration; the key stays, even empty.
+
+        Returns (whether it was there, producers left).
+        """
+        producers = self._producers.get(registration)
+        if producers is None:
+            return False, 0
+        removed = producers.pop(peer_id, None) is not None
+        if removed:
+            self._unindex_peer(peer_id, registration)
+        return removed, len(producers)
+
+    def remove_registration(self, registration: Registration) -> bool:
+        """Delete a key and its producers; False when there was none."""
+        producers = self._producers.pop(registration, None)
+        if producers is None:
+            return False
+        for peer_id in producers:
+            self._unindex_peer(peer_id, registration)
+        by_key = (registration.category, registration.key)
+        siblings = self._by_key[by_key]
+        del siblings[registration]
+        if not siblings:
+            del self._by_key[by_key]
+        del self._by_category[registration.category][registration]
+        return True
+
+    def _unindex_peer(self, peer_id: str, registration: Registration) -> None:
+        held = self._by_peer[peer_id]
+        del held[registration]
+        if not held:
+            del self._by_peer[peer_id]
+
+    def find_registrations(self, category: str, key: str, subkey: str) -> list[Registration]:
+        """Keys matching, ``*`` standing for any key or subkey."""
+        if key != WILDCARD and subkey != WILDCARD:
+            exact = Registration(category, key, subkey)
+            return [exact] if exact in self._producers else []
+        if key != WILDCARD:
+            return list(self._by_key.get((category, key), ()))
+        return [
+            registration
+            for registration in self._by_category.get(category, ())
+            if subkey == WILDCARD or registration.subkey == subkey
+        ]
+
+    def find_producers(self, category: str, key: str, subkey: str) -> list[Producer]:
+        """Producers of the matching keys, one per peer (the first membership found)."""
+        if key != WILDCARD and subkey != WILDCARD:
+            return list(self._producers.get(Registration(category, key, subkey), {}).values())
+        found: dict[str, Producer] = {}
+        for registration in self.find_registrations(category, key, subkey):
+            for peer_id, producer in self._producers[registration].items():
+                found.setdefault(peer_id, producer)
+        return list(found.values())
+
+    def lookup_registrations(self, peer_id: str) -> list[Registration]:
+        """Every key that peer is a producer of."""
+        return list(self._by_peer.get(peer_id, ()))
+
+    def producer(self, registration: Registration, peer_id: str) -> Producer | None:
+        """That peer's membership in that registration, if any."""
+        return self._producers.get(registration, {}).get(peer_id)
+
+    # ------------------------------------------------------------ TCP commands
+
+    def identify(self, peer: Peer) -> bool:
+        """IDENTIFY: the peer joins the ``client`` registration (``/nodes``)."""
+        return self.add_producer(CLIENT_REGISTRATION, Producer(peer))
+
+    def ping(self, peer: Peer, now: float) -> None:
+        """PING from an identified peer: it is active again."""
+        peer.last_update = now
+
+    def register(self, peer: Peer, topic: str, channel: str | None) -> list[Registration]:
+        """REGISTER: the channel (if any) and always the topic; the keys newly joined."""
+        keys = [Registration(TOPIC, topic)]
+        if channel:
+            keys.insert(0, Registration(CHANNEL, topic, channel))
+        return [key for key in keys if self.add_producer(key, Producer(peer))]
+
+    def unregister(self, peer_id: str, topic: str, channel: str | None) -> list[Registration]:
+        """UNREGISTER; the keys the peer left.
+
+        With a channel: leave that channel. Without: leave every channel of the
+        topic, then the topic. An ``#ephemeral`` key left with no producers is deleted.
+        """
+        left: list[Registration] = []
+        if channel:
+            key = Registration(CHANNEL, topic, channel)
+            removed, remaining = self.remove_producer(key, peer_id)
+            if removed:
+                left.append(key)
+            if remaining == 0 and is_ephemeral(channel):
+                self.remove_registration(key)
+            return left
+        left.extend(
+            key
+            for key in self.find_registrations(CHANNEL, topic, WILDCARD)
+            if self.remove_producer(key, peer_id)[0]
+        )
+        key = Registration(TOPIC, topic)
+        removed, remaining = self.remove_producer(key, peer_id)
+        if removed:
+            left.append(key)
+        if remaining == 0 and is_ephemeral(topic):
+            self.remove_registration(key)
+        return left
+
+    def remove_peer(self, peer_id: str) -> list[Registration]:
+        """The peer's connection ended: it leaves every key (keys stay, even ephemeral)."""
+        held = self.lookup_registrations(peer_id)
+        for registration in held:
+            self.remove_producer(registration, peer_id)
+        return held
+
+    # ------------------------------------------------------------ HTTP endpoints
+
+    def create_topic(self, topic: str) -> bool:
+        """``/topic/create``: the topic key, with no producers."""
+        return self.add_registration(Registration(TOPIC, topic))
+
+    def create_channel(self, topic: str, channel: str) -> None:
+        """``/channel/create``: the channel key and the topic key."""
+        self.add_registration(Registration(CHANNEL, topic, channel))
+        self.add_registration(Registration(TOPIC, topic))
+
+    def delete_topic(self, topic: str) -> list[Registration]:
+        """``/topic/delete``: the topic's channel keys, then the topic key; those deleted."""
+        deleted = self.find_registrations(CHANNEL, topic, WILDCARD)
+        deleted += self.find_registrations(TOPIC, topic, "")
+        for registration in deleted:
+            self.remove_registration(registration)
+        return deleted
+
+    def delete_channel(self, topic: str, channel: str) -> bool:
+        """``/channel/delete``: False when there is no such channel key."""
+        return self.remove_registration(Registration(CHANNEL, topic, channel))
+
+    def tombstone(self, topic: str, node: str, now: float) -> int:
+        """``/topic/tombstone``: mark the topic's producers whose ``node`` matches;
+        how many were marked (0 is no error)."""
+        marked = 0
+        for producer in self.find_producers(TOPIC, topic, ""):
+            if producer.peer.node == node:
+                producer.tombstone(now)
+                marked += 1
+        return marked
+
+    def topics(self) -> list[str]:
+        """``/topics``: every topic key, with or without producers."""
+        return [registration.key for registration in self.find_registrations(TOPIC, WILDCARD, "")]
+
+    def channels(self, topic: str) -> list[str]:
+        """``/channels``: the channel keys of a topic (``[]`` for an unknown one)."""
+        return [
+            registration.subkey
+            for registration in self.find_registrations(CHANNEL, topic, WILDCARD)
+        ]
+
+    def lookup(self, topic: str, now: float) -> tuple[list[str], list[Producer]] | None:
+        """``/lookup``: (channels, active untombstoned producers); None without a topic key."""
+        if not self.find_registrations(TOPIC, topic, ""):
+            return None
+        producers = filter_by_active(
+            self.find_producers(TOPIC, topic, ""),
+            now,
+            self.inactive_producer_timeout,
+            self.tombstone_lifetime,
+        )
+        return self.channels(topic), producers
+
+    def nodes(self, now: float) -> list[Node]:
+        """``/nodes``: active peers (tombstoned ones too), each topic with its tombstone."""
+        nodes: list[Node] = []
+        peers = filter_by_active(
+            self.find_producers(CLIENT, "", ""), now, self.inactive_producer_timeout, 0.0
+        )
+        for client in peers:
+            peer = client.peer
+            topics: list[str] = []
+            tombstones: list[bool] = []
+            for registration in self._by_peer.get(peer.id, ()):
+                if registration.category != TOPIC:
+                    continue
+                topics.append(registration.key)
+                membership = self._producers[registration][peer.id]
+                tombstones.append(membership.is_tombstoned(now, self.tombstone_lifetime))
+            nodes.append(Node(peer, topics, tombstones))
+        return nodes

@@ -1,0 +1,130 @@
+"""Where every long-lived task of a lookupd gets its parent, and ``serve_lookupd``.
+
+The tree this module builds (design §3); nursery_tree.py's TREE lists the broker's::
+
+    serve_lookupd(config, task_status)               this module: builds the tree
+    └── lookupd nursery
+        ├── lookupd tcp listener (trio.serve_listeners)                   lookupd/tcp.py
+        │   └── lookupd tcp connection: LookupSession, one per nsqd
+        └── lookupd http listener (trio.serve_listeners)                  lookupd/http_api.py
+            └── lookupd http connection: h11 loop, one request at a time   http/connection.py
+    task_status.started(LookupdAddresses(...))   # after both listeners accept
+
+There are no other tasks: the registry is plain data, inactivity and tombstones are
+judged when a request asks (``now`` against the stored times), not by a timer.
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Final
+
+import attrs
+import trio
+
+from .. import __version__
+from ..http.connection import FdTransport, serve_http_connection
+from ..protocol.lookupd import LookupdInfo
+from .config import LookupdConfig
+from .http_api import LookupdHttpApi
+from .registry import RegistrationDB
+from .tcp import LookupSession
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+__all__ = ["TREE", "LookupdAddresses", "open_lookupd", "serve_lookupd"]
+
+log = logging.getLogger("trionsq.lookupd")
+
+
+@attrs.frozen
+class LookupdAddresses:
+    """Where a started lookupd listens (the real ports, so port 0 works), and its registry."""
+
+    tcp: tuple[str, int]
+    http: tuple[str, int]
+    registry: RegistrationDB = attrs.field(eq=False, repr=False)
+    """The live registration DB, for in-process inspection by an embedding app or a
+    test. Use it only from the lookupd's own Trio thread."""
+
+
+async def serve_lookupd(
+    config: LookupdConfig,
+    *,
+    task_status: trio.TaskStatus[LookupdAddresses] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run a lookupd until cancelled; ``task_status.started`` gets the bound addresses.
+
+    Use as ``addresses = await nursery.start(serve_lookupd, config)``. Both listeners
+    are bound and accepting before ``started``, so an nsqd or a consumer may connect
+    at once. Cancelling it closes every connection; nothing is persisted (nsqlookupd
+    keeps no state either: nsqd instances re-register when they reconnect).
+    """
+    registry = RegistrationDB(
+        inactive_producer_timeout=config.inactive_producer_timeout,
+        tombstone_lifetime=config.tombstone_lifetime,
+    )
+    clock = trio.current_time
+    tcp_host, tcp_port = config.tcp_host_port
+    http_host, http_port = config.http_host_port
+    async with trio.open_nursery() as nursery:
+        tcp_listeners = await trio.open_tcp_listeners(tcp_port, host=tcp_host)
+        http_listeners = await trio.open_tcp_listeners(http_port, host=http_host)
+        tcp = _bound(tcp_listeners)
+        http = _bound(http_listeners)
+        info = LookupdInfo(
+            tcp_port=tcp[1],
+            http_port=http[1],
+            version=__version__,
+            broadcast_address=config.broadcast_address,
+            hostname=platform.node(),
+        )
+
+        async def handle_tcp(stream: trio.SocketStream) -> None:
+            await LookupSession(stream, registry, info, clock).run()
+
+        api = LookupdHttpApi(registry, clock)
+
+        async def handle_http(stream: trio.SocketStream) -> None:
+            try:
+                await serve_http_connection(FdTransport(stream), api.dispatch, api.body_limit)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as error:
+                log.debug("http: connection ended: %s", error)
+            finally:
+                await trio.aclose_forcefully(stream)
+
+        await nursery.start(trio.serve_listeners, handle_tcp, tcp_listeners)
+        await nursery.start(trio.serve_listeners, handle_http, http_listeners)
+        task_status.started(LookupdAddresses(tcp=tcp, http=http, registry=registry))
+
+
+def _bound(listeners: list[trio.SocketListener]) -> tuple[str, int]:
+    name = listeners[0].socket.getsockname()
+    return name[0], name[1]
+
+
+@asynccontextmanager
+async def open_lookupd(config: LookupdConfig | None = None) -> AsyncIterator[LookupdAddresses]:
+    """``async with open_lookupd() as addresses:`` a lookupd on 127.0.0.1, free ports."""
+    async with trio.open_nursery() as nursery:
+        chosen = config if config is not None else LookupdConfig.loopback()
+        addresses: LookupdAddresses = await nursery.start(serve_lookupd, chosen)
+        try:
+            yield addresses
+        finally:
+            nursery.cancel_scope.cancel()
+
+
+TREE: Final = (
+    ("serve_lookupd", None),
+    ("lookupd nursery", "serve_lookupd"),
+    ("lookupd tcp listener", "lookupd nursery"),
+    ("lookupd tcp connection", "lookupd tcp listener"),
+    ("lookupd http listener", "lookupd nursery"),
+    ("lookupd http connection", "lookupd http listener"),
+)
+"""Each long-lived task of a lookupd and its parent, as data (as nursery_tree.TREE),
+so the docstring's tree and the code can be checked against each other."""

@@ -1,0 +1,144 @@
+"""One nsqd connection to the lookupd (TCP protocol V1, spec lookupd-tcp.md).
+
+The sans-IO :class:`~trionsq.protocol.lookupd.LookupServerConnection` turns bytes
+into commands; this module applies them to the :class:`RegistrationDB` and writes
+the replies. Every protocol error is fatal: its text is sent and the connection
+closed. However the connection ends, the peer leaves every registration it held
+(the keys stay), which is how nsqlookupd forgets an nsqd that went away.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Final
+
+import trio
+
+from ..addresses import peer_address
+from ..protocol.errors import ProtocolError
+from ..protocol.lookupd import (
+    OK_REPLY,
+    LookupIdentify,
+    LookupServerConnection,
+    Ping,
+    Register,
+    Unregister,
+    encode_error_reply,
+    encode_identify_reply,
+)
+from .registry import Peer
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ..protocol.lookupd import LookupCommand, LookupdInfo
+    from .registry import Registration, RegistrationDB
+
+__all__ = ["LookupSession"]
+
+log = logging.getLogger("trionsq.lookupd")
+
+READ_SIZE: Final = 65536
+
+
+def _describe(registration: Registration) -> str:
+    return f"category:{registration.category} key:{registration.key} subkey:{registration.subkey}"
+
+
+class LookupSession:
+    """Serves one nsqd connection until it closes; see :meth:`run`."""
+
+    def __init__(
+        self,
+        stream: trio.SocketStream,
+        registry: RegistrationDB,
+        info: LookupdInfo,
+        clock: Callable[[], float] = trio.current_time,
+    ) -> None:
+        self.stream = stream
+        self.registry = registry
+        self.info = info
+        """This lookupd's IDENTIFY reply (its own bound ports)."""
+        self.clock = clock
+        self.remote = peer_address(stream.socket)
+        """The peer id nsqlookupd uses: the connection's remote ``ip:port``."""
+        self.peer: Peer | None = None
+        self._protocol = LookupServerConnection()
+
+    async def run(self) -> None:
+        """Read commands and answer them until EOF, a fatal error or cancellation.
+
+        Never raises for a connection that fails or misbehaves (that ends only this
+        connection); the registrations are dropped and the stream closed in any case.
+        """
+        log.info("TCP: new client(%s)", self.remote)
+        try:
+            await self._loop()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as error:
+            log.debug("CLIENT(%s): connection ended: %s", self.remote, error)
+        finally:
+            self._forget()
+            await trio.aclose_forcefully(self.stream)
+
+    async def _loop(self) -> None:
+        protocol = self._protocol
+        while not protocol.closed:
+            data = await self.stream.receive_some(READ_SIZE)
+            replies: list[bytes] = []
+            for event in protocol.receive_data(data):
+                if isinstance(event, ProtocolError):
+                    log.error("[%s] - %s", self.remote, event.text)
+                    replies.append(encode_error_reply(event))
+                    break
+                replies.append(self._execute(event))
+            if replies:
+                await self.stream.send_all(b"".join(replies))
+        log.info("CLIENT(%s): closing", self.remote)
+
+    def _execute(self, command: LookupCommand) -> bytes:
+        """Apply one command; its reply."""
+        registry = self.registry
+        if isinstance(command, Ping):
+            if self.peer is not None:
+                now = self.clock()
+                log.info(
+                    "CLIENT(%s): pinged (last ping %.3fs)",
+                    self.peer.id,
+                    now - self.peer.last_update,
+                )
+                registry.ping(self.peer, now)
+            return OK_REPLY
+        if isinstance(command, LookupIdentify):
+            info = command.peer
+            self.peer = Peer(self.remote, info, self.clock())
+            log.info(
+                "CLIENT(%s): IDENTIFY Address:%s TCP:%d HTTP:%d Version:%s",
+                self.remote,
+                info.broadcast_address,
+                info.tcp_port,
+                info.http_port,
+                info.version,
+            )
+            if registry.identify(self.peer):
+                log.info("DB: client(%s) REGISTER category:client key: subkey:", self.remote)
+            return encode_identify_reply(self.info)
+        peer = self.peer
+        if peer is None:  # cannot happen: the protocol refuses (UN)REGISTER before IDENTIFY
+            raise AssertionError(command)
+        # Youzan's "<topic> <partition> [<channel>]" form is read as upstream's for now:
+        # registrations per partition arrive with the Youzan lookupd.
+        if isinstance(command, Register):
+            for key in registry.register(peer, command.topic, command.channel):
+                log.info("DB: client(%s) REGISTER %s", self.remote, _describe(key))
+        elif isinstance(command, Unregister):
+            for key in registry.unregister(peer.id, command.topic, command.channel):
+                log.info("DB: client(%s) UNREGISTER %s", self.remote, _describe(key))
+        return OK_REPLY
+
+    def _forget(self) -> None:
+        """The connection is over: the peer leaves every registration."""
+        if self.peer is None:
+            return
+        for key in self.registry.remove_peer(self.peer.id):
+            log.info("DB: client(%s) UNREGISTER %s", self.remote, _describe(key))
+        self.peer = None
