@@ -1,7 +1,7 @@
 """Where every long-lived task of a broker process gets its parent.
 
 The tree this module builds (design §3); a task not named here has no place in
-trionsq. Branches marked (planned) arrive with their issues::
+trionsq (a lookupd process has its own small tree, in lookupd/server.py). Branches marked (planned) arrive with their issues::
 
     serve_nsqd(config, task_status)                  this module: builds the tree
     ├── broker nursery
@@ -14,14 +14,18 @@ trionsq. Branches marked (planned) arrive with their issues::
     │       ├── reader task            bytes -> protocol events -> broker; writes replies
     │       └── messagePump task       message batches + heartbeats -> socket
     │   ├── HTTP listener -> per connection task: h11 loop, one request at a time   http/
-    │   └── HTTPS listener (with a TLS certificate) -> per connection task           http/
+    │   ├── HTTPS listener (with a TLS certificate) -> per connection task           http/
+    │   └── lookupd peers nursery (address list: config, PUT /config)  broker/lookupd_peers.py
+    │       └── per lookupd address: peer [own CancelScope; removed = cancel]
+    │           └── reader task    replies -> the waiting command; close -> reconnect
     ├── admin websocket listener (planned)
-    └── lookupd peers: one task per lookupd address (planned: lookupd)
     task_status.started(BoundAddresses(...))   # after every listener accepts
 
 State of the build: ``serve_nsqd`` runs the broker nursery (channel runners), the
-TCP listener with its per-connection nurseries, and the HTTP/HTTPS listeners; the
-admin websocket and lookupd peers arrive with their issues.
+TCP listener with its per-connection nurseries, the HTTP/HTTPS listeners and the
+lookupd peers; the admin websocket arrives with its issue. The lookupd peers start
+before ``started`` but connect in the background: an unreachable lookupd delays
+nothing.
 """
 
 from __future__ import annotations
@@ -37,10 +41,11 @@ import trio
 
 from . import __version__
 from .broker.broker import Broker
+from .broker.lookupd_peers import LookupdPeers, peer_identity
 from .broker.storage import Storage
 from .config import NsqdConfig
 from .http.connection import FdTransport, StreamTransport, serve_http_connection
-from .http.nsqd_api import NsqdHttpApi
+from .http.nsqd_api import NsqdHttpApi, RuntimeOptions
 from .server.tcp import ClientSession
 from .server.tls import server_tls_context
 
@@ -103,6 +108,15 @@ async def serve_nsqd(
         async def handle_tcp(stream: trio.SocketStream) -> None:
             await ClientSession(next(client_ids), stream, broker, settings, tls_context).run()
 
+        identity = peer_identity(config, __version__, tcp[1], http[1] if http else 0)
+        peers = LookupdPeers(
+            broker, identity, config.lookupd_tcp_addresses, max_reply_size=config.max_body_size
+        )
+        await broker_nursery.start(peers.run)
+        # one set of runtime options for HTTP and HTTPS, as nsqd has one
+        runtime = RuntimeOptions(
+            config.log_level, config.lookupd_tcp_addresses, lookupd_changed=peers.set_addresses
+        )
         await broker_nursery.start(trio.serve_listeners, handle_tcp, tcp_listeners)
 
         def api(*, is_https: bool) -> NsqdHttpApi:
@@ -113,6 +127,7 @@ async def serve_nsqd(
                 ports=lambda: (tcp[1], http[1] if http else -1),
                 https_port=lambda: https[1] if https else None,
                 is_https=is_https,
+                runtime=runtime,
             )
 
         if http_listeners:
@@ -180,8 +195,10 @@ TREE: Final = (
     ("http connection", "http listener"),
     ("https listener", "broker nursery"),
     ("https connection", "https listener"),
+    ("lookupd peers", "broker nursery"),
+    ("lookupd peer", "lookupd peers"),
+    ("lookupd peer reader", "lookupd peer"),
     ("admin websocket listener (planned)", "serve_nsqd"),
-    ("lookupd peer (planned)", "serve_nsqd"),
 )
 """Each long-lived task and the task or nursery that is its parent, as data, so the
 tree in the docstring and the code that builds it can be checked against each other."""

@@ -12,3 +12,13 @@ def test_every_task_has_a_named_parent_and_one_root() -> None:
     assert roots == ["serve_nsqd"]
     for name, parent in TREE:
         assert parent is None or parent in names, f"{name} has unknown parent {parent}"
+
+
+def test_the_lookupd_tree_has_one_root_and_named_parents() -> None:
+    from trionsq.lookupd.server import TREE as LOOKUPD_TREE
+
+    names = [name for name, _ in LOOKUPD_TREE]
+    assert len(names) == len(set(names))
+    assert [name for name, parent in LOOKUPD_TREE if parent is None] == ["serve_lookupd"]
+    for name, parent in LOOKUPD_TREE:
+        assert parent is None or parent in names, f"{name} has unknown parent {parent}"

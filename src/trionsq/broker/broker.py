@@ -3,7 +3,8 @@
 Topics and channels outlive the connections that create them, so their tasks start
 in the broker nursery (design §3); deleting a channel cancels its runner's scope.
 Connections call in here for PUB/SUB and for leaving, and register themselves in
-:attr:`Broker.clients` for ``/stats``.
+:attr:`Broker.clients` for ``/stats``. Topic and channel creation and deletion are
+announced to :meth:`Broker.add_listener` listeners (the lookupd peers), synchronously.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Protocol
 
+import attrs
 import trio
 
 from ..dispatch.router import ChannelRunner
@@ -21,7 +23,7 @@ from .offsets import OffsetError, resolve_offset
 from .topic import Topic
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from ..config import NsqdConfig
     from ..dispatch.router import Outbox
@@ -31,7 +33,7 @@ if TYPE_CHECKING:
     from .storage import Storage
     from .topic import Partition
 
-__all__ = ["Broker", "ConnectedClient"]
+__all__ = ["Broker", "ConnectedClient", "TopologyChange"]
 
 RELEASE_EVERY = 4096
 """Records appended between attempts to release what every channel has confirmed."""
@@ -43,6 +45,19 @@ class ConnectedClient(Protocol):
     def statistics(self) -> ClientStatistics:
         """A snapshot of the connection's counters and settings."""
         ...
+
+
+@attrs.frozen
+class TopologyChange:
+    """A topic (``channel`` None) or a channel came to exist or went away.
+
+    What nsqd tells every nsqlookupd (REGISTER/UNREGISTER), ephemeral names included.
+    A channel counts once over a topic's partitions: it exists while any has it.
+    """
+
+    topic: str
+    channel: str | None
+    exists: bool
 
 
 class Broker:
@@ -69,6 +84,39 @@ class Broker:
         self._since_release: dict[str, int] = {}
         self.trace_log: bool = config.trace_log
         """Log traced messages at publish and delivery (Youzan's trace log)."""
+        self._listeners: list[Callable[[TopologyChange], None]] = []
+
+    # ------------------------------------------------------------- topology listeners
+
+    def add_listener(self, listener: Callable[[TopologyChange], None]) -> None:
+        """Hear of every topic/channel creation and deletion from now on.
+
+        Called synchronously, never on the message path: a listener queues and returns.
+        """
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: Callable[[TopologyChange], None]) -> None:
+        """Stop hearing (a listener that is not there is ignored)."""
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+    def _announce(self, topic: str, channel: str | None, exists: bool) -> None:
+        if self._listeners:
+            change = TopologyChange(topic, channel, exists)
+            for listener in list(self._listeners):
+                listener(change)
+
+    def registrations(self) -> list[tuple[str, str | None]]:
+        """What a lookupd is told on (re)connect: each channel as (topic, channel), and
+        (topic, None) for a topic without channels (a channel registers its topic too)."""
+        found: list[tuple[str, str | None]] = []
+        for name, topic in self.topics.items():
+            channels = dict.fromkeys(c for p in topic.partitions for c in p.channels)
+            if channels:
+                found.extend((name, channel) for channel in channels)
+            else:
+                found.append((name, None))
+        return found
 
     def register_client(self, client_id: int, client: ConnectedClient) -> None:
         """A TCP connection began (it is listed by /stats until it ends)."""
@@ -109,6 +157,7 @@ class Broker:
             ext=ext,
             ordered=ordered,
         )
+        self._announce(name, None, True)
         return topic
 
     def publish(
@@ -197,7 +246,11 @@ class Broker:
         key = (topic_name, partition, channel_name)
         runner = self.runners.get(key)
         if runner is None:
-            channel = self.topic(topic_name).partitions[partition].channel(channel_name)
+            partitions = self.topic(topic_name).partitions
+            is_new = not any(channel_name in p.channels for p in partitions)
+            channel = partitions[partition].channel(channel_name)
+            if is_new:
+                self._announce(topic_name, channel_name, True)
             runner = ChannelRunner(channel, {})
             self.runners[key] = runner
             await self._nursery.start(runner.run)
@@ -230,10 +283,14 @@ class Broker:
         if topic is None:
             return None
         channel = topic.partitions[partition].delete_channel(channel_name)
-        if self.storage is not None and channel is not None:
-            self.storage.delete_channel_files(topic_name, partition, channel_name)
+        if channel is not None:
+            if self.storage is not None:
+                self.storage.delete_channel_files(topic_name, partition, channel_name)
+            if not any(channel_name in p.channels for p in topic.partitions):
+                self._announce(topic_name, channel_name, False)
         if topic.ephemeral and not any(p.channels for p in topic.partitions):
             del self.topics[topic_name]
+            self._announce(topic_name, None, False)
         return channel
 
     # ------------------------------------------------------------- admin (HTTP, embedding)
@@ -258,7 +315,8 @@ class Broker:
         for partition in topic.partitions:
             for channel_name in list(partition.channels):
                 self.delete_channel(topic_name, partition.index, channel_name)
-        self.topics.pop(topic_name, None)
+        if self.topics.pop(topic_name, None) is not None:  # an ephemeral one is gone already
+            self._announce(topic_name, None, False)
         if self.storage is not None:
             self.storage.delete_topic_files(topic_name, len(topic.partitions))
         self._since_release.pop(topic_name, None)

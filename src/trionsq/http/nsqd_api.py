@@ -15,6 +15,7 @@ import logging
 import platform
 import struct
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
 import attrs
@@ -37,7 +38,7 @@ from .messages import Request, Response, parse_bool
 from .stats import stats_document, stats_text
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable
 
     from ..broker.broker import Broker
     from ..config import NsqdConfig
@@ -116,6 +117,10 @@ class RuntimeOptions:
 
     log_level: str
     lookupd_tcp_addresses: tuple[str, ...]
+    lookupd_changed: Callable[[tuple[str, ...]], None] | None = attrs.field(
+        default=None, eq=False, repr=False
+    )
+    """Told each new address list: the broker's lookupd peers follow it, as nsqd's do."""
 
 
 class NsqdHttpApi:
@@ -585,6 +590,8 @@ class NsqdHttpApi:
             if not isinstance(addresses, list) or not all(isinstance(a, str) for a in addresses):
                 return Response.error(400, "INVALID_VALUE")
             self.runtime.lookupd_tcp_addresses = tuple(addresses)
+            if self.runtime.lookupd_changed is not None:
+                self.runtime.lookupd_changed(self.runtime.lookupd_tcp_addresses)
         elif name == "log_level":
             level = body.decode("utf-8", "replace").strip().lower()
             if level not in LOG_LEVELS:
