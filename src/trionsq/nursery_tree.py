@@ -40,6 +40,7 @@ import attrs
 import trio
 
 from . import __version__
+from .addresses import peer_address
 from .broker.broker import Broker
 from .broker.lookupd_peers import LookupdPeers, peer_identity
 from .broker.storage import Storage
@@ -145,7 +146,8 @@ async def serve_nsqd(
             ]
 
             async def handle_https(stream: trio.SSLStream[trio.SocketStream]) -> None:
-                await _serve_http(StreamTransport(stream), stream, tls_api)
+                peer = peer_address(stream.transport_stream.socket)
+                await _serve_http(StreamTransport(stream, peer), stream, tls_api)
 
             await broker_nursery.start(trio.serve_listeners, handle_https, ssl_listeners)
         task_status.started(BoundAddresses(tcp=tcp, broker=broker, http=http, https=https))

@@ -7,6 +7,7 @@ and every refusal, and what a Youzan-mode TCP consumer (SUB naming a partition,
 
 from __future__ import annotations
 
+import logging
 import struct
 from typing import TYPE_CHECKING, Final, TypedDict
 
@@ -597,3 +598,19 @@ async def test_pubtrace_and_pub_ext_topic_argument_errors_use_youzan_text(
         response = await post(http, path, topic="bad!", trace_id="1", ext="{}")
         expect_error(response, 400, "INVALID_ARG_TOPIC")
     assert nsqd.broker.topics == {}
+
+
+async def test_traced_http_publishes_name_the_client_in_the_trace_log(
+    nsqd: BoundAddresses, http: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="trionsq.trace")
+    nsqd.broker.trace_log = True
+    await create(http, "t", ext="true")
+    traced = await http.post("/pubtrace", params={"topic": "t", "trace_id": "7"}, content=b"a")
+    ext = '{"##trace_id":"8"}'
+    headed = await http.post("/pub_ext", params={"topic": "t", "ext": ext}, content=b"b")
+    assert (traced.status_code, headed.status_code) == (200, 200)
+    lines = [r.getMessage() for r in caplog.records if r.name == "trionsq.trace"]
+    assert [line.split(" trace_id=")[1].split(" ")[0] for line in lines] == ["7", "8"]
+    assert all(line.startswith("PUB topic=t partition=0 ") for line in lines)
+    assert all(" client=127.0.0.1:" in line for line in lines)
