@@ -1,7 +1,8 @@
 """nsqlookupd in trionsq: the registration DB, its TCP V1 and HTTP servers.
 
-Upstream nsqlookupd behaviour (spec lookupd-tcp.md, http-api.md §4); Youzan's
-partitioned registrations and cluster endpoints (http-api.md §5) come later.
+Upstream nsqlookupd behaviour (spec lookupd-tcp.md, http-api.md §4), plus Youzan's
+additions standalone (http-api.md §5): partitioned topics created, placed and
+looked up through the lookupd (``trionsq.lookupd.topics``, sans-IO too).
 The registry (``trionsq.lookupd.registry``) is sans-IO and importable without trio,
 so the Trio-facing names here are loaded on first attribute access.
 """

@@ -6,6 +6,14 @@ endpoints (/info, /debug, /lookup, /topics, /channels, /nodes) answer in the
 pre-1.0 ``status_code/status_txt/data`` envelope when the request's Accept header
 asks for it (messages.py), as old nsqlookupd and Youzan's do; the POST endpoints
 and /ping always answer as upstream 1.x.
+
+Youzan's additions (http-api.md §5), standalone: ``/topic/create`` with
+``partition_num``/``replicator`` records and places a partitioned topic and tells
+the chosen brokers (topics.py, brokers.py); ``/lookup`` with ``access``,
+``metainfo`` or ``partition`` (or for such a topic) answers Youzan's shape;
+``/listlookup``, ``/topic/meta/update``, ``/topic/partition/expand``,
+``/topics?metaInfo=true`` and ``/topic/delete?partition=**``. Requests without
+Youzan's parameters on topics not created that way get nsqlookupd's answers.
 """
 
 from __future__ import annotations
@@ -19,11 +27,25 @@ import orjson
 from .. import __version__
 from ..http.messages import JSON_CONTENT_TYPE, V1_HEADER, Response
 from ..protocol.names import is_valid_name
+from .brokers import BrokerSync
+from .registry import TOPIC
+from .topics import (
+    MAX_PARTITION_NUM,
+    PLAIN_META,
+    ArgError,
+    PlacedBroker,
+    PlacementError,
+    TopicCatalog,
+    parse_create_args,
+    parse_update_args,
+    youzan_lookup,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from ..http.messages import Request
+    from ..protocol.lookupd import LookupdInfo
     from .registry import Producer, RegistrationDB
 
 __all__ = ["GO_ZERO_TIME_UNIX_NANO", "LEGACY_ENDPOINTS", "LookupdHttpApi"]
@@ -33,7 +55,7 @@ log = logging.getLogger("trionsq.lookupd")
 BODY_LIMIT: Final = 64 * 1024
 """Body bytes read (and ignored) per request; nsqlookupd reads any size, unused."""
 LEGACY_ENDPOINTS: Final = frozenset(
-    {"/info", "/debug", "/lookup", "/topics", "/channels", "/nodes"}
+    {"/info", "/debug", "/lookup", "/topics", "/channels", "/nodes", "/listlookup"}
 )
 """The endpoints nsqlookupd 0.3 (and Youzan's) answered in the old envelope."""
 GO_ZERO_TIME_UNIX_NANO: Final = -6795364578871345152
@@ -77,11 +99,26 @@ def _topic_channel(request: Request) -> tuple[str, str]:
 
 
 class LookupdHttpApi:
-    """Routes and handlers over one registry; ``clock`` is the registry's time base."""
+    """Routes and handlers over one registry; ``clock`` is the registry's time base.
 
-    def __init__(self, registry: RegistrationDB, clock: Callable[[], float]) -> None:
+    ``catalog`` holds the topics created with partitions, ``brokers`` makes the calls
+    to brokers, ``info`` (this lookupd's addresses) feeds ``/listlookup``.
+    """
+
+    def __init__(
+        self,
+        registry: RegistrationDB,
+        clock: Callable[[], float],
+        *,
+        catalog: TopicCatalog | None = None,
+        brokers: BrokerSync | None = None,
+        info: LookupdInfo | None = None,
+    ) -> None:
         self.registry = registry
         self.clock = clock
+        self.catalog = catalog if catalog is not None else TopicCatalog()
+        self.brokers = brokers if brokers is not None else BrokerSync(self.catalog, registry, clock)
+        self.info = info
         self.routes: dict[str, dict[str, Callable[[Request], Awaitable[Response]]]] = {
             "/ping": {"GET": self._ping},
             "/info": {"GET": self._info},
@@ -90,8 +127,11 @@ class LookupdHttpApi:
             "/topics": {"GET": self._topics},
             "/channels": {"GET": self._channels},
             "/nodes": {"GET": self._nodes},
-            "/topic/create": {"POST": self._topic_create},
+            "/listlookup": {"GET": self._listlookup},
+            "/topic/create": {"POST": self._topic_create, "PUT": self._topic_create},
             "/topic/delete": {"POST": self._topic_delete},
+            "/topic/meta/update": {"POST": self._topic_meta_update},
+            "/topic/partition/expand": {"POST": self._topic_partition_expand},
             "/channel/create": {"POST": self._channel_create},
             "/channel/delete": {"POST": self._channel_delete},
             "/topic/tombstone": {"POST": self._topic_tombstone},
@@ -134,7 +174,36 @@ class LookupdHttpApi:
         return self._ok(request, {"version": __version__})
 
     async def _topics(self, request: Request) -> Response:
-        return self._ok(request, {"topics": self.registry.topics()})
+        topics = self.registry.topics()
+        if not request.arg("metaInfo"):
+            return self._ok(request, {"topics": topics})
+        meta_info = []
+        for name in topics:
+            managed = self.catalog.get(name)
+            meta = managed.meta if managed is not None else PLAIN_META
+            meta_info.append(
+                {
+                    "topic_name": name,
+                    "extend_support": meta.extend_support,
+                    "ordered": meta.ordered,
+                    "multi_part": meta.multi_part,
+                    "disable_channel_auto_create": meta.disable_channel_auto_create,
+                }
+            )
+        return self._ok(request, {"topics": topics, "meta_info": meta_info})
+
+    async def _listlookup(self, request: Request) -> Response:
+        """Standalone: this lookupd is the only node, and the leader (Youzan's shape)."""
+        info = self.info
+        node = {
+            "ID": f"{info.broadcast_address}:{info.http_port}" if info is not None else "",
+            "NodeIP": info.broadcast_address if info is not None else "",
+            "TcpPort": str(info.tcp_port) if info is not None else "",
+            "HttpPort": str(info.http_port) if info is not None else "",
+            "RpcPort": "",
+            "Epoch": 0,
+        }
+        return self._ok(request, {"lookupdnodes": [node], "lookupdleader": node})
 
     async def _channels(self, request: Request) -> Response:
         _parsed(request)
@@ -144,6 +213,27 @@ class LookupdHttpApi:
     async def _lookup(self, request: Request) -> Response:
         _parsed(request)
         topic = _arg(request, "topic", "MISSING_ARG_TOPIC")
+        access = request.arg("access")
+        metainfo = request.arg("metainfo")
+        partition = request.arg("partition")
+        if (
+            access is not None
+            or metainfo is not None
+            or partition is not None
+            or (topic in self.catalog)
+        ):
+            if access not in (None, "", "r", "w"):
+                raise HttpError(400, "INVALID_ACCESS_MODE")
+            document = youzan_lookup(
+                self.registry,
+                self.catalog,
+                topic,
+                self.clock(),
+                write=access == "w",
+                partition=partition or "*",
+                metainfo=bool(metainfo),
+            )
+            return self._ok(request, document)
         found = self.registry.lookup(topic, self.clock())
         if found is None:
             raise HttpError(404, "TOPIC_NOT_FOUND")
@@ -208,8 +298,26 @@ class LookupdHttpApi:
 
     # ------------------------------------------------------------- write endpoints (V1 only)
 
+    def _candidates(self, topic: str) -> list[PlacedBroker]:
+        """Brokers a partition of ``topic`` may go to: active, not tombstoned for it."""
+        now = self.clock()
+        lifetime = self.registry.tombstone_lifetime
+        memberships = {p.peer.id: p for p in self.registry.find_producers(TOPIC, topic, "")}
+        candidates = []
+        for peer in self.registry.active_peers(now):
+            membership = memberships.get(peer.id)
+            if membership is None or not membership.is_tombstoned(now, lifetime):
+                candidates.append(PlacedBroker.from_peer(peer))
+        return candidates
+
     async def _topic_create(self, request: Request) -> Response:
         _parsed(request)
+        if (
+            request.method == "PUT"
+            or request.arg("partition_num") is not None
+            or request.arg("replicator") is not None
+        ):
+            return await self._topic_create_partitioned(request)
         topic = _arg(request, "topic", "MISSING_ARG_TOPIC")
         if not is_valid_name(topic.encode("utf-8", "surrogateescape")):
             raise HttpError(400, "INVALID_ARG_TOPIC")
@@ -217,15 +325,81 @@ class LookupdHttpApi:
         self.registry.create_topic(topic)
         return Response.empty()
 
+    async def _topic_create_partitioned(self, request: Request) -> Response:
+        """Youzan's create: record, place on registered brokers, tell them; then 200."""
+        try:
+            topic, meta = parse_create_args(request.arg)
+            managed, created = self.catalog.create(topic, meta, self._candidates(topic))
+        except (ArgError, PlacementError) as error:
+            raise HttpError(400, error.message) from None
+        if created:
+            log.info(
+                "DB: adding topic(%s) with %d partitions on %s",
+                topic,
+                meta.partition_num,
+                ", ".join(broker.node for broker in managed.placement),
+            )
+        self.registry.create_topic(topic)
+        await self.brokers.sync_topic(managed)
+        return Response.empty()
+
+    async def _topic_meta_update(self, request: Request) -> Response:
+        _parsed(request)
+        try:
+            topic, changes = parse_update_args(request.arg)
+            managed = self.catalog.update(topic, **changes)  # type: ignore[arg-type]
+        except (ArgError, PlacementError) as error:
+            raise HttpError(400, error.message) from None
+        await self.brokers.sync_topic(managed)
+        return Response.empty()
+
+    async def _topic_partition_expand(self, request: Request) -> Response:
+        _parsed(request)
+        topic = _arg(request, "topic", "MISSING_ARG_TOPIC")
+        raw = request.arg("partition_num")
+        if not raw:
+            raise HttpError(400, "MISSING_ARG_TOPIC_PARTITION_NUM")
+        if not (raw.isascii() and raw.isdigit() and 1 <= int(raw) <= MAX_PARTITION_NUM):
+            raise HttpError(400, "INVALID_ARG_TOPIC_PARTITION_NUM")
+        try:
+            managed = self.catalog.expand(topic, int(raw), self._candidates(topic))
+        except PlacementError as error:
+            raise HttpError(400, error.message) from None
+        await self.brokers.sync_topic(managed)
+        return Response.empty()
+
     async def _topic_delete(self, request: Request) -> Response:
         _parsed(request)
         topic = _arg(request, "topic", "MISSING_ARG_TOPIC")
+        partition = request.arg("partition")
+        managed = self.catalog.get(topic)
+        if partition is not None or managed is not None:
+            if partition is None or partition == "":
+                raise HttpError(400, "MISSING_ARG_TOPIC_PARTITION")
+            if partition != "**":
+                raise HttpError(400, "REMOVE_SINGLE_PARTITION_NOT_ALLOWED")
+            # every broker holding it: the placed ones and any that registered it
+            nodes = {
+                (p.peer.info.broadcast_address, p.peer.info.http_port)
+                for p in self.registry.find_producers(TOPIC, topic, "")
+            }
+            if managed is not None:
+                nodes.update((b.broadcast_address, b.http_port) for b in managed.placement)
+            self.catalog.delete(topic)
+            failed = await self.brokers.delete_on(topic, sorted(nodes))
+            self._forget_topic(topic)
+            if failed:
+                raise HttpError(500, f"DELETE_TOPIC_FAILED on {', '.join(failed)}")
+            return Response.empty()
+        self._forget_topic(topic)
+        return Response.empty()
+
+    def _forget_topic(self, topic: str) -> None:
         for key in self.registry.delete_topic(topic):
             if key.subkey:
                 log.info("DB: removing channel(%s) from topic(%s)", key.subkey, key.key)
             else:
                 log.info("DB: removing topic(%s)", key.key)
-        return Response.empty()
 
     async def _channel_create(self, request: Request) -> Response:
         topic, channel = _topic_channel(request)

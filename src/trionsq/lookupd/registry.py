@@ -108,6 +108,20 @@ class Peer:
             }
         return self._json
 
+    def as_youzan_json(self) -> dict[str, str | int]:
+        """Youzan's PeerY (``/lookup``'s ``partitions`` values): ``id`` first, no topology."""
+        info = self.info
+        return {
+            "id": self.id,
+            "remote_address": self.id,
+            "hostname": info.hostname,
+            "broadcast_address": info.broadcast_address,
+            "tcp_port": info.tcp_port,
+            "http_port": info.http_port,
+            "version": info.version,
+            "distributed_id": info.distributed_id,
+        }
+
 
 @attrs.define(eq=False)
 class Producer:
@@ -168,6 +182,10 @@ class RegistrationDB:
         self._by_key: dict[tuple[str, str], dict[Registration, None]] = {}
         self._by_category: dict[str, dict[Registration, None]] = {}
         self._by_peer: dict[str, dict[Registration, None]] = {}
+        self._partitions: dict[str, dict[int, dict[str, None]]] = {}
+        """topic -> partition -> peer ids that registered it (Youzan's per-partition
+        registrations; upstream's form counts as partition 0)."""
+        self._peer_partitions: dict[str, dict[tuple[str, int], None]] = {}
 
     def __len__(self) -> int:
         return len(self._producers)
@@ -280,20 +298,69 @@ class RegistrationDB:
         """PING from an identified peer: it is active again."""
         peer.last_update = now
 
-    def register(self, peer: Peer, topic: str, channel: str | None) -> list[Registration]:
-        """REGISTER: the channel (if any) and always the topic; the keys newly joined."""
+    def register(
+        self, peer: Peer, topic: str, channel: str | None, partition: int | None = None
+    ) -> list[Registration]:
+        """REGISTER: the channel (if any) and always the topic; the keys newly joined.
+
+        The partition (Youzan's form; None, upstream's, is partition 0) is recorded
+        for ``/lookup``'s ``partitions``; Youzan's old-version marker -11 is not.
+        """
         keys = [Registration(TOPIC, topic)]
         if channel:
             keys.insert(0, Registration(CHANNEL, topic, channel))
+        pid = 0 if partition is None else partition
+        if pid >= 0:
+            self._partitions.setdefault(topic, {}).setdefault(pid, {})[peer.id] = None
+            self._peer_partitions.setdefault(peer.id, {})[(topic, pid)] = None
         return [key for key in keys if self.add_producer(key, Producer(peer))]
 
-    def unregister(self, peer_id: str, topic: str, channel: str | None) -> list[Registration]:
+    def _drop_partition(self, peer_id: str, topic: str, pid: int) -> None:
+        by_pid = self._partitions.get(topic, {})
+        peers = by_pid.get(pid)
+        if peers is not None:
+            peers.pop(peer_id, None)
+            if not peers:
+                del by_pid[pid]
+                if not by_pid:
+                    del self._partitions[topic]
+        held = self._peer_partitions.get(peer_id)
+        if held is not None:
+            held.pop((topic, pid), None)
+            if not held:
+                del self._peer_partitions[peer_id]
+
+    def partitions(self, topic: str) -> dict[int, list[str]]:
+        """Partition -> peer ids that registered it, partitions in ascending order."""
+        by_pid = self._partitions.get(topic, {})
+        return {pid: list(by_pid[pid]) for pid in sorted(by_pid)}
+
+    def active_peers(self, now: float) -> list[Peer]:
+        """Identified peers heard from within the inactivity timeout."""
+        return [
+            producer.peer
+            for producer in filter_by_active(
+                self.find_producers(CLIENT, "", ""), now, self.inactive_producer_timeout, 0.0
+            )
+        ]
+
+    def unregister(
+        self, peer_id: str, topic: str, channel: str | None, partition: int | None = None
+    ) -> list[Registration]:
         """UNREGISTER; the keys the peer left.
 
         With a channel: leave that channel. Without: leave every channel of the
         topic, then the topic. An ``#ephemeral`` key left with no producers is deleted.
+        Youzan's topic form leaves that partition only, and the topic once the peer
+        holds no other partition of it.
         """
         left: list[Registration] = []
+        if channel is None or channel == "":
+            self._drop_partition(peer_id, topic, 0 if partition is None else partition)
+            if partition is not None and any(
+                key[0] == topic for key in self._peer_partitions.get(peer_id, ())
+            ):
+                return left
         if channel:
             key = Registration(CHANNEL, topic, channel)
             removed, remaining = self.remove_producer(key, peer_id)
@@ -318,6 +385,8 @@ class RegistrationDB:
     def remove_peer(self, peer_id: str) -> list[Registration]:
         """The peer's connection ended: it leaves every key (keys stay, even ephemeral)."""
         held = self.lookup_registrations(peer_id)
+        for topic, pid in list(self._peer_partitions.get(peer_id, ())):
+            self._drop_partition(peer_id, topic, pid)
         for registration in held:
             self.remove_producer(registration, peer_id)
         return held
@@ -337,6 +406,9 @@ class RegistrationDB:
         """``/topic/delete``: the topic's channel keys, then the topic key; those deleted."""
         deleted = self.find_registrations(CHANNEL, topic, WILDCARD)
         deleted += self.find_registrations(TOPIC, topic, "")
+        for pid, peer_ids in self.partitions(topic).items():
+            for peer_id in peer_ids:
+                self._drop_partition(peer_id, topic, pid)
         for registration in deleted:
             self.remove_registration(registration)
         return deleted

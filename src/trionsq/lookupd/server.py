@@ -6,12 +6,15 @@ The tree this module builds (design §3); nursery_tree.py's TREE lists the broke
     └── lookupd nursery
         ├── lookupd tcp listener (trio.serve_listeners)                   lookupd/tcp.py
         │   └── lookupd tcp connection: LookupSession, one per nsqd
-        └── lookupd http listener (trio.serve_listeners)                  lookupd/http_api.py
-            └── lookupd http connection: h11 loop, one request at a time   http/connection.py
+        ├── lookupd http listener (trio.serve_listeners)                  lookupd/http_api.py
+        │   └── lookupd http connection: h11 loop, one request at a time   http/connection.py
+        └── lookupd broker call: a placed broker that (re)registered       lookupd/brokers.py
+            is told its managed topics, one task per broker while needed
     task_status.started(LookupdAddresses(...))   # after both listeners accept
 
-There are no other tasks: the registry is plain data, inactivity and tombstones are
-judged when a request asks (``now`` against the stored times), not by a timer.
+There are no timers: the registry is plain data, inactivity and tombstones are
+judged when a request asks (``now`` against the stored times). A creation call
+made by ``/topic/create`` itself runs inside that request.
 """
 
 from __future__ import annotations
@@ -27,10 +30,12 @@ import trio
 from .. import __version__
 from ..http.connection import FdTransport, serve_http_connection
 from ..protocol.lookupd import LookupdInfo
+from .brokers import BrokerSync
 from .config import LookupdConfig
 from .http_api import LookupdHttpApi
 from .registry import RegistrationDB
 from .tcp import LookupSession
+from .topics import TopicCatalog
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -49,6 +54,8 @@ class LookupdAddresses:
     registry: RegistrationDB = attrs.field(eq=False, repr=False)
     """The live registration DB, for in-process inspection by an embedding app or a
     test. Use it only from the lookupd's own Trio thread."""
+    catalog: TopicCatalog = attrs.field(factory=TopicCatalog, eq=False, repr=False)
+    """Topics created through ``/topic/create`` with partitions, and their placement."""
 
 
 async def serve_lookupd(
@@ -68,9 +75,12 @@ async def serve_lookupd(
         tombstone_lifetime=config.tombstone_lifetime,
     )
     clock = trio.current_time
+    catalog = TopicCatalog()
+    brokers = BrokerSync(catalog, registry, clock)
     tcp_host, tcp_port = config.tcp_host_port
     http_host, http_port = config.http_host_port
     async with trio.open_nursery() as nursery:
+        brokers.nursery = nursery
         tcp_listeners = await trio.open_tcp_listeners(tcp_port, host=tcp_host)
         http_listeners = await trio.open_tcp_listeners(http_port, host=http_host)
         tcp = _bound(tcp_listeners)
@@ -84,9 +94,9 @@ async def serve_lookupd(
         )
 
         async def handle_tcp(stream: trio.SocketStream) -> None:
-            await LookupSession(stream, registry, info, clock).run()
+            await LookupSession(stream, registry, info, clock, brokers).run()
 
-        api = LookupdHttpApi(registry, clock)
+        api = LookupdHttpApi(registry, clock, catalog=catalog, brokers=brokers, info=info)
 
         async def handle_http(stream: trio.SocketStream) -> None:
             try:
@@ -98,7 +108,9 @@ async def serve_lookupd(
 
         await nursery.start(trio.serve_listeners, handle_tcp, tcp_listeners)
         await nursery.start(trio.serve_listeners, handle_http, http_listeners)
-        task_status.started(LookupdAddresses(tcp=tcp, http=http, registry=registry))
+        task_status.started(
+            LookupdAddresses(tcp=tcp, http=http, registry=registry, catalog=catalog)
+        )
 
 
 def _bound(listeners: list[trio.SocketListener]) -> tuple[str, int]:
@@ -125,6 +137,7 @@ TREE: Final = (
     ("lookupd tcp connection", "lookupd tcp listener"),
     ("lookupd http listener", "lookupd nursery"),
     ("lookupd http connection", "lookupd http listener"),
+    ("lookupd broker call", "lookupd nursery"),
 )
 """Each long-lived task of a lookupd and its parent, as data (as nursery_tree.TREE),
 so the docstring's tree and the code can be checked against each other."""

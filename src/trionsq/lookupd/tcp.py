@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from ..protocol.lookupd import LookupCommand, LookupdInfo
+    from .brokers import BrokerSync
     from .registry import Registration, RegistrationDB
 
 __all__ = ["LookupSession"]
@@ -54,8 +55,11 @@ class LookupSession:
         registry: RegistrationDB,
         info: LookupdInfo,
         clock: Callable[[], float] = trio.current_time,
+        brokers: BrokerSync | None = None,
     ) -> None:
         self.stream = stream
+        self.brokers = brokers
+        """Told of every IDENTIFY and REGISTER, so placed brokers get their topics."""
         self.registry = registry
         self.info = info
         """This lookupd's IDENTIFY reply (its own bound ports)."""
@@ -107,6 +111,8 @@ class LookupSession:
                     now - self.peer.last_update,
                 )
                 registry.ping(self.peer, now)
+                if self.brokers is not None:
+                    self.brokers.broker_registered(self.peer)
             return OK_REPLY
         if isinstance(command, LookupIdentify):
             info = command.peer
@@ -121,17 +127,23 @@ class LookupSession:
             )
             if registry.identify(self.peer):
                 log.info("DB: client(%s) REGISTER category:client key: subkey:", self.remote)
+            if self.brokers is not None:
+                self.brokers.broker_identified(self.peer)
             return encode_identify_reply(self.info)
         peer = self.peer
         if peer is None:  # cannot happen: the protocol refuses (UN)REGISTER before IDENTIFY
             raise AssertionError(command)
-        # Youzan's "<topic> <partition> [<channel>]" form is read as upstream's for now:
-        # registrations per partition arrive with the Youzan lookupd.
+        # Youzan's "<topic> <partition> [<channel>]": the partition is recorded for
+        # /lookup's partitions map; the keys stay per topic and channel.
         if isinstance(command, Register):
-            for key in registry.register(peer, command.topic, command.channel):
+            for key in registry.register(peer, command.topic, command.channel, command.partition):
                 log.info("DB: client(%s) REGISTER %s", self.remote, _describe(key))
+            if self.brokers is not None:
+                self.brokers.broker_registered(peer)
         elif isinstance(command, Unregister):
-            for key in registry.unregister(peer.id, command.topic, command.channel):
+            for key in registry.unregister(
+                peer.id, command.topic, command.channel, command.partition
+            ):
                 log.info("DB: client(%s) UNREGISTER %s", self.remote, _describe(key))
         return OK_REPLY
 
