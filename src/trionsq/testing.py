@@ -10,32 +10,67 @@ available:
 - ``nsqd_client`` (Trio tests): a :class:`ProtocolClient` connected to ``nsqd``.
 - ``nsqd_thread`` (any test, no Trio needed): a broker running in a background thread,
   for pynsq/gnsq/ansq suites; the value is its :class:`BoundAddresses`.
+- ``lookupd_config``: the :class:`LookupdConfig` the lookupds below use (override it);
+  by default 127.0.0.1, free ports.
+- ``lookupd`` (Trio tests): a lookupd started in the test's nursery; the value is its
+  :class:`LookupdAddresses`.
+- ``nsq_cluster`` (Trio tests): N brokers (default 3) registered with M lookupds
+  (default 2), ``@pytest.mark.nsq_cluster(brokers=N, lookupds=M)`` to change them; the
+  value is an :class:`NsqCluster` (addresses, stop/start/restart of one node). Every
+  broker has identified with every lookupd before the test starts.
 """
 
 from __future__ import annotations
 
+import math
+import os
 import queue
 import threading
-from typing import TYPE_CHECKING
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Final, Generic, TypeVar
 
+import attrs
 import pytest
 import trio
+import trio.testing
 
+from .addresses import join_host_port
 from .config import NsqdConfig
+from .lookupd.config import LookupdConfig
+from .lookupd.registry import CHANNEL, CLIENT, TOPIC, Registration
+from .lookupd.server import LookupdAddresses, serve_lookupd
 from .nursery_tree import BoundAddresses, serve_nsqd
 from .protocol import MAGIC_V2
 from .protocol.client import ClientConnection, encode_commands
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Iterator
+    from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
     from .protocol import Command
     from .protocol.client import Frame
 
-__all__ = ["ProtocolClient", "ThreadedNsqd"]
+__all__ = [
+    "POLL_INTERVAL_AUTOJUMP",
+    "REGISTRATION_TIMEOUT",
+    "NsqCluster",
+    "ProtocolClient",
+    "ThreadedNsqd",
+    "is_registered",
+    "open_nsq_cluster",
+    "wait_until",
+]
 
 GUARD_SECONDS = 30.0
 """No single read by the test client may take longer (virtual seconds under MockClock)."""
+REGISTRATION_TIMEOUT: Final = 60.0
+"""Longest wait for brokers to (re)register: above a broker's longest reconnection
+backoff (15 s) with room to spare (virtual seconds under MockClock)."""
+POLL_INTERVAL: Final = (0.005, 0.5)
+"""Seconds between two looks at a condition in :func:`wait_until`: the first wait,
+doubled after each look up to the second."""
+POLL_INTERVAL_AUTOJUMP: Final = 2.0
+"""The longest wait between two looks under an autojump MockClock, where each wait
+costs a jump (``autojump_threshold`` of real time) and virtual time is free."""
 
 
 class ProtocolClient:
@@ -164,3 +199,385 @@ def nsqd_thread(nsqd_config: NsqdConfig) -> Iterator[BoundAddresses]:
         yield addresses
     finally:
         broker.stop()
+
+
+# ---------------------------------------------------------------------- lookupd and clusters
+
+
+async def wait_until(
+    condition: Callable[[], bool], what: str, *, within: float = REGISTRATION_TIMEOUT
+) -> None:
+    """Return once ``condition()`` holds, looking again whenever the program settles.
+
+    Between two looks it lets every task run until all are blocked (bytes already on
+    a socket get handled), then sleeps (:data:`POLL_INTERVAL`, growing), which lets an
+    autojump MockClock move on to the next timer (a reconnection backoff, a ping): a
+    condition met at once costs milliseconds, a long wait costs few looks. Works under
+    the real clock and under MockClock with autojump; a MockClock without autojump
+    never moves and the wait never ends.
+
+    Raises:
+        trio.TooSlowError: naming ``what``, after ``within`` seconds.
+    """
+    interval, longest = POLL_INTERVAL
+    clock = trio.lowlevel.current_clock()
+    if isinstance(clock, trio.testing.MockClock) and clock.autojump_threshold != math.inf:
+        longest = POLL_INTERVAL_AUTOJUMP
+    with trio.move_on_after(within) as scope:
+        while not condition():
+            await trio.testing.wait_all_tasks_blocked(cushion=0.005)
+            if condition():
+                return
+            await trio.sleep(interval)
+            interval = min(2 * interval, longest)
+    if scope.cancelled_caught:
+        raise trio.TooSlowError(f"still waiting after {within}s for {what}")
+
+
+T = TypeVar("T")
+
+
+def _address(host_port: tuple[str, int]) -> str:
+    return join_host_port(*host_port)
+
+
+def _peer_ids(lookupd: LookupdAddresses, broker: BoundAddresses) -> list[str]:
+    """The lookupd's ids of identified connections from ``broker`` (by its TCP port)."""
+    config = broker.broker.config
+    port = config.broadcast_tcp_port or broker.tcp[1]
+    return [
+        producer.peer.id
+        for producer in lookupd.registry.find_producers(CLIENT, "", "")
+        if producer.peer.info.tcp_port == port
+        and producer.peer.info.broadcast_address == config.broadcast_address
+    ]
+
+
+def is_registered(lookupd: LookupdAddresses, broker: BoundAddresses) -> bool:
+    """Whether ``broker`` has identified with ``lookupd`` and registered every topic
+    and channel it has now. Call it from the Trio thread both run in."""
+    wanted: set[Registration] = set()
+    for topic, channel in broker.broker.registrations():
+        wanted.add(Registration(TOPIC, topic))
+        if channel is not None:
+            wanted.add(Registration(CHANNEL, topic, channel))
+    registry = lookupd.registry
+    return any(
+        wanted <= set(registry.lookup_registrations(peer_id))
+        for peer_id in _peer_ids(lookupd, broker)
+    )
+
+
+class _Hosted(Generic[T]):
+    """One broker or lookupd run in a cluster's nursery under its own cancel scope."""
+
+    def __init__(self) -> None:
+        self.scope = trio.CancelScope()
+        self.finished = trio.Event()
+
+    async def run(
+        self,
+        serve: Callable[[trio.TaskStatus[T]], Awaitable[None]],
+        *,
+        task_status: trio.TaskStatus[T] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        try:
+            with self.scope:
+                await serve(task_status)
+        finally:
+            self.finished.set()
+
+    async def stop(self) -> None:
+        self.scope.cancel()
+        await self.finished.wait()
+
+
+def _pinned(address: str, bound: tuple[str, int] | None) -> str:
+    """``address`` with the port a previous run bound, so a restart keeps its ports."""
+    if not address or bound is None:
+        return address
+    return join_host_port(bound[0], bound[1])
+
+
+class NsqCluster:
+    """Brokers registered with every lookupd, run in one nursery (the ``nsq_cluster``
+    fixture, or :func:`open_nsq_cluster`).
+
+    Nodes are numbered from 0 in :attr:`brokers` and :attr:`lookupds`; a stopped node
+    keeps its entry (its last addresses) and a restarted one binds the same ports, so
+    clients, lookupds and brokers find it where it was. Use it from the Trio thread
+    the cluster runs in.
+    """
+
+    def __init__(
+        self, nursery: trio.Nursery, nsqd_config: NsqdConfig, lookupd_config: LookupdConfig
+    ) -> None:
+        self.nursery: Final = nursery
+        self.nsqd_config: Final = nsqd_config
+        """The base of every broker's configuration (see :meth:`broker_config`)."""
+        self.lookupd_config: Final = lookupd_config
+        self.brokers: list[BoundAddresses] = []
+        """Each broker's addresses and live :class:`Broker` (``.broker``)."""
+        self.lookupds: list[LookupdAddresses] = []
+        """Each lookupd's addresses and live registry (``.registry``)."""
+        self._broker_runs: list[_Hosted[BoundAddresses] | None] = []
+        self._lookupd_runs: list[_Hosted[LookupdAddresses] | None] = []
+        self._lookupd_configs: list[LookupdConfig] = []
+
+    # ------------------------------------------------------------------ addresses
+
+    @property
+    def lookupd_tcp_addresses(self) -> list[str]:
+        """``host:port`` of every lookupd's TCP listener (what brokers register with)."""
+        return [_address(lookupd.tcp) for lookupd in self.lookupds]
+
+    @property
+    def lookupd_http_addresses(self) -> list[str]:
+        """``host:port`` of every lookupd's HTTP API (``lookupd_http_addresses`` of a
+        consumer)."""
+        return [_address(lookupd.http) for lookupd in self.lookupds]
+
+    @property
+    def nsqd_tcp_addresses(self) -> list[str]:
+        """``host:port`` of every broker's TCP listener (publishers connect here)."""
+        return [_address(broker.tcp) for broker in self.brokers]
+
+    def broker_running(self, index: int) -> bool:
+        """Whether broker ``index`` runs (it was not stopped, or was started again)."""
+        return self._broker_runs[index] is not None
+
+    def lookupd_running(self, index: int) -> bool:
+        """Whether lookupd ``index`` runs."""
+        return self._lookupd_runs[index] is not None
+
+    def broker_config(self, index: int) -> NsqdConfig:
+        """Broker ``index``'s configuration: :attr:`nsqd_config` with every lookupd's
+        TCP address, a distinct ``node_id``, ``broadcast_address`` 127.0.0.1 (where
+        clients that ask a lookupd connect) and, with ``persist``, its own directory
+        ``<data_path>/nsqd<index>``; after a first start, the ports it bound."""
+        base = self.nsqd_config
+        data_path = base.data_path
+        if base.persist:
+            data_path = os.path.join(base.data_path or ".", f"nsqd{index}")
+            os.makedirs(data_path, exist_ok=True)
+        tcp, http, https = base.tcp_address, base.http_address, base.https_address
+        if index < len(self.brokers):
+            bound = self.brokers[index]
+            tcp = _pinned(tcp, bound.tcp)
+            http = _pinned(http, bound.http)
+            https = _pinned(https, bound.https)
+        return attrs.evolve(
+            base,
+            lookupd_tcp_addresses=tuple(self.lookupd_tcp_addresses),
+            node_id=(base.node_id + index) % 1024,
+            broadcast_address="127.0.0.1",
+            data_path=data_path,
+            tcp_address=tcp,
+            http_address=http,
+            https_address=https,
+        )
+
+    # ------------------------------------------------------------------ registration
+
+    def registered(self, broker: int, lookupd: int) -> bool:
+        """Whether broker ``broker`` has identified with lookupd ``lookupd`` and
+        registered every topic and channel it has now."""
+        return is_registered(self.lookupds[lookupd], self.brokers[broker])
+
+    def listed(self, broker: int, lookupd: int) -> bool:
+        """Whether lookupd ``lookupd`` holds a connection from broker ``broker``."""
+        return bool(_peer_ids(self.lookupds[lookupd], self.brokers[broker]))
+
+    def _all_registered(self) -> bool:
+        return all(
+            self.registered(b, k)
+            for b in range(len(self.brokers))
+            if self.broker_running(b)
+            for k in range(len(self.lookupds))
+            if self.lookupd_running(k)
+        )
+
+    async def wait_registered(self, *, within: float = REGISTRATION_TIMEOUT) -> None:
+        """Return once every running broker has registered everything it has with
+        every running lookupd (topics created since are included)."""
+        await wait_until(self._all_registered, "every broker registered", within=within)
+
+    # ------------------------------------------------------------------ brokers
+
+    async def start_broker(self, index: int | None = None, *, wait: bool = True) -> BoundAddresses:
+        """Start broker ``index`` again (None: add a broker); with ``wait``, return once
+        it is registered with every running lookupd."""
+        if index is None:
+            index = len(self.brokers)
+            self._broker_runs.append(None)
+        elif self._broker_runs[index] is not None:
+            raise RuntimeError(f"broker {index} is running")
+        hosted = _Hosted[BoundAddresses]()
+        config = self.broker_config(index)
+        addresses: BoundAddresses = await self.nursery.start(
+            hosted.run, lambda status: serve_nsqd(config, task_status=status)
+        )
+        self._broker_runs[index] = hosted
+        if index < len(self.brokers):
+            self.brokers[index] = addresses
+        else:
+            self.brokers.append(addresses)
+        if wait:
+            await wait_until(
+                lambda: all(
+                    self.registered(index, k)
+                    for k in range(len(self.lookupds))
+                    if self.lookupd_running(k)
+                ),
+                f"broker {index} registered",
+            )
+        return addresses
+
+    async def stop_broker(self, index: int, *, wait: bool = True) -> None:
+        """Stop broker ``index`` as a killed nsqd stops (connections closed, nothing
+        unregistered); with ``wait``, return once no running lookupd lists it."""
+        hosted = self._broker_runs[index]
+        if hosted is None:
+            raise RuntimeError(f"broker {index} is not running")
+        self._broker_runs[index] = None
+        await hosted.stop()
+        if wait:
+            await wait_until(
+                lambda: (
+                    not any(
+                        self.listed(index, k)
+                        for k in range(len(self.lookupds))
+                        if self.lookupd_running(k)
+                    )
+                ),
+                f"broker {index} gone from the lookupds",
+            )
+
+    async def restart_broker(self, index: int, *, wait: bool = True) -> BoundAddresses:
+        """Stop then start broker ``index`` on the same ports."""
+        await self.stop_broker(index, wait=wait)
+        return await self.start_broker(index, wait=wait)
+
+    # ------------------------------------------------------------------ lookupds
+
+    async def start_lookupd(
+        self, index: int | None = None, *, wait: bool = True
+    ) -> LookupdAddresses:
+        """Start lookupd ``index`` again on its ports (None: add one, which the running
+        brokers do not know). With ``wait``, return once every running broker has
+        registered with it again: brokers reconnect after their backoff (1 s, doubling
+        up to 15 s), which is real time unless the test runs on an autojump MockClock."""
+        if index is None:
+            index = len(self.lookupds)
+            self._lookupd_runs.append(None)
+            self._lookupd_configs.append(self.lookupd_config)
+        elif self._lookupd_runs[index] is not None:
+            raise RuntimeError(f"lookupd {index} is running")
+        hosted = _Hosted[LookupdAddresses]()
+        config = self._lookupd_configs[index]
+        addresses: LookupdAddresses = await self.nursery.start(
+            hosted.run, lambda status: serve_lookupd(config, task_status=status)
+        )
+        self._lookupd_runs[index] = hosted
+        self._lookupd_configs[index] = attrs.evolve(
+            self._lookupd_configs[index],
+            tcp_address=_address(addresses.tcp),
+            http_address=_address(addresses.http),
+        )
+        if index < len(self.lookupds):
+            self.lookupds[index] = addresses
+        else:
+            self.lookupds.append(addresses)
+        if wait:
+            await wait_until(
+                lambda: all(
+                    self.registered(b, index)
+                    for b in range(len(self.brokers))
+                    if self.broker_running(b)
+                ),
+                f"every broker registered with lookupd {index}",
+            )
+        return addresses
+
+    async def stop_lookupd(self, index: int) -> None:
+        """Stop lookupd ``index``: its registrations are gone, brokers start reconnecting."""
+        hosted = self._lookupd_runs[index]
+        if hosted is None:
+            raise RuntimeError(f"lookupd {index} is not running")
+        self._lookupd_runs[index] = None
+        await hosted.stop()
+
+    async def restart_lookupd(self, index: int, *, wait: bool = True) -> LookupdAddresses:
+        """Stop then start lookupd ``index`` on the same ports (empty, as nsqlookupd
+        keeps no state); with ``wait``, return once the brokers registered again."""
+        await self.stop_lookupd(index)
+        return await self.start_lookupd(index, wait=wait)
+
+    async def aclose(self) -> None:
+        """Stop every node (what leaving :func:`open_nsq_cluster` does)."""
+        self.nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def open_nsq_cluster(
+    brokers: int = 3,
+    lookupds: int = 2,
+    *,
+    nsqd_config: NsqdConfig | None = None,
+    lookupd_config: LookupdConfig | None = None,
+) -> AsyncIterator[NsqCluster]:
+    """``async with open_nsq_cluster() as cluster:`` lookupds first, then brokers
+    registered with all of them; everything stops when the block is left."""
+    async with trio.open_nursery() as nursery:
+        cluster = NsqCluster(
+            nursery,
+            nsqd_config if nsqd_config is not None else NsqdConfig.loopback(),
+            lookupd_config if lookupd_config is not None else LookupdConfig.loopback(),
+        )
+        try:
+            for _ in range(lookupds):
+                await cluster.start_lookupd(wait=False)
+            for _ in range(brokers):
+                await cluster.start_broker(wait=False)
+            await cluster.wait_registered()
+            yield cluster
+        finally:
+            await cluster.aclose()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the ``nsq_cluster`` marker (for ``--strict-markers`` suites)."""
+    config.addinivalue_line(
+        "markers",
+        "nsq_cluster(brokers=3, lookupds=2): the size of the nsq_cluster fixture's cluster",
+    )
+
+
+@pytest.fixture
+def lookupd_config() -> LookupdConfig:
+    """The lookupds' configuration: override in a conftest.py to change options."""
+    return LookupdConfig.loopback()
+
+
+@pytest.fixture
+async def lookupd(lookupd_config: LookupdConfig, nursery: trio.Nursery) -> LookupdAddresses:
+    """A lookupd for this test on 127.0.0.1 with free ports, in the test's nursery."""
+    addresses: LookupdAddresses = await nursery.start(serve_lookupd, lookupd_config)
+    return addresses
+
+
+@pytest.fixture
+async def nsq_cluster(
+    request: pytest.FixtureRequest, nsqd_config: NsqdConfig, lookupd_config: LookupdConfig
+) -> AsyncIterator[NsqCluster]:
+    """Brokers registered with lookupds (3 and 2; ``@pytest.mark.nsq_cluster(brokers=,
+    lookupds=)`` to change), every broker identified with every lookupd on return."""
+    marker = request.node.get_closest_marker("nsq_cluster")
+    size: dict[str, int] = dict(marker.kwargs) if marker is not None else {}
+    async with open_nsq_cluster(
+        size.get("brokers", 3),
+        size.get("lookupds", 2),
+        nsqd_config=nsqd_config,
+        lookupd_config=lookupd_config,
+    ) as cluster:
+        yield cluster

@@ -17,6 +17,16 @@ gone; a reader task here notices a close at once.
 ``PUT /config/nsqlookupd_tcp_addresses`` reaches :meth:`LookupdPeers.set_addresses`:
 removed peers are cancelled (their connection closes, so the lookupd drops their
 registrations) and new ones started. As nsqd, nothing is UNREGISTERed on shutdown.
+
+Channel pre-creation (spec semantics §2): when the broker creates a topic, every
+connected lookupd is asked ``GET /channels?topic=`` over HTTP (its broadcast address
+and HTTP port from IDENTIFY) and the channels it names, ``#ephemeral`` ones aside,
+are created, so messages published before any consumer connects here reach channels
+that exist elsewhere in the cluster. nsqd does this before the topic's pump starts,
+blocking the publisher; here it runs in the peers' nursery and the publish goes on:
+the new topic holds what is published meanwhile (it has no channel yet), and the
+channels are created together with the topic held paused for that instant, so each
+of them starts at the oldest held message, as each would get it from nsqd's pump.
 """
 
 from __future__ import annotations
@@ -25,12 +35,15 @@ import logging
 import socket
 from collections import deque
 from typing import TYPE_CHECKING, Final
+from urllib.parse import quote
 
 import attrs
+import orjson
 import trio
 
 from ..addresses import join_host_port
 from ..config import split_host_port
+from ..http.client import HttpClientError, http_get
 from ..protocol.errors import ProtocolError
 from ..protocol.lookupd import (
     DEFAULT_MAX_REPLY_SIZE,
@@ -47,18 +60,21 @@ from ..protocol.lookupd import (
     encode_lookup_command,
     reply_error,
 )
+from ..protocol.names import is_ephemeral
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from ..config import NsqdConfig
     from .broker import Broker, TopologyChange
+    from .topic import Topic
 
 __all__ = [
     "PING_INTERVAL",
     "LookupdPeer",
     "LookupdPeers",
     "PeerTiming",
+    "lookupd_topic_channels",
     "peer_identity",
 ]
 
@@ -287,6 +303,51 @@ class LookupdPeer:
         return answer
 
 
+V1_ACCEPT: Final = ("Accept", "application/vnd.nsq; version=1.0")
+"""What nsqd's HTTP client asks for: the bare JSON object, no status envelope."""
+
+
+async def lookupd_topic_channels(
+    topic: str, http_addresses: Iterable[str], *, connect_timeout: float, request_timeout: float
+) -> tuple[list[str], list[str]]:
+    """Ask every lookupd at once for the topic's channels (nsqd's
+    ``GetLookupdTopicChannels``): the sorted union and one reason per lookupd that
+    gave no usable answer. A lookupd that does not know the topic answers ``[]``."""
+    found: set[str] = set()
+    failures: list[str] = []
+    target = f"/channels?topic={quote(topic, safe='')}"
+
+    async def ask(address: str) -> None:
+        try:
+            reply = await http_get(
+                address,
+                target,
+                headers=[V1_ACCEPT],
+                connect_timeout=connect_timeout,
+                request_timeout=request_timeout,
+            )
+        except HttpClientError as error:
+            failures.append(str(error))
+            return
+        if reply.status != 200:
+            failures.append(f"{address}: status {reply.status}")
+            return
+        try:
+            document = orjson.loads(reply.body)
+            if isinstance(document, dict) and "data" in document:  # a pre-1.0 envelope
+                document = document["data"]
+            channels = document["channels"]
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            failures.append(f"{address}: not a /channels reply: {reply.body[:100]!r}")
+            return
+        found.update(name for name in channels if isinstance(name, str))
+
+    async with trio.open_nursery() as nursery:
+        for address in dict.fromkeys(http_addresses):
+            nursery.start_soon(ask, address)
+    return sorted(found), failures
+
+
 class LookupdPeers:
     """Every lookupd peer of one broker, following the configured address list."""
 
@@ -367,7 +428,14 @@ class LookupdPeers:
                 nursery.start_soon(peer.run, name=f"lookupd peer {address}")
 
     def _changed(self, change: TopologyChange) -> None:
-        """The broker's listener: queue the command on every peer (no await here)."""
+        """The broker's listener: queue the command on every peer (no await here);
+        a new topic also gets its channels pre-created, in the background."""
+        if change.channel is None and change.exists and self._nursery is not None:
+            topic = self._broker.topics.get(change.topic)
+            if topic is not None:
+                self._nursery.start_soon(
+                    self.precreate_channels, topic, name=f"pre-create channels {topic.name}"
+                )
         command: Register | Unregister = (
             Register(change.topic, change.channel)
             if change.exists
@@ -375,3 +443,59 @@ class LookupdPeers:
         )
         for peer in self.peers.values():
             peer.enqueue(command)
+
+    async def precreate_channels(self, topic: Topic) -> list[str]:
+        """Create the channels the lookupds know for a topic this broker just created;
+        returns the names created (spec semantics §2).
+
+        A topic deleted (or deleted and created again) meanwhile is left alone. Only
+        channels that do not exist yet are created, with the topic held paused while
+        they are, so that each starts at the oldest message the topic holds.
+        """
+        name = topic.name
+        addresses = self.http_addresses()
+        if not addresses:
+            if any(self._addresses):
+                log.error(
+                    "no available nsqlookupd to query for channels to pre-create for topic %s",
+                    name,
+                )
+            return []
+        config = self._broker.config
+        channels, failures = await lookupd_topic_channels(
+            name,
+            addresses,
+            connect_timeout=config.http_client_connect_timeout,
+            request_timeout=config.http_client_request_timeout,
+        )
+        if failures:
+            log.warning(
+                "failed to query nsqlookupd for channels to pre-create for topic %s - %s",
+                name,
+                "; ".join(failures),
+            )
+        if self._broker.topics.get(name) is not topic:
+            return []
+        missing = [
+            channel
+            for channel in channels
+            if not is_ephemeral(channel)
+            and not any(channel in p.channels for p in topic.partitions)
+        ]
+        if not missing:
+            return []
+        hold = not any(p.paused for p in topic.partitions)
+        if hold:
+            topic.set_paused(True)
+        created: list[str] = []
+        try:
+            for channel in missing:
+                if self._broker.topics.get(name) is not topic:
+                    break
+                await self._broker.create_channel(name, channel)
+                created.append(channel)
+        finally:
+            if hold and self._broker.topics.get(name) is topic:
+                self._broker.set_topic_paused(name, False)
+        log.info("TOPIC(%s): pre-created channels from nsqlookupd: %s", name, ", ".join(created))
+        return created

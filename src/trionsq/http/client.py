@@ -1,0 +1,126 @@
+"""A small HTTP/1.1 GET client on trio and h11, for what a broker asks other servers.
+
+One request per connection (``Connection: close``), no redirects, no TLS: enough for
+nsqd's own calls such as a lookupd's ``/channels?topic=``. Bounds as Go's client with
+nsqd's options: ``connect_timeout`` covers the TCP connect, ``request_timeout`` the
+whole exchange, and a body over ``max_reply_bytes`` is refused.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+import attrs
+import h11
+import trio
+
+from .. import __version__
+from ..config import split_host_port
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+__all__ = ["DEFAULT_MAX_REPLY_BYTES", "HttpClientError", "HttpReply", "http_get"]
+
+DEFAULT_MAX_REPLY_BYTES: Final = 1 << 20
+MAX_HEADER_BYTES: Final = 64 * 1024
+READ_SIZE: Final = 65536
+USER_AGENT: Final = f"trionsq/{__version__}"
+
+
+class HttpClientError(Exception):
+    """No usable reply from ``address``: refused, timed out, closed, malformed, too large."""
+
+    def __init__(self, address: str, reason: str) -> None:
+        super().__init__(f"{address}: {reason}")
+        self.address = address
+        self.reason = reason
+
+
+@attrs.frozen
+class HttpReply:
+    """A complete reply: status, headers (lower-case names) and body."""
+
+    status: int
+    headers: tuple[tuple[bytes, bytes], ...]
+    body: bytes
+
+
+async def http_get(
+    address: str,
+    target: str,
+    *,
+    headers: Iterable[tuple[str, str]] = (),
+    connect_timeout: float,
+    request_timeout: float,
+    max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
+) -> HttpReply:
+    """GET ``target`` (path and query, already encoded) from ``address`` (``host:port``).
+
+    Raises:
+        HttpClientError: whatever kept a complete reply from arriving in time.
+    """
+    try:
+        host, port = split_host_port(address)
+    except ValueError as error:
+        raise HttpClientError(address, str(error)) from None
+    with trio.move_on_after(request_timeout) as whole:
+        with trio.move_on_after(connect_timeout) as connecting:
+            try:
+                stream = await trio.open_tcp_stream(host, port)
+            except OSError as error:
+                raise HttpClientError(address, f"connect failed: {error}") from None
+        if connecting.cancelled_caught:
+            raise HttpClientError(address, f"connect timed out after {connect_timeout}s")
+        try:
+            return await _exchange(stream, address, host, target, headers, max_reply_bytes)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as error:
+            raise HttpClientError(address, f"connection failed: {error}") from None
+        except h11.ProtocolError as error:
+            raise HttpClientError(address, f"bad HTTP reply: {error}") from None
+        finally:
+            await trio.aclose_forcefully(stream)
+    assert whole.cancelled_caught  # noqa: S101 - the body returns or raises otherwise
+    raise HttpClientError(address, f"no reply within {request_timeout}s")
+
+
+async def _exchange(
+    stream: trio.SocketStream,
+    address: str,
+    host: str,
+    target: str,
+    headers: Iterable[tuple[str, str]],
+    max_reply_bytes: int,
+) -> HttpReply:
+    connection = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEADER_BYTES)
+    request = h11.Request(
+        method="GET",
+        target=target,
+        headers=[
+            ("Host", host),
+            ("User-Agent", USER_AGENT),
+            ("Connection", "close"),
+            *headers,
+        ],
+    )
+    await stream.send_all(connection.send(request) + connection.send(h11.EndOfMessage()))
+    response: h11.Response | None = None
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        event = connection.next_event()
+        if event is h11.NEED_DATA:
+            connection.receive_data(bytes(await stream.receive_some(READ_SIZE)))
+        elif isinstance(event, h11.Response):
+            response = event
+        elif isinstance(event, h11.Data):
+            size += len(event.data)
+            if size > max_reply_bytes:
+                raise HttpClientError(address, f"reply is over {max_reply_bytes} bytes")
+            chunks.append(bytes(event.data))
+        elif isinstance(event, h11.EndOfMessage):
+            assert response is not None  # noqa: S101 - h11 gives the head first
+            return HttpReply(response.status_code, tuple(response.headers), b"".join(chunks))
+        elif isinstance(event, h11.ConnectionClosed):
+            raise HttpClientError(address, "connection closed before a complete reply")
+        # InformationalResponse (1xx): read on for the real one
