@@ -1,7 +1,8 @@
-"""A small HTTP/1.1 GET client on trio and h11, for what a broker asks other servers.
+"""A small HTTP/1.1 client on trio and h11, for what trionsq asks its own kind.
 
 One request per connection (``Connection: close``), no redirects, no TLS: enough for
-nsqd's own calls such as a lookupd's ``/channels?topic=``. Bounds as Go's client with
+a broker's calls such as a lookupd's ``/channels?topic=``, and a lookupd's calls
+that create topics on brokers. Bounds as Go's client with
 nsqd's options: ``connect_timeout`` covers the TCP connect, ``request_timeout`` the
 whole exchange, and a body over ``max_reply_bytes`` is refused.
 """
@@ -20,7 +21,7 @@ from ..config import split_host_port
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-__all__ = ["DEFAULT_MAX_REPLY_BYTES", "HttpClientError", "HttpReply", "http_get"]
+__all__ = ["DEFAULT_MAX_REPLY_BYTES", "HttpClientError", "HttpReply", "http_get", "http_request"]
 
 DEFAULT_MAX_REPLY_BYTES: Final = 1 << 20
 MAX_HEADER_BYTES: Final = 64 * 1024
@@ -60,6 +61,36 @@ async def http_get(
     Raises:
         HttpClientError: whatever kept a complete reply from arriving in time.
     """
+    return await http_request(
+        "GET",
+        address,
+        target,
+        headers=headers,
+        connect_timeout=connect_timeout,
+        request_timeout=request_timeout,
+        max_reply_bytes=max_reply_bytes,
+    )
+
+
+async def http_request(
+    method: str,
+    address: str,
+    target: str,
+    *,
+    body: bytes = b"",
+    headers: Iterable[tuple[str, str]] = (),
+    connect_timeout: float,
+    request_timeout: float,
+    max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
+) -> HttpReply:
+    """``method`` ``target`` on ``address`` (``host:port``) with ``body`` (sent with a
+    Content-Length for any method but GET).
+
+    Raises:
+        HttpClientError: whatever kept a complete reply from arriving in time.
+    """
+    if method != "GET" or body:
+        headers = (*headers, ("Content-Length", str(len(body))))
     try:
         host, port = split_host_port(address)
     except ValueError as error:
@@ -73,7 +104,9 @@ async def http_get(
         if connecting.cancelled_caught:
             raise HttpClientError(address, f"connect timed out after {connect_timeout}s")
         try:
-            return await _exchange(stream, address, host, target, headers, max_reply_bytes)
+            return await _exchange(
+                stream, address, host, (method, target, body), headers, max_reply_bytes
+            )
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as error:
             raise HttpClientError(address, f"connection failed: {error}") from None
         except h11.ProtocolError as error:
@@ -88,13 +121,14 @@ async def _exchange(
     stream: trio.SocketStream,
     address: str,
     host: str,
-    target: str,
+    what: tuple[str, str, bytes],
     headers: Iterable[tuple[str, str]],
     max_reply_bytes: int,
 ) -> HttpReply:
+    method, target, body = what
     connection = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEADER_BYTES)
     request = h11.Request(
-        method="GET",
+        method=method,
         target=target,
         headers=[
             ("Host", host),
@@ -103,7 +137,8 @@ async def _exchange(
             *headers,
         ],
     )
-    await stream.send_all(connection.send(request) + connection.send(h11.EndOfMessage()))
+    payload = connection.send(request) + (connection.send(h11.Data(data=body)) if body else b"")
+    await stream.send_all(payload + connection.send(h11.EndOfMessage()))
     response: h11.Response | None = None
     chunks: list[bytes] = []
     size = 0

@@ -17,8 +17,10 @@ import logging
 from typing import TYPE_CHECKING, Final
 from urllib.parse import quote
 
-import h11
 import trio
+
+from ..addresses import join_host_port
+from ..http.client import HttpClientError, http_request
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -48,36 +50,18 @@ async def http_post(
     Raises:
         BrokerCallError: no complete answer within ``seconds``.
     """
-    connection = h11.Connection(h11.CLIENT)
-    request = h11.Request(
-        method="POST",
-        target=target,
-        headers=[("Host", f"{host}:{port}"), ("Content-Length", "0"), ("Connection", "close")],
-    )
-    status = 0
-    body = bytearray()
     try:
-        with trio.fail_after(seconds):
-            stream = await trio.open_tcp_stream(host, port)
-            async with stream:
-                await stream.send_all(
-                    connection.send(request) + connection.send(h11.EndOfMessage())
-                )
-                while True:
-                    event = connection.next_event()
-                    if event is h11.NEED_DATA:
-                        connection.receive_data(await stream.receive_some(65536))
-                    elif isinstance(event, h11.Response):
-                        status = event.status_code
-                    elif isinstance(event, h11.Data):
-                        body += event.data[: REPLY_LIMIT - len(body)]
-                    elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
-                        break
-    except (OSError, trio.TooSlowError, trio.BrokenResourceError, h11.ProtocolError) as error:
-        raise BrokerCallError(f"{type(error).__name__}: {error}") from error
-    if status == 0:
-        raise BrokerCallError("closed without an answer")
-    return status, bytes(body)
+        reply = await http_request(
+            "POST",
+            join_host_port(host, port),
+            target,
+            connect_timeout=seconds,
+            request_timeout=seconds,
+            max_reply_bytes=REPLY_LIMIT,
+        )
+    except HttpClientError as error:
+        raise BrokerCallError(error.reason) from error
+    return reply.status, reply.body
 
 
 class BrokerSync:
