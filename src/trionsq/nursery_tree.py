@@ -16,8 +16,9 @@ trionsq (a lookupd process has its own small tree, in lookupd/server.py). Branch
     │   ├── HTTP listener -> per connection task: h11 loop, one request at a time   http/
     │   ├── HTTPS listener (with a TLS certificate) -> per connection task           http/
     │   └── lookupd peers nursery (address list: config, PUT /config)  broker/lookupd_peers.py
-    │       └── per lookupd address: peer [own CancelScope; removed = cancel]
-    │           └── reader task    replies -> the waiting command; close -> reconnect
+    │       ├── per lookupd address: peer [own CancelScope; removed = cancel]
+    │       │   └── reader task    replies -> the waiting command; close -> reconnect
+    │       └── per new topic: channel pre-creation (asks every lookupd, then ends)
     ├── admin websocket listener (planned)
     task_status.started(BoundAddresses(...))   # after every listener accepts
 
@@ -200,6 +201,7 @@ TREE: Final = (
     ("lookupd peers", "broker nursery"),
     ("lookupd peer", "lookupd peers"),
     ("lookupd peer reader", "lookupd peer"),
+    ("channel pre-creation", "lookupd peers"),
     ("admin websocket listener (planned)", "serve_nsqd"),
 )
 """Each long-lived task and the task or nursery that is its parent, as data, so the
