@@ -323,6 +323,8 @@ class NsqCluster:
         self._broker_runs: list[_Hosted[BoundAddresses] | None] = []
         self._lookupd_runs: list[_Hosted[LookupdAddresses] | None] = []
         self._lookupd_configs: list[LookupdConfig] = []
+        self._change = trio.Event()
+        """Set by any lookupd's registry when it changes (see :meth:`_until`)."""
 
     # ------------------------------------------------------------------ addresses
 
@@ -400,7 +402,28 @@ class NsqCluster:
     async def wait_registered(self, *, within: float = REGISTRATION_TIMEOUT) -> None:
         """Return once every running broker has registered everything it has with
         every running lookupd (topics created since are included)."""
-        await wait_until(self._all_registered, "every broker registered", within=within)
+        await self._until(self._all_registered, "every broker registered", within=within)
+
+    def _note_change(self) -> None:
+        self._change.set()
+
+    async def _until(
+        self, condition: Callable[[], bool], what: str, *, within: float = REGISTRATION_TIMEOUT
+    ) -> None:
+        """Return once ``condition()`` holds, looking again after each change of a
+        lookupd's registry: the cluster's conditions (registered, listed) can only
+        become true through one, so this waits on an event instead of polling.
+
+        Raises:
+            trio.TooSlowError: naming ``what``, after ``within`` seconds.
+        """
+        with trio.move_on_after(within):
+            while True:
+                change = self._change = trio.Event()
+                if condition():
+                    return
+                await change.wait()
+        raise trio.TooSlowError(f"still waiting after {within}s for {what}")
 
     # ------------------------------------------------------------------ brokers
 
@@ -423,7 +446,7 @@ class NsqCluster:
         else:
             self.brokers.append(addresses)
         if wait:
-            await wait_until(
+            await self._until(
                 lambda: all(
                     self.registered(index, k)
                     for k in range(len(self.lookupds))
@@ -442,7 +465,7 @@ class NsqCluster:
         self._broker_runs[index] = None
         await hosted.stop()
         if wait:
-            await wait_until(
+            await self._until(
                 lambda: (
                     not any(
                         self.listed(index, k)
@@ -479,6 +502,7 @@ class NsqCluster:
             hosted.run, lambda status: serve_lookupd(config, task_status=status)
         )
         self._lookupd_runs[index] = hosted
+        addresses.registry.watch(self._note_change)
         self._lookupd_configs[index] = attrs.evolve(
             self._lookupd_configs[index],
             tcp_address=_address(addresses.tcp),
@@ -489,7 +513,7 @@ class NsqCluster:
         else:
             self.lookupds.append(addresses)
         if wait:
-            await wait_until(
+            await self._until(
                 lambda: all(
                     self.registered(b, index)
                     for b in range(len(self.brokers))

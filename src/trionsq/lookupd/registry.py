@@ -25,7 +25,7 @@ from ..protocol.lookupd import PeerInfo
 from ..protocol.names import is_ephemeral
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Callable, Iterable, Iterator
 
 __all__ = [
     "CHANNEL",
@@ -186,6 +186,16 @@ class RegistrationDB:
         """topic -> partition -> peer ids that registered it (Youzan's per-partition
         registrations; upstream's form counts as partition 0)."""
         self._peer_partitions: dict[str, dict[tuple[str, int], None]] = {}
+        self._watchers: list[Callable[[], None]] = []
+
+    def watch(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` after every change of registrations or producers, so that
+        code waiting for a registration (test fixtures) waits on an event, not a poll."""
+        self._watchers.append(callback)
+
+    def _changed(self) -> None:
+        for callback in self._watchers:
+            callback()
 
     def __len__(self) -> int:
         return len(self._producers)
@@ -207,6 +217,7 @@ class RegistrationDB:
         self._producers[registration] = {}
         self._by_key.setdefault((registration.category, registration.key), {})[registration] = None
         self._by_category.setdefault(registration.category, {})[registration] = None
+        self._changed()
         return True
 
     def add_producer(self, registration: Registration, producer: Producer) -> bool:
@@ -221,6 +232,7 @@ class RegistrationDB:
             return False
         producers[peer_id] = producer
         self._by_peer.setdefault(peer_id, {})[registration] = None
+        self._changed()
         return True
 
     def remove_producer(self, registration: Registration, peer_id: str) -> tuple[bool, int]:
@@ -234,6 +246,7 @@ class RegistrationDB:
         removed = producers.pop(peer_id, None) is not None
         if removed:
             self._unindex_peer(peer_id, registration)
+            self._changed()
         return removed, len(producers)
 
     def remove_registration(self, registration: Registration) -> bool:
@@ -249,6 +262,7 @@ class RegistrationDB:
         if not siblings:
             del self._by_key[by_key]
         del self._by_category[registration.category][registration]
+        self._changed()
         return True
 
     def _unindex_peer(self, peer_id: str, registration: Registration) -> None:
