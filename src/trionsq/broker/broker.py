@@ -302,6 +302,22 @@ class Broker:
             return []
         return [p.channels[channel_name] for p in topic.partitions if channel_name in p.channels]
 
+    async def create_first_channels(self, topic_name: str, channel_names: Sequence[str]) -> None:
+        """Create channels together as a topic's first ones: in each partition that had
+        no channel, every one of them starts at the oldest message held (nsqd gives
+        pre-created channels everything the new topic held). Their state is made
+        before any await, so nothing published meanwhile tells them apart."""
+        partitions = self.topic(topic_name).partitions
+        new = [n for n in channel_names if not any(n in p.channels for p in partitions)]
+        for partition in partitions:
+            first = not partition.channels
+            for name in channel_names:
+                partition.channel(name, oldest=first)
+        for name in new:
+            self._announce(topic_name, name, True)
+        for name in channel_names:
+            await self.create_channel(topic_name, name)
+
     async def create_channel(self, topic_name: str, channel_name: str) -> None:
         """Create a channel (and its topic) with a running router, without consumers."""
         for partition in self.topic(topic_name).partitions:

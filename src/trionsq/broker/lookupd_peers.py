@@ -449,8 +449,8 @@ class LookupdPeers:
         returns the names created (spec semantics §2).
 
         A topic deleted (or deleted and created again) meanwhile is left alone. Only
-        channels that do not exist yet are created, with the topic held paused while
-        they are, so that each starts at the oldest message the topic holds.
+        channels that do not exist yet are created, together, so that each starts at
+        the oldest message the topic holds (when it had no channel yet).
         """
         name = topic.name
         addresses = self.http_addresses()
@@ -484,18 +484,6 @@ class LookupdPeers:
         ]
         if not missing:
             return []
-        hold = not any(p.paused for p in topic.partitions)
-        if hold:
-            topic.set_paused(True)
-        created: list[str] = []
-        try:
-            for channel in missing:
-                if self._broker.topics.get(name) is not topic:
-                    break
-                await self._broker.create_channel(name, channel)
-                created.append(channel)
-        finally:
-            if hold and self._broker.topics.get(name) is topic:
-                self._broker.set_topic_paused(name, False)
-        log.info("TOPIC(%s): pre-created channels from nsqlookupd: %s", name, ", ".join(created))
-        return created
+        await self._broker.create_first_channels(name, missing)
+        log.info("TOPIC(%s): pre-created channels from nsqlookupd: %s", name, ", ".join(missing))
+        return missing

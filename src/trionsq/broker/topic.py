@@ -72,18 +72,20 @@ class Partition:
         self.dropped = 0
         """Ephemeral messages dropped past mem-queue-size (nsqd reports these as success)."""
 
-    def channel(self, name: str) -> Channel:
+    def channel(self, name: str, *, oldest: bool = False) -> Channel:
         """The channel, created if missing.
 
         The first channel starts at the oldest message held, a later one at the tail
         (nsqd's fan-out); while the topic is paused, at where the pause began, because
         nsqd hands what it held back to every channel existing at unpause. An
         ``#ephemeral`` channel reads its own bounded feed instead of the log.
+        ``oldest``: start at the oldest message held even if channels exist (channels
+        created together as the topic's first ones, as lookupd pre-creation does).
         """
         existing = self.channels.get(name)
         if existing is not None:
             return existing
-        if not self.channels:
+        if not self.channels or (oldest and not self.paused):
             start = self.log.start_id
             if self.paused:
                 self.pause_from = start
