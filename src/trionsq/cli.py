@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import logging
+from typing import TYPE_CHECKING, TypeVar
 
 import click
 import trio
@@ -14,6 +15,11 @@ from .durations import format_duration, parse_duration
 from .logs import configure_logging
 from .lookupd.config import LookupdConfig
 from .version import version_string
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+_Config = TypeVar("_Config")
 
 __all__ = ["main"]
 
@@ -254,7 +260,7 @@ def _serve(**options: object) -> None:
 
     Stops cleanly on Ctrl-C (SIGINT) or SIGTERM.
     """
-    from .nsqd_command import first_os_error, run_until_signalled
+    from .nsqd_command import run_until_signalled
 
     try:
         config = NsqdConfig.from_options(options)
@@ -263,8 +269,16 @@ def _serve(**options: object) -> None:
         raise click.UsageError(str(error)) from None
     configure_logging(config.log_level, config.log_prefix)
     tune_garbage_collector()
+    _run(run_until_signalled, config)
+
+
+def _run(run: Callable[[_Config], Awaitable[None]], config: _Config) -> None:
+    """``trio.run(run, config)``; a port in use (or another OSError while binding)
+    becomes one line and exit status 1 instead of a traceback."""
+    from .nsqd_command import first_os_error
+
     try:
-        trio.run(run_until_signalled, config)
+        trio.run(run, config)
     except BaseException as error:
         failure = first_os_error(error)
         if failure is None:
@@ -328,7 +342,7 @@ def _lookupd(**options: object) -> None:
 
     Stops cleanly on Ctrl-C (SIGINT) or SIGTERM.
     """
-    from .nsqd_command import first_os_error, run_lookupd_until_signalled
+    from .nsqd_command import run_lookupd_until_signalled
 
     try:
         config = LookupdConfig.from_options(options)
@@ -337,13 +351,7 @@ def _lookupd(**options: object) -> None:
         raise click.UsageError(str(error)) from None
     configure_logging(config.log_level, config.log_prefix)
     logging.getLogger("trionsq").info("%s", version_string("nsqlookupd"))
-    try:
-        trio.run(run_lookupd_until_signalled, config)
-    except BaseException as error:
-        failure = first_os_error(error)
-        if failure is None:
-            raise
-        raise click.ClickException(f"cannot listen: {failure.strerror or failure}") from None
+    _run(run_lookupd_until_signalled, config)
 
 
 main.add_command(

@@ -16,7 +16,7 @@ import logging
 import signal
 import sys
 import tomllib
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, TypeVar
 
 import attrs
 
@@ -36,10 +36,13 @@ from .lookupd.config import LookupdConfig
 from .version import version_string
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Awaitable, Callable, Sequence
 
     from .lookupd.server import LookupdAddresses
     from .nursery_tree import BoundAddresses
+
+_Addresses = TypeVar("_Addresses")
+_Config = TypeVar("_Config")
 
 __all__ = [
     "NSQD_FLAGS",
@@ -214,12 +217,13 @@ NSQLOOKUPD_FLAGS: Final[tuple[FlagSpec, ...]] = (
 """nsqlookupd's flags (defaults.md), in nsqlookupd's order."""
 
 
-def build_nsqd_config(parsed: goflags.ParseResult) -> NsqdConfig:
-    """The configuration nsqd would run with: flags, then the ``-config`` file, then
-    defaults; checked with ``NsqdConfig.validate``.
+def _resolved_options(
+    flags: Sequence[FlagSpec], parsed: goflags.ParseResult
+) -> dict[str, goflags.FlagValue]:
+    """Flags, then the ``-config`` file (TOML, as nsqd's), then defaults, by field.
 
     Raises:
-        ConfigError: one line (unreadable or bad file, bad value, refused setting).
+        ConfigError: the file cannot be read or holds a bad value.
     """
     path = str(parsed.values["config"])
     file_options: dict[str, object] = {}
@@ -232,9 +236,19 @@ def build_nsqd_config(parsed: goflags.ParseResult) -> NsqdConfig:
         except tomllib.TOMLDecodeError as error:
             raise ConfigError(f"cannot load config file {path}: {error}") from None
     try:
-        options = goflags.resolve(NSQD_FLAGS, parsed, file_options)
+        return goflags.resolve(flags, parsed, file_options)
     except goflags.ConfigValueError as error:
         raise ConfigError(f"config file {path}: {error}") from None
+
+
+def build_nsqd_config(parsed: goflags.ParseResult) -> NsqdConfig:
+    """The configuration nsqd would run with: flags, then the ``-config`` file, then
+    defaults; checked with ``NsqdConfig.validate``.
+
+    Raises:
+        ConfigError: one line (unreadable or bad file, bad value, refused setting).
+    """
+    options = _resolved_options(NSQD_FLAGS, parsed)
     percentiles = options["e2e_processing_latency_percentiles"]
     if "e2e-processing-latency-percentile" in parsed.explicit and isinstance(percentiles, tuple):
         # nsqd keeps the percentiles given as flags sorted, largest first
@@ -258,14 +272,24 @@ def listening_lines(addresses: BoundAddresses) -> list[str]:
 
 async def run_until_signalled(config: NsqdConfig) -> None:
     """Run a broker, log where it listens, stop cleanly on SIGINT or SIGTERM."""
-    import trio
-
     from .nursery_tree import serve_nsqd
+
+    await _serve_until_signalled(serve_nsqd, config, listening_lines)
+
+
+async def _serve_until_signalled(
+    serve_fn: Callable[[_Config], Awaitable[None]],
+    config: _Config,
+    listening: Callable[[_Addresses], list[str]],
+) -> None:
+    """Start ``serve_fn(config)`` (it reports its addresses through ``task_status``),
+    log ``listening(addresses)``, and stop it cleanly on SIGINT or SIGTERM."""
+    import trio
 
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
-            addresses: BoundAddresses = await nursery.start(serve_nsqd, config)
-            for line in listening_lines(addresses):
+            addresses: _Addresses = await nursery.start(serve_fn, config)
+            for line in listening(addresses):
                 log.info("%s", line)
             async for signum in signals:
                 log.info("%s: shutting down", signal.Signals(signum).name)
@@ -287,17 +311,23 @@ def first_os_error(error: BaseException) -> OSError | None:
 
 def serve(config: NsqdConfig) -> int:
     """Run a validated configuration in this process until a signal; the exit code."""
-    import trio
-
     from .cli import tune_garbage_collector
 
     configure_logging(config.log_level, config.log_prefix)
     tune_garbage_collector()
     log.info("%s", version_string("nsqd"))
     log.info("ID: %d", config.node_id)
+    return _run_process(run_until_signalled, config)
+
+
+def _run_process(run: Callable[[_Config], Awaitable[None]], config: _Config) -> int:
+    """``trio.run(run, config)`` as the process's life; the exit code (130 for a
+    Ctrl-C before the signal handler was in place, 1 when it cannot listen)."""
+    import trio
+
     try:
-        trio.run(run_until_signalled, config)
-    except KeyboardInterrupt:  # Ctrl-C before the signal handler was in place
+        trio.run(run, config)
+    except KeyboardInterrupt:
         return 130
     except BaseException as error:
         failure = first_os_error(error)
@@ -315,20 +345,31 @@ def _fatal(prefix: str, message: str) -> int:
     return 1
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """The ``nsqd`` console script."""
+def _command_line(
+    flags: Sequence[FlagSpec], program: str, argv: Sequence[str] | None
+) -> goflags.ParseResult | int:
+    """Go-style flags parsed, or the exit code once ``-help``, a bad flag or
+    ``-version`` has been answered as the Go program answers them."""
     arguments = sys.argv[1:] if argv is None else argv
     try:
-        parsed = goflags.parse(NSQD_FLAGS, arguments)
+        parsed = goflags.parse(flags, arguments)
     except goflags.HelpRequested:
-        sys.stderr.write(goflags.usage(NSQD_FLAGS, "nsqd"))
+        sys.stderr.write(goflags.usage(flags, program))
         return 0
     except goflags.FlagError as error:
         sys.stderr.write(f"{error}\n")
         return 2
     if parsed.values["version"]:
-        sys.stdout.write(version_string("nsqd") + "\n")
+        sys.stdout.write(version_string(program) + "\n")
         return 0
+    return parsed
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The ``nsqd`` console script."""
+    parsed = _command_line(NSQD_FLAGS, "nsqd", argv)
+    if isinstance(parsed, int):
+        return parsed
     try:
         config = build_nsqd_config(parsed)
     except ConfigError as error:
@@ -343,20 +384,7 @@ def build_lookupd_config(parsed: goflags.ParseResult) -> LookupdConfig:
     Raises:
         ConfigError: one line (unreadable or bad file, bad value, refused setting).
     """
-    path = str(parsed.values["config"])
-    file_options: dict[str, object] = {}
-    if path:
-        try:
-            with open(path, "rb") as file:
-                file_options = tomllib.load(file)
-        except OSError as error:
-            raise ConfigError(f"cannot load config file {path}: {error.strerror}") from None
-        except tomllib.TOMLDecodeError as error:
-            raise ConfigError(f"cannot load config file {path}: {error}") from None
-    try:
-        options = goflags.resolve(NSQLOOKUPD_FLAGS, parsed, file_options)
-    except goflags.ConfigValueError as error:
-        raise ConfigError(f"config file {path}: {error}") from None
+    options = _resolved_options(NSQLOOKUPD_FLAGS, parsed)
     config = LookupdConfig.from_options(options)
     config.validate()
     return config
@@ -372,54 +400,23 @@ def lookupd_listening_lines(addresses: LookupdAddresses) -> list[str]:
 
 async def run_lookupd_until_signalled(config: LookupdConfig) -> None:
     """Run a lookupd, log where it listens, stop cleanly on SIGINT or SIGTERM."""
-    import trio
-
     from .lookupd.server import serve_lookupd
 
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with trio.open_nursery() as nursery:
-            addresses: LookupdAddresses = await nursery.start(serve_lookupd, config)
-            for line in lookupd_listening_lines(addresses):
-                log.info("%s", line)
-            async for signum in signals:
-                log.info("%s: shutting down", signal.Signals(signum).name)
-                nursery.cancel_scope.cancel()
-                break
+    await _serve_until_signalled(serve_lookupd, config, lookupd_listening_lines)
 
 
 def serve_lookupd_process(config: LookupdConfig) -> int:
     """Run a validated lookupd configuration in this process until a signal; the exit code."""
-    import trio
-
     configure_logging(config.log_level, config.log_prefix)
     log.info("%s", version_string("nsqlookupd"))
-    try:
-        trio.run(run_lookupd_until_signalled, config)
-    except KeyboardInterrupt:  # Ctrl-C before the signal handler was in place
-        return 130
-    except BaseException as error:
-        failure = first_os_error(error)
-        if failure is None:
-            raise
-        log.critical("cannot listen: %s", failure.strerror or failure)
-        return 1
-    return 0
+    return _run_process(run_lookupd_until_signalled, config)
 
 
 def nsqlookupd_main(argv: Sequence[str] | None = None) -> int:
     """The ``nsqlookupd`` console script: nsqlookupd's command line and behaviour."""
-    arguments = sys.argv[1:] if argv is None else argv
-    try:
-        parsed = goflags.parse(NSQLOOKUPD_FLAGS, arguments)
-    except goflags.HelpRequested:
-        sys.stderr.write(goflags.usage(NSQLOOKUPD_FLAGS, "nsqlookupd"))
-        return 0
-    except goflags.FlagError as error:
-        sys.stderr.write(f"{error}\n")
-        return 2
-    if parsed.values["version"]:
-        sys.stdout.write(version_string("nsqlookupd") + "\n")
-        return 0
+    parsed = _command_line(NSQLOOKUPD_FLAGS, "nsqlookupd", argv)
+    if isinstance(parsed, int):
+        return parsed
     try:
         config = build_lookupd_config(parsed)
     except ConfigError as error:
