@@ -1,4 +1,4 @@
-"""Asking the auth servers: nsqd's ``QueryAnyAuthd`` over trio and h11.
+"""Asking the auth servers: nsqd's ``QueryAnyAuthd`` over trio and h11 (the shared client in http/client.py).
 
 nsqd tries its ``--auth-http-address`` list once, starting at a random entry and
 going round, and keeps the first reply that is a 200 with a valid body; a refused
@@ -21,10 +21,10 @@ import secrets
 import ssl
 from typing import TYPE_CHECKING, Final
 
-import h11
 import trio
 
-from .. import __version__
+from ..addresses import join_host_port
+from ..http.client import USER_AGENT, HttpClientError, http_request
 from .authorizations import (
     AuthError,
     AuthReplyError,
@@ -36,7 +36,6 @@ from .authorizations import (
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from .authorizations import AuthRequest
 
 __all__ = [
     "MAX_REPLY_BYTES",
@@ -50,9 +49,6 @@ log = logging.getLogger("trionsq.auth")
 
 MAX_REPLY_BYTES: Final = 1 << 20
 """Largest reply body accepted; a grant list is a few KiB, more is a broken server."""
-MAX_HEADER_BYTES: Final = 64 * 1024
-READ_SIZE: Final = 65536
-USER_AGENT: Final = f"trionsq/{__version__}"
 
 
 class AuthServerError(AuthError):
@@ -78,72 +74,9 @@ def _default_ssl_context() -> ssl.SSLContext:
     return ssl.create_default_context()
 
 
-def _content_length(response: h11.Response) -> int | None:
-    for name, value in response.headers:
-        if name == b"content-length":
-            return int(value)
-    return None
-
-
 def _check_method(method: str) -> None:
     if method.lower() not in ("get", "post"):
         raise ValueError(f"auth request method must be get or post, got {method!r}")
-
-
-async def _receive_reply(
-    stream: trio.abc.Stream, connection: h11.Connection, address: str
-) -> tuple[int, bytes]:
-    status = 0
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        event = connection.next_event()
-        if event is h11.NEED_DATA:
-            connection.receive_data(bytes(await stream.receive_some(READ_SIZE)))
-        elif isinstance(event, h11.Response):
-            status = event.status_code
-            declared = _content_length(event)
-            if declared is not None and declared > MAX_REPLY_BYTES:
-                raise AuthServerError(address, f"reply of {declared} bytes is over the limit")
-        elif isinstance(event, h11.Data):
-            size += len(event.data)
-            if size > MAX_REPLY_BYTES:
-                raise AuthServerError(address, f"reply is over {MAX_REPLY_BYTES} bytes")
-            chunks.append(bytes(event.data))
-        elif isinstance(event, h11.EndOfMessage):
-            return status, b"".join(chunks)
-        elif isinstance(event, h11.ConnectionClosed):
-            raise AuthServerError(address, "connection closed before a reply")
-        # InformationalResponse (1xx): keep reading for the real one
-
-
-async def _exchange(
-    request: AuthRequest,
-    address: str,
-    *,
-    connect_timeout: float,
-    ssl_context: ssl.SSLContext | None,
-) -> tuple[int, bytes]:
-    with trio.move_on_after(connect_timeout) as connecting:
-        tcp = await trio.open_tcp_stream(request.host, request.port)
-    if connecting.cancelled_caught:
-        raise AuthServerError(address, f"connect timed out after {connect_timeout}s")
-    stream: trio.abc.Stream = tcp
-    if request.scheme == "https":
-        context = ssl_context if ssl_context is not None else _default_ssl_context()
-        stream = trio.SSLStream(tcp, context, server_hostname=request.host, https_compatible=True)
-    try:
-        connection = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEADER_BYTES)
-        out = connection.send(
-            h11.Request(method=request.method, target=request.target, headers=list(request.headers))
-        )
-        if request.body:
-            out += connection.send(h11.Data(data=request.body))
-        out += connection.send(h11.EndOfMessage())
-        await stream.send_all(out)
-        return await _receive_reply(stream, connection, address)
-    finally:
-        await trio.aclose_forcefully(stream)
 
 
 async def query_one_auth_server(
@@ -175,20 +108,30 @@ async def query_one_auth_server(
             common_name=common_name,
             user_agent=USER_AGENT,
         )
-        with trio.fail_after(request_timeout):
-            status, body = await _exchange(
-                request, address, connect_timeout=connect_timeout, ssl_context=ssl_context
-            )
-        if status != 200:
-            raise AuthServerError(address, f"got response {status} {body[:200]!r}")
-        return decode_auth_reply(body, fetched_at=trio.current_time())
+        https = request.scheme == "https"
+        if https and ssl_context is None:
+            ssl_context = _default_ssl_context()
+        reply = await http_request(
+            request.method,
+            join_host_port(request.host, request.port),
+            request.target,
+            body=request.body,
+            headers=request.headers,
+            connect_timeout=connect_timeout,
+            request_timeout=request_timeout,
+            max_reply_bytes=MAX_REPLY_BYTES,
+            ssl_context=ssl_context if https else None,
+        )
+        if reply.status != 200:
+            raise AuthServerError(address, f"got response {reply.status} {reply.body[:200]!r}")
+        return decode_auth_reply(reply.body, fetched_at=trio.current_time())
     except AuthServerError:
         raise
+    except HttpClientError as exc:
+        raise AuthServerError(address, exc.reason) from exc
     except AuthReplyError as exc:
         raise AuthServerError(address, str(exc)) from exc
-    except trio.TooSlowError as exc:
-        raise AuthServerError(address, f"no reply within {request_timeout}s") from exc
-    except (AuthError, OSError, trio.BrokenResourceError, h11.ProtocolError, ValueError) as exc:
+    except (AuthError, ValueError) as exc:
         raise AuthServerError(address, f"{type(exc).__name__}: {exc}") from exc
 
 

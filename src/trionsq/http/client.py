@@ -1,6 +1,7 @@
 """A small HTTP/1.1 client on trio and h11, for what trionsq asks its own kind.
 
-One request per connection (``Connection: close``), no redirects, no TLS: enough for
+One request per connection (``Connection: close``), no redirects, https only with a
+given SSL context: enough for
 a broker's calls such as a lookupd's ``/channels?topic=``, and a lookupd's calls
 that create topics on brokers. Bounds as Go's client with
 nsqd's options: ``connect_timeout`` covers the TCP connect, ``request_timeout`` the
@@ -19,6 +20,7 @@ from .. import __version__
 from ..config import split_host_port
 
 if TYPE_CHECKING:
+    import ssl
     from collections.abc import Iterable
 
 __all__ = ["DEFAULT_MAX_REPLY_BYTES", "HttpClientError", "HttpReply", "http_get", "http_request"]
@@ -82,33 +84,43 @@ async def http_request(
     connect_timeout: float,
     request_timeout: float,
     max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> HttpReply:
     """``method`` ``target`` on ``address`` (``host:port``) with ``body`` (sent with a
-    Content-Length for any method but GET).
+    Content-Length for any method but GET); over TLS with ``ssl_context`` (https).
+
+    ``headers`` replace the defaults of the same name (Host, User-Agent, Connection,
+    Content-Length).
 
     Raises:
         HttpClientError: whatever kept a complete reply from arriving in time.
     """
-    if method != "GET" or body:
-        headers = (*headers, ("Content-Length", str(len(body))))
     try:
         host, port = split_host_port(address)
     except ValueError as error:
         raise HttpClientError(address, str(error)) from None
+    defaults = [("Host", host), ("User-Agent", USER_AGENT), ("Connection", "close")]
+    if method != "GET" or body:
+        defaults.append(("Content-Length", str(len(body))))
+    given = list(headers)
+    names = {name.lower() for name, _ in given}
+    merged = [(n, v) for n, v in defaults if n.lower() not in names] + given
     with trio.move_on_after(request_timeout) as whole:
         with trio.move_on_after(connect_timeout) as connecting:
             try:
-                stream = await trio.open_tcp_stream(host, port)
+                tcp = await trio.open_tcp_stream(host, port)
             except OSError as error:
                 raise HttpClientError(address, f"connect failed: {error}") from None
         if connecting.cancelled_caught:
             raise HttpClientError(address, f"connect timed out after {connect_timeout}s")
+        stream: trio.abc.Stream = tcp
+        if ssl_context is not None:
+            stream = trio.SSLStream(tcp, ssl_context, server_hostname=host, https_compatible=True)
         try:
-            return await _exchange(
-                stream, address, host, (method, target, body), headers, max_reply_bytes
-            )
+            return await _exchange(stream, address, (method, target, body), merged, max_reply_bytes)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as error:
-            raise HttpClientError(address, f"connection failed: {error}") from None
+            reason = f"connection failed: {type(error).__name__}: {error}"
+            raise HttpClientError(address, reason) from None
         except h11.ProtocolError as error:
             raise HttpClientError(address, f"bad HTTP reply: {error}") from None
         finally:
@@ -118,25 +130,15 @@ async def http_request(
 
 
 async def _exchange(
-    stream: trio.SocketStream,
+    stream: trio.abc.Stream,
     address: str,
-    host: str,
     what: tuple[str, str, bytes],
-    headers: Iterable[tuple[str, str]],
+    headers: list[tuple[str, str]],
     max_reply_bytes: int,
 ) -> HttpReply:
     method, target, body = what
     connection = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEADER_BYTES)
-    request = h11.Request(
-        method=method,
-        target=target,
-        headers=[
-            ("Host", host),
-            ("User-Agent", USER_AGENT),
-            ("Connection", "close"),
-            *headers,
-        ],
-    )
+    request = h11.Request(method=method, target=target, headers=headers)
     payload = connection.send(request) + (connection.send(h11.Data(data=body)) if body else b"")
     await stream.send_all(payload + connection.send(h11.EndOfMessage()))
     response: h11.Response | None = None
@@ -148,6 +150,9 @@ async def _exchange(
             connection.receive_data(bytes(await stream.receive_some(READ_SIZE)))
         elif isinstance(event, h11.Response):
             response = event
+            declared = _content_length(event)
+            if declared is not None and declared > max_reply_bytes:
+                raise HttpClientError(address, f"reply of {declared} bytes is over the limit")
         elif isinstance(event, h11.Data):
             size += len(event.data)
             if size > max_reply_bytes:
@@ -159,3 +164,10 @@ async def _exchange(
         elif isinstance(event, h11.ConnectionClosed):
             raise HttpClientError(address, "connection closed before a complete reply")
         # InformationalResponse (1xx): read on for the real one
+
+
+def _content_length(response: h11.Response) -> int | None:
+    for name, value in response.headers:
+        if name == b"content-length":
+            return int(value)
+    return None
