@@ -362,21 +362,14 @@ class ClientSession:
             transport = self._transport
             if transport is not None:
                 data = transport.encode(data)
-            if data:  # inline, not _send: no extra coroutine on the hot path
-                fd = self.stream.socket.fileno()
-                with memoryview(data) as view:
-                    sent = 0
-                    while sent < len(view):
-                        try:
-                            sent += os.write(fd, view[sent:])
-                        except BlockingIOError:
-                            await self._wait_writable(fd)
+            if data:
+                await self._send(data)
         finally:
             lock.release()
 
     async def _send(self, data: bytes) -> None:
-        """Put ``data`` on the descriptor (the upgrade's writes); the caller holds the
-        send lock."""
+        """Put ``data`` on the descriptor, waiting only when the socket is full; the
+        caller holds the send lock. No checkpoint when it all fits."""
         fd = self.stream.socket.fileno()
         with memoryview(data) as view:
             sent = 0
