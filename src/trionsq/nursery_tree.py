@@ -40,7 +40,6 @@ from typing import TYPE_CHECKING, Final
 import attrs
 import trio
 
-from . import __version__
 from .addresses import peer_address
 from .broker.broker import Broker
 from .broker.lookupd_peers import LookupdPeers, peer_identity
@@ -50,6 +49,7 @@ from .http.connection import FdTransport, StreamTransport, serve_http_connection
 from .http.nsqd_api import NsqdHttpApi, RuntimeOptions
 from .server.tcp import ClientSession
 from .server.tls import server_tls_context
+from .version import NSQD_RELEASE
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -84,7 +84,7 @@ async def serve_nsqd(
     bound before ``started``, so a client may connect at once.
     """
     host, port = config.tcp_host_port
-    settings = config.server_settings(__version__)
+    settings = config.server_settings(NSQD_RELEASE)
     started_at = time.time()
     async with trio.open_nursery() as broker_nursery:
         storage = Storage(config)
@@ -110,7 +110,7 @@ async def serve_nsqd(
         async def handle_tcp(stream: trio.SocketStream) -> None:
             await ClientSession(next(client_ids), stream, broker, settings, tls_context).run()
 
-        identity = peer_identity(config, __version__, tcp[1], http[1] if http else 0)
+        identity = peer_identity(config, NSQD_RELEASE, tcp[1], http[1] if http else 0)
         peers = LookupdPeers(
             broker, identity, config.lookupd_tcp_addresses, max_reply_size=config.max_body_size
         )

@@ -1,14 +1,24 @@
-"""How trionsq names itself where nsqd prints its version (``-version``, /stats text)."""
+"""The versions trionsq reports: the nsqd release it implements, and its own.
+
+Clients choose features by the number nsqd reports (gnsq, for one, assumes no TLS
+below 0.3.x), so every place a client reads nsqd's version (``-version``, IDENTIFY,
+/info, /stats, the lookupd registration) carries ``NSQD_RELEASE``; trionsq's own
+version goes under its own key (``trionsq_version``) and in ``trionsq --version``.
+Imports nothing heavy: ``nsqd --version`` answers from here.
+"""
 
 from __future__ import annotations
 
-import platform
-
 from . import __version__
 
-__all__ = ["version_string"]
+__all__ = ["NSQD_RELEASE", "TRIONSQ_VERSION", "version_string"]
+
+NSQD_RELEASE = "1.3.0"
+"""The nsqd (and nsqlookupd) release whose behaviour trionsq implements."""
+
+TRIONSQ_VERSION = __version__
 
 
 def version_string(program: str) -> str:
-    """nsqd's shape, ``nsqd v1.3.0 (built w/go1.21.5)``, with Python in place of Go."""
-    return f"{program} v{__version__} (built w/python{platform.python_version()})"
+    """nsqd's exact shape, ``nsqd v1.3.0 (built w/go1.21.5)``, built with trionsq."""
+    return f"{program} v{NSQD_RELEASE} (built w/trionsq-{TRIONSQ_VERSION})"

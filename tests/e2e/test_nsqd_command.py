@@ -12,6 +12,7 @@ from pathlib import Path
 
 import trio
 
+from trionsq import __version__
 from trionsq.protocol import MAGIC_V2, Pub
 from trionsq.protocol.client import ClientConnection, Response, encode_commands
 
@@ -146,9 +147,31 @@ def test_version_prints_nsqds_shape() -> None:
         result = run(program, flag)
         assert result.returncode == 0
         assert re.fullmatch(
-            rb"nsq(lookup)?d v\d+\.\d+\.\d+ \(built w/python\d+\.\d+\.\d+\)\n", result.stdout
+            rb"nsq(lookup)?d v1\.3\.0 \(built w/trionsq-\d+\.\d+\.\d+\)\n", result.stdout
         ), result.stdout
         assert result.stderr == b""
+
+
+GNSQ_VERSION_LINE = re.compile(
+    r"(?P<name>[a-z]+) v(?P<version>[0-9]+\.[0-9]+\.[0-9]+)(?:-[a-z]+)? "
+    r"\(built w/(?P<built_with>[a-z0-9.-]+)\)"
+)
+"""How gnsq's integration harness reads ``--version`` to choose what to expect
+(HTTPS from 0.2.28, port 0 from 0.3.5): the line must match from its start."""
+
+
+def test_version_line_reads_as_nsqd_1_3_0_to_gnsqs_harness() -> None:
+    for program, name in ((NSQD, "nsqd"), (NSQLOOKUPD, "nsqlookupd")):
+        match = GNSQ_VERSION_LINE.match(run(program, "--version").stdout.decode())
+        assert match is not None
+        assert match["name"] == name
+        assert tuple(int(part) for part in match["version"].split(".")) == (1, 3, 0)
+        assert match["built_with"] == f"trionsq-{__version__}"
+
+
+def test_trionsq_reports_its_own_version() -> None:
+    result = run(BIN / "trionsq", "--version")
+    assert (result.returncode, result.stdout) == (0, f"trionsq, version {__version__}\n".encode())
 
 
 def test_unknown_flag_is_one_line_and_exit_2() -> None:

@@ -14,6 +14,7 @@ import pytest
 import trio
 
 from trionsq import __version__
+from trionsq.version import NSQD_RELEASE
 
 NSQLOOKUPD = Path(sys.executable).parent / "nsqlookupd"
 LISTENING = re.compile(
@@ -51,7 +52,7 @@ async def test_nsqlookupd_logs_where_it_listens_answers_ping_and_info_and_stops_
     )
     try:
         stderr, found = await wait_listening(process)
-        assert re.search(rb"INFO: nsqlookupd v\d+\.\d+\.\d+ \(built w/python", stderr)
+        assert re.search(rb"INFO: nsqlookupd v1\.3\.0 \(built w/trionsq-", stderr)
         host, port = found["HTTP"]
         assert found["TCP"][0] == "127.0.0.1"
         assert found["TCP"][1] != port
@@ -60,7 +61,7 @@ async def test_nsqlookupd_logs_where_it_listens_answers_ping_and_info_and_stops_
             assert (ping.status_code, ping.content) == (200, b"OK")
             info = await http.get("/info")
             assert info.status_code == 200
-            assert info.json() == {"version": __version__}
+            assert info.json() == {"version": NSQD_RELEASE, "trionsq_version": __version__}
         process.send_signal(signum)
         with trio.fail_after(10):
             assert await process.wait() == 0

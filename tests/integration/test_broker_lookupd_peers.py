@@ -20,7 +20,7 @@ import httpx
 import trio
 import trio.testing
 
-from trionsq import NsqdConfig, __version__
+from trionsq import NsqdConfig
 from trionsq.broker.lookupd_peers import PING_INTERVAL
 from trionsq.lookupd.config import LookupdConfig
 from trionsq.lookupd.server import LookupdAddresses, serve_lookupd
@@ -39,6 +39,7 @@ from trionsq.protocol.lookupd import (
     encode_error_reply,
     encode_identify_reply,
 )
+from trionsq.version import NSQD_RELEASE
 
 from .raw import publish, start
 
@@ -252,7 +253,7 @@ async def test_identify_sends_the_broadcast_address_and_ports(
     nsqd = await start(nursery, config)
     session = await lookupd.session(0)
     assert session.identity == PeerInfo(
-        version=__version__,
+        version=NSQD_RELEASE,
         tcp_port=nsqd.tcp[1],  # broadcast_tcp_port 0: the bound port
         http_port=4999,
         hostname=socket.gethostname(),
@@ -566,7 +567,7 @@ async def test_a_broker_appears_in_the_lookup_answer_of_trionsq_lookupd(
         assert [
             (p["broadcast_address"], p["tcp_port"], p["http_port"], p["version"])
             for p in document["producers"]
-        ] == [("broker.test", nsqd.tcp[1], nsqd.http[1], __version__)]
+        ] == [("broker.test", nsqd.tcp[1], nsqd.http[1], NSQD_RELEASE)]
         broker_nursery.cancel_scope.cancel()
     await trio.sleep(1)  # virtual: the lookupd sees the connection close
     answer = await lookup(lookupd, "t")

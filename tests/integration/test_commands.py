@@ -17,7 +17,6 @@ import pytest
 import trio
 import trio.testing
 
-from trionsq import __version__
 from trionsq.protocol import (
     MAGIC_V2,
     Cls,
@@ -49,6 +48,7 @@ from trionsq.protocol.client import (
     encode_identify,
 )
 from trionsq.testing import ProtocolClient
+from trionsq.version import NSQD_RELEASE
 
 from .raw import (
     LOCAL,
@@ -285,7 +285,7 @@ async def test_identify_feature_negotiation_reply(clients: Clients, nursery: tri
     assert isinstance(reply, Response)
     assert list(json.loads(reply.data).items()) == [
         ("max_rdy_count", 123),
-        ("version", __version__),
+        ("version", NSQD_RELEASE),
         ("max_msg_timeout", 100_000),
         ("msg_timeout", 30_000),
         ("tls_v1", False),

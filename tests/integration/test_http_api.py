@@ -28,6 +28,7 @@ import trustme
 from trionsq import NsqdConfig, __version__
 from trionsq.config import TlsRequired
 from trionsq.protocol import IdentifyRequest, Pub, Rdy
+from trionsq.version import NSQD_RELEASE
 
 from .raw import bodies, next_message, publish, quiet, start
 
@@ -314,10 +315,11 @@ async def test_info_reports_the_bound_ports_and_options(
             "max_deflate_level",
             "topology_zone",
             "topology_region",
+            "trionsq_version",
         ]
         assert nsqd.http is not None
         assert (info["tcp_port"], info["http_port"]) == (nsqd.tcp[1], nsqd.http[1])
-        assert info["version"] == __version__
+        assert (info["version"], info["trionsq_version"]) == (NSQD_RELEASE, __version__)
         assert info["hostname"] == socket.gethostname()
         assert info["broadcast_address"] == CONFIG.broadcast_address
         assert isinstance(info["start_time"], int)
@@ -1220,8 +1222,17 @@ async def test_stats_json_and_its_filters(
     answer = Answer.of(await http.get("/stats?format=json"))
     expect_json(answer)
     stats = json.loads(answer.body)
-    assert list(stats) == ["version", "health", "start_time", "topics", "memory", "producers"]
-    assert (stats["version"], stats["health"]) == (__version__, "OK")
+    assert list(stats) == [
+        "version",
+        "trionsq_version",
+        "health",
+        "start_time",
+        "topics",
+        "memory",
+        "producers",
+    ]
+    assert (stats["version"], stats["trionsq_version"]) == (NSQD_RELEASE, __version__)
+    assert stats["health"] == "OK"
     assert isinstance(stats["start_time"], int)
     assert [t["topic_name"] for t in stats["topics"]] == ["s1", "s2"]
     s1 = stats["topics"][0]
@@ -1257,7 +1268,14 @@ async def test_stats_json_and_its_filters(
         no_memory = await get(f"include_mem={value}")
         assert isinstance(no_memory, dict)
         assert "memory" not in no_memory
-        assert list(no_memory) == ["version", "health", "start_time", "topics", "producers"]
+        assert list(no_memory) == [
+            "version",
+            "trionsq_version",
+            "health",
+            "start_time",
+            "topics",
+            "producers",
+        ]
 
 
 async def test_stats_text_legacy_and_bad_query(
@@ -1267,7 +1285,9 @@ async def test_stats_text_legacy_and_bad_query(
     for query in ("", "?format=text", "?format=JSON"):
         text = Answer.of(await http.get(f"/stats{query}"))
         expect_text(text, text.body)  # a string result: V1 text
-        assert text.body.startswith(b"nsqd v" + __version__.encode())
+        assert text.body.startswith(
+            f"nsqd v{NSQD_RELEASE} (built w/trionsq-{__version__})".encode()
+        )
         assert b"[s1" in text.body
         assert b"Memory:" in text.body
     no_memory = await http.get("/stats?include_mem=false")

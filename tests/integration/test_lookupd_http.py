@@ -14,6 +14,7 @@ import trio.testing
 
 from trionsq import __version__
 from trionsq.lookupd.http_api import GO_ZERO_TIME_UNIX_NANO
+from trionsq.version import NSQD_RELEASE
 
 from .lookupd_peers import RawPeers, nsqd_info, peers, start_lookupd
 
@@ -97,12 +98,14 @@ async def test_ping_is_plain_ok_without_the_v1_header(http: httpx.AsyncClient) -
 async def test_info_is_the_version_v1_or_in_the_legacy_envelope_when_accept_asks(
     http: httpx.AsyncClient,
 ) -> None:
-    expect_json(await http.get("/info"), {"version": __version__})
-    expect_json(await http.get("/info", headers=V1_ACCEPT), {"version": __version__})
+    info = {"version": NSQD_RELEASE, "trionsq_version": __version__}
+    expect_json(await http.get("/info"), info)
+    expect_json(await http.get("/info", headers=V1_ACCEPT), info)
     legacy = await http.get("/info", headers=LEGACY)
     assert legacy.status_code == 200
-    assert legacy.content == b'{"status_code":200,"status_txt":"OK","data":{"version":"%s"}}' % (
-        __version__.encode()
+    assert legacy.content == (
+        b'{"status_code":200,"status_txt":"OK","data":{"version":"%s","trionsq_version":"%s"}}'
+        % (NSQD_RELEASE.encode(), __version__.encode())
     )
     assert "x-nsq-content-type" not in legacy.headers
 

@@ -11,8 +11,8 @@ import pytest
 import trio
 import trio.testing
 
-from trionsq import __version__
 from trionsq.lookupd.registry import CLIENT_REGISTRATION, Registration
+from trionsq.version import NSQD_RELEASE
 
 from .lookupd_peers import RawPeers, nsqd_info, peers, settle, start_lookupd
 
@@ -50,7 +50,7 @@ async def test_identify_replies_with_the_lookupds_own_addresses_in_spec_key_orde
     assert json.loads(reply) == {
         "tcp_port": addresses.tcp[1],
         "http_port": addresses.http[1],
-        "version": __version__,
+        "version": NSQD_RELEASE,
         "broadcast_address": "lookupd.example",
         "hostname": platform.node(),
     }

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Final
 import attrs
 import orjson
 
-from .. import __version__
 from ..auth.session import AuthSession
 from ..broker.offsets import OffsetError
 from ..config import TlsRequired
@@ -33,7 +32,7 @@ from ..protocol.message import EXT_VERSION_JSON
 from ..protocol.names import is_valid_name
 from ..protocol.strconv import go_atoi, go_parse_uint64
 from ..queues.record import MAX_EXT_LENGTH
-from ..version import version_string
+from ..version import NSQD_RELEASE, TRIONSQ_VERSION, version_string
 from .messages import Request, Response, parse_bool
 from .stats import stats_document, stats_text
 
@@ -236,7 +235,7 @@ class NsqdHttpApi:
         config = self.config
         tcp_port, http_port = self._ports()
         info = {
-            "version": __version__,
+            "version": NSQD_RELEASE,
             "broadcast_address": config.broadcast_address,
             "hostname": platform.node(),
             "http_port": http_port,
@@ -248,6 +247,7 @@ class NsqdHttpApi:
             "max_deflate_level": config.max_deflate_level,
             "topology_zone": config.topology_zone,
             "topology_region": config.topology_region,
+            "trionsq_version": TRIONSQ_VERSION,
         }
         return Response.legacy_ok(info) if request.legacy else Response.json(info)
 
@@ -266,7 +266,7 @@ class NsqdHttpApi:
         if request.arg("format") != "json":
             text = stats_text(self.broker, version_line=version_string("nsqd"), **options)  # type: ignore[arg-type]
             return Response.legacy_ok(text) if request.legacy else Response.text(text)
-        document = stats_document(self.broker, version=__version__, **options)  # type: ignore[arg-type]
+        document = stats_document(self.broker, version=NSQD_RELEASE, **options)  # type: ignore[arg-type]
         return Response.legacy_ok(document) if request.legacy else Response.json(document)
 
     # ------------------------------------------------------------- publishing

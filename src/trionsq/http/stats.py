@@ -31,6 +31,7 @@ import attrs
 from ..broker.channel import ClientStatistics
 from ..broker.latency import LatencyResult, aggregate
 from ..broker.offsets import FIRST_ID
+from ..version import TRIONSQ_VERSION
 
 if TYPE_CHECKING:
     from ..broker.broker import Broker
@@ -182,6 +183,7 @@ def stats_document(
     )
     document: dict[str, object] = {
         "version": version,
+        "trionsq_version": TRIONSQ_VERSION,
         "health": health,
         "start_time": math.floor(started_at),
         "topics": None if stats.topics is None else [_topic_json(t) for t in stats.topics],

@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Final
 
 import orjson
 
-from .. import __version__
 from ..http.messages import JSON_CONTENT_TYPE, V1_HEADER, Response
 from ..protocol.names import is_valid_name
+from ..version import NSQD_RELEASE, TRIONSQ_VERSION
 from .brokers import BrokerSync
 from .registry import TOPIC
 from .topics import (
@@ -171,7 +171,7 @@ class LookupdHttpApi:
         return Response.plain("OK")
 
     async def _info(self, request: Request) -> Response:
-        return self._ok(request, {"version": __version__})
+        return self._ok(request, {"version": NSQD_RELEASE, "trionsq_version": TRIONSQ_VERSION})
 
     async def _topics(self, request: Request) -> Response:
         topics = self.registry.topics()

@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Final
 import attrs
 import trio
 
-from .. import __version__
 from ..http.connection import FdTransport, serve_http_connection
 from ..protocol.lookupd import LookupdInfo
+from ..version import NSQD_RELEASE
 from .brokers import BrokerSync
 from .config import LookupdConfig
 from .http_api import LookupdHttpApi
@@ -88,7 +88,7 @@ async def serve_lookupd(
         info = LookupdInfo(
             tcp_port=tcp[1],
             http_port=http[1],
-            version=__version__,
+            version=NSQD_RELEASE,
             broadcast_address=config.broadcast_address,
             hostname=platform.node(),
         )

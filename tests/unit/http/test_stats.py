@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 VERSION = "1.3.0-trionsq.test"
 STARTED = 1_700_000_000.75
-TOP_KEYS = ["version", "health", "start_time", "topics", "memory", "producers"]
+TOP_KEYS = ["version", "trionsq_version", "health", "start_time", "topics", "memory", "producers"]
 TOPIC_KEYS = [
     "topic_name",
     "channels",
@@ -167,7 +167,7 @@ def text(
 ) -> str:
     return stats_text(
         addresses.broker,
-        version_line="nsqd v0.1.0 (built w/python3.11.9)",
+        version_line="nsqd v1.3.0 (built w/trionsq-0.2.0)",
         started_at=started_at,
         health="OK",
         topic=topic,
@@ -355,7 +355,14 @@ async def test_an_empty_broker(nursery: trio.Nursery) -> None:
         include_clients=True,
         include_mem=False,
     )
-    assert list(unhealthy) == ["version", "health", "start_time", "topics", "producers"]
+    assert list(unhealthy) == [
+        "version",
+        "trionsq_version",
+        "health",
+        "start_time",
+        "topics",
+        "producers",
+    ]
     assert unhealthy["health"] == "NOK - disk full"
 
 
@@ -606,7 +613,14 @@ async def test_filters(nursery: trio.Nursery, clients: Clients, autojump: None) 
     ]
 
     no_mem = document(addresses, include_mem=False)
-    assert list(no_mem) == ["version", "health", "start_time", "topics", "producers"]
+    assert list(no_mem) == [
+        "version",
+        "trionsq_version",
+        "health",
+        "start_time",
+        "topics",
+        "producers",
+    ]
     assert [c["client_id"] for c in objects(obj(objects(t1["channels"])[0])["clients"])] == ["c1"]
     assert scene.connected_between[0] <= scene.connected_between[1]
 
@@ -705,7 +719,7 @@ async def test_text_layout(
     body = text(addresses, now=now, started_at=now - 3725.5)
     start_line = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now - 3725.5))
     assert body == (
-        "nsqd v0.1.0 (built w/python3.11.9)\n"
+        "nsqd v1.3.0 (built w/trionsq-0.2.0)\n"
         f"start_time {start_line}\n"
         "uptime 1h2m5.5s\n"
         "\n"
