@@ -195,3 +195,55 @@ def test_nsqlookupd_refused_configuration_is_one_fatal_line_and_exit_1() -> None
     assert re.fullmatch(
         rb"\[nsqlookupd\] \S+ \S+ FATAL: --tcp-address must be <addr>:<port>[^\n]*\n", result.stderr
     ), result.stderr
+
+
+def test_a_corrupt_metadata_file_is_refused_in_one_fatal_line(tmp_path: Path) -> None:
+    (tmp_path / "metadata.json").write_bytes(b'{"version":1,"topics":[')
+    for command in ((NSQD,), (BIN / "trionsq", "serve")):
+        result = run(
+            *command,
+            f"--data-path={tmp_path}",
+            "--tcp-address=127.0.0.1:0",
+            "--http-address=127.0.0.1:0",
+        )
+        assert result.returncode == 1
+        fatal = [line for line in result.stderr.splitlines() if b"FATAL" in line]
+        assert len(fatal) == 1, result.stderr
+        assert re.fullmatch(
+            rb"\[nsqd\] \S+ \S+ FATAL: cannot start: \S*metadata\.json: not JSON \(.*\)", fatal[0]
+        ), fatal[0]
+        assert b"Traceback" not in result.stderr
+        assert (tmp_path / "metadata.json").read_bytes() == b'{"version":1,"topics":['
+
+
+async def test_statsd_options_are_accepted_and_say_they_send_nothing_yet() -> None:
+    process = await trio.lowlevel.open_process(
+        [
+            str(NSQD),
+            "-tcp-address=127.0.0.1:0",
+            "-http-address=127.0.0.1:0",
+            "-statsd-address=127.0.0.1:8125",
+            "-statsd-prefix=nsq.test",
+        ],
+        stdin=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert process.stderr is not None
+        seen = b""
+        with trio.fail_after(20):
+            while b"TCP: listening on" not in seen:
+                chunk = await process.stderr.receive_some(4096)
+                assert chunk, f"exited early: {seen!r}"
+                seen += chunk
+        assert re.search(
+            rb"WARNING: statsd is not built yet: -statsd-address 127\.0\.0\.1:8125 and the "
+            rb"other -statsd-\* options are accepted and send nothing\n",
+            seen,
+        ), seen
+        process.send_signal(signal.SIGTERM)
+        with trio.fail_after(10):
+            assert await process.wait() == 0
+    finally:
+        if process.returncode is None:
+            process.kill()

@@ -11,7 +11,8 @@ from trionsq import goflags
 from trionsq.config import ConfigError
 from trionsq.lookupd.config import LookupdConfig
 from trionsq.lookupd.server import TREE
-from trionsq.nsqd_command import NSQLOOKUPD_FLAGS, build_lookupd_config
+from trionsq.nsqd_command import build_lookupd_config
+from trionsq.options import NSQLOOKUPD_FLAGS
 
 if TYPE_CHECKING:
     from pathlib import Path

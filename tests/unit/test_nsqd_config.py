@@ -11,14 +11,9 @@ import pytest
 
 from trionsq import goflags
 from trionsq.config import ConfigError, NsqdConfig, TlsRequired, default_node_id, split_host_port
-from trionsq.nsqd_command import (
-    NSQD_FLAGS,
-    NSQLOOKUPD_FLAGS,
-    build_nsqd_config,
-    main,
-    nsqlookupd_main,
-    version_string,
-)
+from trionsq.nsqd_command import build_nsqd_config, main, nsqlookupd_main
+from trionsq.options import NSQD_FLAGS, NSQLOOKUPD_FLAGS
+from trionsq.version import version_string
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -60,9 +55,6 @@ def test_every_flag_has_a_field_and_every_field_but_nsqds_unflagged_ones_a_flag(
         "queue_scan_interval",
         "queue_scan_refresh_interval",
         "queue_scan_dirty_percent",
-        "persist",  # trionsq's own (memory-only mode), not an nsqd option
-        "retention",  # trionsq's own (durable log retention)
-        "trace_log",  # trionsq's own (Youzan's trace log)
     }
     switches = {spec.name for spec in NSQD_FLAGS if not spec.option}
     assert switches == {"version", "config", "verbose", "worker-id"}
