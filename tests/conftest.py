@@ -11,3 +11,5 @@ from hypothesis import HealthCheck, settings
 
 settings.register_profile("trionsq", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("trionsq")
+
+pytest_plugins = ["pytester"]  # tests/e2e/test_testing_plugin.py runs pytest in pytest

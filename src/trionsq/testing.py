@@ -30,9 +30,16 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Final, Generic, TypeVar
 
 import attrs
-import pytest
 import trio
 import trio.testing
+
+try:
+    import pytest
+except ImportError as missing:  # pragma: no cover - exercised in a subprocess
+    raise ImportError(
+        "trionsq.testing is a pytest plugin and needs pytest and pytest-trio:"
+        " pip install 'trionsq[testing]'"
+    ) from missing
 
 from .addresses import join_host_port
 from .config import NsqdConfig
@@ -575,6 +582,25 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "nsq_cluster(brokers=3, lookupds=2): the size of the nsq_cluster fixture's cluster",
     )
+
+
+TRIO_FIXTURES: Final = frozenset({"nsqd", "nsqd_client", "lookupd", "nsq_cluster"})
+"""The fixtures that run in the test's Trio nursery, which pytest-trio provides."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Say what is missing when a Trio fixture is used without pytest-trio, instead of
+    pytest's ``fixture 'nursery' not found`` (installing trionsq does not install
+    pytest-trio: the ``testing`` extra does). Suites that use none of them, or only
+    ``nsqd_thread``, run as before."""
+    used = TRIO_FIXTURES.intersection(getattr(item, "fixturenames", ()))
+    if used and not item.config.pluginmanager.hasplugin("trio"):
+        pytest.fail(
+            f"trionsq's Trio fixtures ({', '.join(sorted(used))}) need pytest-trio:"
+            " pip install 'trionsq[testing]'",
+            pytrace=False,
+        )
 
 
 @pytest.fixture
