@@ -18,7 +18,6 @@ import gc
 import logging
 import signal
 import sys
-import tomllib
 from typing import TYPE_CHECKING, TypeVar
 
 from . import goflags
@@ -71,6 +70,8 @@ def _resolved_options(
     path = str(parsed.values["config"])
     file_options: dict[str, object] = {}
     if path:
+        import tomllib  # only a -config file needs it
+
         try:
             with open(path, "rb") as file:
                 file_options = tomllib.load(file)

@@ -48,7 +48,6 @@ from .config import NsqdConfig
 from .http.connection import FdTransport, StreamTransport, serve_http_connection
 from .http.nsqd_api import NsqdHttpApi, RuntimeOptions
 from .server.tcp import ClientSession
-from .server.tls import server_tls_context
 from .version import NSQD_RELEASE
 
 if TYPE_CHECKING:
@@ -105,7 +104,11 @@ async def serve_nsqd(
         https = _bound(https_listeners) if https_listeners else None
         client_ids = itertools.count(1)
         # one TLS configuration for the TCP upgrade and HTTPS, as nsqd has
-        tls_context = server_tls_context(config) if config.tls_enabled else None
+        tls_context = None
+        if config.tls_enabled:
+            from .server.tls import server_tls_context
+
+            tls_context = server_tls_context(config)
 
         async def handle_tcp(stream: trio.SocketStream) -> None:
             await ClientSession(next(client_ids), stream, broker, settings, tls_context).run()

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Final
 import attrs
 import orjson
 
-from ..auth.session import AuthSession
 from ..broker.offsets import OffsetError
 from ..config import TlsRequired
 from ..protocol.broker_errors import pub_failed
@@ -34,11 +33,11 @@ from ..protocol.strconv import go_atoi, go_parse_uint64
 from ..queues.record import MAX_EXT_LENGTH
 from ..version import NSQD_RELEASE, TRIONSQ_VERSION, version_string
 from .messages import Request, Response, parse_bool
-from .stats import stats_document, stats_text
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable
 
+    from ..auth.session import AuthSession
     from ..broker.broker import Broker
     from ..config import NsqdConfig
     from ..queues.record import Record
@@ -252,6 +251,8 @@ class NsqdHttpApi:
         return Response.legacy_ok(info) if request.legacy else Response.json(info)
 
     async def _stats(self, request: Request) -> Response:
+        from .stats import stats_document, stats_text  # not needed to start answering
+
         _parsed(request)
         include_clients = parse_bool(request.arg("include_clients"), default=True)
         include_mem = parse_bool(request.arg("include_mem"), default=True)
@@ -317,6 +318,8 @@ class NsqdHttpApi:
         key = (secret, request.remote_address.rpartition(":")[0], self.is_https)
         session = self._auth_sessions.pop(key, None)  # re-inserted: most recent last
         if session is None:
+            from ..auth.session import AuthSession  # loaded only where AUTH is on
+
             session = AuthSession(
                 self.config, remote_address=request.remote_address, tls=self.is_https
             )

@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING
 import trio
 
 from ..addresses import peer_address
-from ..auth.session import AuthSession
 from ..broker import trace_log
 from ..broker.channel import ClientStatistics, Consumer, PubCount
 from ..broker.offsets import OffsetError
@@ -73,6 +72,7 @@ from .transport import TlsLayer, Transport
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from ..auth.session import AuthSession
     from ..broker.broker import Broker
     from ..broker.channel import Delivery
     from ..dispatch.router import ChannelRunner
@@ -152,12 +152,12 @@ class ClientSession:
         self._identify_request: IdentifyRequest | None = None
         self.tls_common_name = ""
         """The verified client certificate's subject CN (for AUTH, as nsqd sends it)."""
-        self.auth = (
-            AuthSession(broker.config, remote_address=self.remote_address)
-            if settings.auth_enabled
-            else None
-        )
+        self.auth: AuthSession | None = None
         """The grants AUTH fetched (nsqd's per-client auth state); None: auth off."""
+        if settings.auth_enabled:
+            from ..auth.session import AuthSession  # loaded only where AUTH is on
+
+            self.auth = AuthSession(broker.config, remote_address=self.remote_address)
         self._transport: Transport | None = None
         """TLS/compression layers; None on a plain connection (the fast path)."""
         self._upgrade_to: NegotiatedSettings | None = None
