@@ -5,10 +5,12 @@ Client suites and users' test harnesses start a broker per test and call
 ``nsqd --version`` to choose features, so both add up. Each run spawns a fresh
 process on free loopback ports with a fresh data directory, then polls ``/ping``
 (a connect attempt every 1 ms) until it answers; the figure is the time from just
-before ``Popen`` to the answer. Prints the median, the max and every run::
+before ``Popen`` to the answer. Prints the median, the max and every run. Several
+``--nsqd`` commands are measured in turn, run by run, so a machine whose speed drifts
+(a shared VM) treats them alike::
 
     .venv/bin/python benchmarks/startup.py                       # trionsq's nsqd
-    .venv/bin/python benchmarks/startup.py --nsqd /path/to/nsqd  # another nsqd binary
+    .venv/bin/python benchmarks/startup.py --nsqd .venv/bin/nsqd --nsqd /path/to/go/nsqd
 """
 
 from __future__ import annotations
@@ -95,16 +97,27 @@ def report(name: str, seconds: list[float]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     default = shutil.which("nsqd", path=str(Path(__file__).parents[1] / ".venv" / "bin"))
-    parser.add_argument("--nsqd", default=default, help="the command to start (default: .venv's)")
+    parser.add_argument(
+        "--nsqd", action="append", help="a command to start, repeatable (default: .venv's)"
+    )
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--limit", type=float, default=10.0, help="seconds before giving up")
     args = parser.parse_args()
-    if not args.nsqd:
+    commands: list[str] = args.nsqd or ([default] if default else [])
+    if not commands:
         raise SystemExit("no nsqd command: run `make test` once to build .venv, or pass --nsqd")
-    print(f"{args.nsqd} on {os.cpu_count()} CPUs")
-    spawn_version(args.nsqd)  # warm the page cache and any bytecode caches first
-    report("--version", [spawn_version(args.nsqd) for _ in range(args.runs)])
-    report("spawn -> /ping OK", [spawn_to_ping(args.nsqd, args.limit) for _ in range(args.runs)])
+    print(f"{len(commands)} command(s), {args.runs} runs each, on {os.cpu_count()} CPUs")
+    for command in commands:
+        spawn_version(command)  # warm the page cache and any bytecode caches first
+    versions: dict[str, list[float]] = {command: [] for command in commands}
+    pings: dict[str, list[float]] = {command: [] for command in commands}
+    for _ in range(args.runs):
+        for command in commands:
+            versions[command].append(spawn_version(command))
+            pings[command].append(spawn_to_ping(command, args.limit))
+    for command in commands:
+        report(f"{command} --version", versions[command])
+        report(f"{command} spawn -> /ping OK", pings[command])
 
 
 if __name__ == "__main__":
