@@ -4,7 +4,7 @@ errors byte-exact, and what each command does to the registrations."""
 from __future__ import annotations
 
 import json
-import platform
+import socket
 import struct
 
 import pytest
@@ -52,7 +52,7 @@ async def test_identify_replies_with_the_lookupds_own_addresses_in_spec_key_orde
         "http_port": addresses.http[1],
         "version": NSQD_RELEASE,
         "broadcast_address": "lookupd.example",
-        "hostname": platform.node(),
+        "hostname": socket.gethostname(),
     }
     clients = addresses.registry.find_producers("client", "", "")
     assert [producer.peer.id for producer in clients] == [peer.local_address]

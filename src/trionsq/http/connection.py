@@ -11,7 +11,6 @@ write the descriptor directly (design §8); HTTPS goes through a ``trio.SSLStrea
 
 from __future__ import annotations
 
-import email.utils
 import logging
 import os
 import time
@@ -98,6 +97,20 @@ class StreamTransport:
         await self._stream.send_all(data)
 
 
+_DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+
+def http_date(seconds: int) -> str:
+    """RFC 9110's IMF-fixdate (``Sun, 06 Nov 1994 08:49:37 GMT``), in English whatever
+    the locale; written here because ``email.utils`` costs start-up time."""
+    t = time.gmtime(seconds)
+    return (
+        f"{_DAYS[t.tm_wday]}, {t.tm_mday:02d} {_MONTHS[t.tm_mon - 1]} {t.tm_year:04d}"
+        f" {t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d} GMT"
+    )
+
+
 class _DateHeader:
     """Go sends a Date header on every answer; formatting it once a second is enough."""
 
@@ -109,7 +122,7 @@ class _DateHeader:
         now = int(time.time())
         if now != self._second:
             self._second = now
-            self._value = email.utils.formatdate(now, usegmt=True).encode()
+            self._value = http_date(now).encode()
         return self._value
 
 

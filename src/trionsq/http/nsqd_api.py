@@ -12,7 +12,7 @@ needs one, and ext headers obey :func:`~trionsq.protocol.check_ext_header`.
 from __future__ import annotations
 
 import logging
-import platform
+import socket
 import struct
 import time
 from collections.abc import Callable
@@ -236,7 +236,7 @@ class NsqdHttpApi:
         info = {
             "version": NSQD_RELEASE,
             "broadcast_address": config.broadcast_address,
-            "hostname": platform.node(),
+            "hostname": socket.gethostname(),
             "http_port": http_port,
             "tcp_port": tcp_port,
             "start_time": int(self.started_at),

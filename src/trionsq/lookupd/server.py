@@ -20,7 +20,7 @@ made by ``/topic/create`` itself runs inside that request.
 from __future__ import annotations
 
 import logging
-import platform
+import socket
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Final
 
@@ -90,7 +90,7 @@ async def serve_lookupd(
             http_port=http[1],
             version=NSQD_RELEASE,
             broadcast_address=config.broadcast_address,
-            hostname=platform.node(),
+            hostname=socket.gethostname(),
         )
 
         async def handle_tcp(stream: trio.SocketStream) -> None:
