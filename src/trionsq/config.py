@@ -149,7 +149,10 @@ class NsqdConfig:
     max_rdy_count: int = 2500
     max_output_buffer_size: int = 65_536
     max_output_buffer_timeout: float = 30.0
-    min_output_buffer_timeout: float = 0.025
+    min_output_buffer_timeout: float = 0.010
+    """nsqd says 25ms; 10ms is the floor Youzan's nsqd keeps (it has no flag and raises
+    1-9 ms to 10), so every Youzan and upstream client's IDENTIFY is accepted
+    (docs/protocol.md, "IDENTIFY defaults")."""
     output_buffer_timeout: float = 0.25
     max_channel_consumers: int = 0
     """0: unlimited."""

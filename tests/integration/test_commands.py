@@ -609,7 +609,7 @@ CASES = [
     bad_identify("output_buffer_size", 63),
     bad_identify("output_buffer_size", 65_537),
     bad_identify("output_buffer_size", -2),
-    bad_identify("output_buffer_timeout", 24),
+    bad_identify("output_buffer_timeout", 9),
     bad_identify("output_buffer_timeout", 30_001),
     bad_identify("output_buffer_timeout", -2),
     bad_identify("sample_rate", 100),

@@ -200,7 +200,7 @@ def negotiate(
     elif timeout == 0:
         timeout_ms = settings.output_buffer_timeout_ms
     elif settings.min_output_buffer_timeout_ms <= timeout <= settings.max_output_buffer_timeout_ms:
-        timeout_ms = timeout
+        timeout_ms = timeout  # the floor defaults to Youzan's 10 ms, not nsqd's 25 (config.py)
     else:
         raise _invalid(f"output buffer timeout ({timeout}) is invalid")
 

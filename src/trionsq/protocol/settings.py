@@ -33,7 +33,8 @@ class ServerSettings:
     output_buffer_size: int = 16_384
     max_output_buffer_size: int = 65_536
     output_buffer_timeout_ms: int = 250
-    min_output_buffer_timeout_ms: int = 25
+    min_output_buffer_timeout_ms: int = 10
+    """Youzan's floor, not nsqd's 25: see ``NsqdConfig.min_output_buffer_timeout``."""
     max_output_buffer_timeout_ms: int = 30_000
     deflate: bool = True
     max_deflate_level: int = 6

@@ -185,8 +185,8 @@ CASES = [
         id="heartbeat-negative",
     ),
     P(
-        identify(b'{"output_buffer_timeout":24}'),
-        [bad_body("IDENTIFY output buffer timeout (24) is invalid")],
+        identify(b'{"output_buffer_timeout":9}'),
+        [bad_body("IDENTIFY output buffer timeout (9) is invalid")],
         None,
         id="buffer-timeout-small",
     ),
