@@ -171,27 +171,50 @@ class Storage:
             )
             for partition in topic.partitions:
                 for channel_meta in meta.channels:
-                    channel = partition.channel(channel_meta.name)
-                    self._restore_channel(meta.name, partition.index, channel, now, wall)
+                    state = self._load_channel_state(meta.name, partition.index, channel_meta.name)
+                    # no usable state: the oldest record held, even for a later channel
+                    # (at-least-once; nsqd's "later channels start at the tail" would lose)
+                    channel = partition.channel(channel_meta.name, oldest=state is None)
+                    if state is not None:
+                        self._restore_channel(meta.name, partition.index, channel, state, now, wall)
                     channel.paused = channel_meta.paused
             if meta.paused:
                 topic.set_paused(True)
         self._saved_metadata = encode_metadata(snapshot(broker))
         return metadata
 
-    def _restore_channel(
-        self, topic: str, partition: int, channel: Channel, now: float, wall: int
-    ) -> None:
+    def _load_channel_state(self, topic: str, partition: int, channel: str) -> ChannelState | None:
+        """The channel's saved state; None when there is none or it is unusable.
+
+        An unusable file is set aside as ``.bad`` (kept for a post-mortem, never read
+        again) with one error line, and the channel starts over at the oldest record.
+        """
         assert self.directory is not None  # noqa: S101 - only called when enabled
-        path = state_path(self.directory, topic, partition, channel.name)
+        path = state_path(self.directory, topic, partition, channel)
         try:
-            state = load_state(path)
+            return load_state(path)
         except ChannelStateError as error:
-            log.warning("%s: %s; starting from the oldest message held", path, error)
-            path.rename(path.with_name(path.name + ".bad"))
-            state = None
-        if state is None:
-            return
+            bad = _set_aside(path)
+            log.error(  # the error text starts with the state file's path
+                "%s; set aside as %s: channel %s/%d/%s restarts at the oldest message held,"
+                " so what it had not finished is delivered again",
+                error,
+                bad.name,
+                topic,
+                partition,
+                channel,
+            )
+            return None
+
+    def _restore_channel(
+        self,
+        topic: str,
+        partition: int,
+        channel: Channel,
+        state: ChannelState,
+        now: float,
+        wall: int,
+    ) -> None:
         label = f"{topic}/{partition}/{channel.name}"
         restored = restore_channel(
             channel.log, state, now_monotonic=now, now_wall_ns=wall, label=label
@@ -311,6 +334,17 @@ def channel_state(channel: Channel, now: float, wall: int) -> ChannelState:
         now_wall_ns=wall,
         finished_ahead=channel.finished_ahead(),
     )
+
+
+def _set_aside(path: Path) -> Path:
+    """Rename an unusable file to ``<name>.bad`` (``.bad.<n>`` if one is there already)."""
+    bad = path.with_name(path.name + ".bad")
+    number = 0
+    while bad.exists():
+        number += 1
+        bad = path.with_name(f"{path.name}.bad.{number}")
+    path.rename(bad)
+    return bad
 
 
 def _sync_logs(logs: set[TopicLog]) -> None:
