@@ -266,3 +266,12 @@ def test_nsqlookupd_accepts_its_flags() -> None:
     )
     assert parsed.values["inactive-producer-timeout"] == 300.0
     assert parsed.values["http-address"] == "0.0.0.0:4161"
+
+
+def test_the_package_version_is_the_installed_distributions() -> None:
+    """``__version__`` (what the commands report) and pyproject's version move together."""
+    import importlib.metadata
+
+    from trionsq import __version__
+
+    assert importlib.metadata.version("trionsq") == __version__
