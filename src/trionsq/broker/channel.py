@@ -7,8 +7,12 @@ there is work and room; its expiry task calls :meth:`Channel.expire` at
 nsqd's (spec semantics.md §5, §7, §10) with the decided differences of design §6: a
 departing consumer's messages are requeued at once.
 
-Redelivery order: requeued messages (REQ, timeouts, departures, due deferrals) go
-out before new ones; messages waiting for a tag holder keep their place without
+Redelivery order (design §6, docs/storage.md "Redelivery order"): a message put back
+(REQ without delay, a timeout, a departing consumer, a deferral that came due) goes
+behind the messages already waiting in the channel, as nsqd's channel put does: the
+parked ones and the records the cursor has not read yet, up to
+:data:`REDELIVERY_WINDOW` of them. An ordered channel (SUB_ORDERED) sends the same
+message again first. Messages waiting for a tag holder keep their place without
 holding back the rest.
 """
 
@@ -29,6 +33,8 @@ from ..queues.record import Record
 from .latency import LatencyWindow
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from ..queues.ephemeral import EphemeralFeed
     from ..queues.partition_log import PartitionLog
     from .latency import LatencySettings
@@ -40,6 +46,10 @@ DEFAULT_MAX_BATCH: Final = 256
 WAITING_LIMIT: Final = 10_000
 """Messages a channel keeps waiting for a consumer of their queue (tag dispatch)
 before it stops reading new ones; bounds memory when nobody takes one queue."""
+REDELIVERY_WINDOW: Final = 10_000
+"""Unread records at most that a message put back lets go first (nsqd's default
+mem-queue-size): all of a small backlog, a bounded part of a deep one on disk, so a
+redelivery is never held up behind millions of records."""
 
 
 @attrs.define(eq=False)
@@ -151,10 +161,12 @@ class Channel:
         rng: random.Random | None = None,
         feed: EphemeralFeed | None = None,
         latency: LatencySettings | None = None,
+        redelivery_window: int = REDELIVERY_WINDOW,
     ) -> None:
         """``feed``: an ephemeral channel reads it instead of a cursor over ``log``;
         ``latency``: track e2e processing latency on FIN (None: off, as in nsqd
-        without ``--e2e-processing-latency-percentile``)."""
+        without ``--e2e-processing-latency-percentile``); ``redelivery_window``: how
+        many unread records at most go out before a message put back."""
         self.name: Final = name
         self.topic: Final = topic
         self.partition: Final = partition
@@ -167,6 +179,7 @@ class Channel:
         """SUB_ORDERED: at most one message in flight for the channel (a channel of one
         partition), whatever the consumers' RDY; set by the first SUB_ORDERED."""
         self.max_batch: Final = max_batch
+        self.redelivery_window: Final = redelivery_window
         self.paused = False
         self.intake_limit: int | None = None
         """Set while the topic is paused: records from this id on are not taken from the
@@ -180,7 +193,9 @@ class Channel:
         self.timeout_count = 0
         self.latency = LatencyWindow(latency) if latency is not None else None
         """FIN latencies for /stats; the connection records them (it has the clock)."""
-        self._requeued: deque[Record] = deque()
+        self._requeued: deque[tuple[int, Record]] = deque()
+        """Messages put back, each with its gate: the read position the cursor must
+        reach before it goes out (what was waiting then goes first), in put order."""
         self._waiting: dict[str | None, deque[Record]] = {}
         """Messages no eligible consumer had room for, by the tag queue they wait in
         (None: the default queue), each in channel order."""
@@ -216,7 +231,7 @@ class Channel:
         """A connection leaves: its in-flight messages go back at once (design §6)."""
         self.consumers.pop(client_id, None)
         returned = [entry.payload for entry in self.in_flight.remove_client(client_id)]
-        self._requeued.extend(returned)
+        self._put_back(returned)
         return returned
 
     def set_rdy(self, client_id: int, count: int) -> None:
@@ -294,22 +309,27 @@ class Channel:
     def _collect(
         self, room: int, slots: list[ConsumerSlot], now: float, wall_ns: int
     ) -> list[Record]:
-        """Requeued first, then waiting messages whose queue has room now, then new ones.
+        """Waiting messages whose queue has room now, then new ones with the messages
+        put back in their place among them (an ordered channel: put back first).
 
         Waiting messages are only taken for a queue with room, so a backlog waiting
         for one tag (or for an untagged consumer) costs nothing per pass and does not
         hold back the others; new records are read on while fewer than
-        :data:`WAITING_LIMIT` wait.
+        :data:`WAITING_LIMIT` wait. A message put back goes out once the cursor has
+        read up to its gate; if the cursor cannot read on now (paused intake, the
+        waiting limit), it goes out anyway rather than stall behind records that are
+        not coming.
         """
         batch: list[Record] = []
         requeued = self._requeued
-        while requeued and len(batch) < room:
-            batch.append(requeued.popleft())
+        if self.ordered:  # SUB_ORDERED: the same message again, before anything newer
+            while requeued and len(batch) < room:
+                batch.append(requeued.popleft()[1])
         if self._waiting_count:
             open_room: dict[str | None, int] = {}
             for slot in slots:
                 open_room[slot.tag] = open_room.get(slot.tag, 0) + slot.room
-            for record in batch:  # requeued ones go first and use some of that room
+            for record in batch:  # put back on an ordered channel: uses some of that room
                 key = self._queue_of(record)
                 open_room[key] = open_room.get(key, 0) - 1
             for key, queue in list(self._waiting.items()):
@@ -324,22 +344,50 @@ class Channel:
                 self._waiting_count -= max(take, 0)
                 if not queue:
                     del self._waiting[key]
-        fresh = min(room - len(batch), self._intake())
-        if fresh > 0 and self._waiting_count < WAITING_LIMIT:
-            ahead = self._ahead
-            self.read_on = True
-            for record in self.cursor.take(fresh):
-                self.message_count += 1
-                if ahead and record.internal_id in ahead:  # deferred already at publish
-                    if ahead.pop(record.internal_id):
-                        self.cursor.finish(record.internal_id)
-                    continue
-                if record.deliver_at > wall_ns:  # DPUB: held back until its time
-                    due = now + (record.deliver_at - wall_ns) / 1e9
-                    self.deferred.push(record.internal_id, due, record)
-                else:
-                    batch.append(record)
+        may_read = self._waiting_count < WAITING_LIMIT
+        if self.ordered or not requeued:
+            if may_read:
+                self._read(batch, room, None, now, wall_ns)
+            return batch
+        cursor = self.cursor
+        while requeued and len(batch) < room:
+            read_id = cursor.read_id
+            gate = requeued[0][0]
+            if gate <= read_id:
+                while requeued and requeued[0][0] <= read_id and len(batch) < room:
+                    batch.append(requeued.popleft()[1])
+            elif may_read and self._intake() > 0:
+                self._read(batch, room, gate, now, wall_ns)
+                if cursor.read_id == read_id:
+                    return batch  # on disk only: the router reads it, then routes again
+            else:  # the cursor cannot read on now: no reason to hold these back
+                while requeued and len(batch) < room:
+                    batch.append(requeued.popleft()[1])
+        if may_read:
+            self._read(batch, room, None, now, wall_ns)
         return batch
+
+    def _read(
+        self, batch: list[Record], room: int, stop_id: int | None, now: float, wall_ns: int
+    ) -> None:
+        """Take new records from the cursor into ``batch`` (up to ``room`` in all, none
+        from ``stop_id`` on); a DPUB not yet due goes to the deferred queue instead."""
+        fresh = min(room - len(batch), self._intake())
+        if fresh <= 0:
+            return
+        ahead = self._ahead
+        self.read_on = True
+        for record in self.cursor.take(fresh, stop_id):
+            self.message_count += 1
+            if ahead and record.internal_id in ahead:  # deferred already at publish
+                if ahead.pop(record.internal_id):
+                    self.cursor.finish(record.internal_id)
+                continue
+            if record.deliver_at > wall_ns:  # DPUB: held back until its time
+                due = now + (record.deliver_at - wall_ns) / 1e9
+                self.deferred.push(record.internal_id, due, record)
+            else:
+                batch.append(record)
 
     def _tag_of(self, record: Record) -> str | None:
         """A message's dispatch tag, parsed at most once while it is in the channel."""
@@ -474,7 +522,7 @@ class Channel:
         if consumer is not None:
             consumer.requeue_count += 1
         if delay <= 0:
-            self._requeued.append(entry.payload)
+            self._put_back((entry.payload,))
         else:
             self.deferred.push(internal_id, now + delay, entry.payload)
         return entry.payload
@@ -496,17 +544,27 @@ class Channel:
 
     def expire(self, now: float) -> int:
         """Requeue timed-out messages and release due deferrals; returns how many."""
-        moved = 0
-        for entry in self.in_flight.pop_expired(now):
+        expired = self.in_flight.pop_expired(now)
+        for entry in expired:
             self.timeout_count += 1
             consumer = self.consumers.get(entry.client)
             if consumer is not None:
                 consumer.timeout_count += 1
-            self._requeued.append(entry.payload)
-            moved += 1
+        self._put_back([entry.payload for entry in expired])
         due = self.deferred.pop_due(now)
-        self._requeued.extend(due)
-        return moved + len(due)
+        self._put_back(due)
+        return len(expired) + len(due)
+
+    def _put_back(self, records: Sequence[Record]) -> None:
+        """nsqd's channel put for a redelivery: behind what waits in the channel now.
+
+        The gate is where the cursor will be once it has read the unread records
+        waiting now (at most :attr:`redelivery_window` of them); messages parked for a
+        tag queue were read before, so they are ahead too.
+        """
+        if records:
+            gate = self.cursor.position_after(min(self._intake(), self.redelivery_window))
+            self._requeued.extend([(gate, record) for record in records])
 
     # ---------------------------------------------------------------- admin
 

@@ -9,6 +9,7 @@ the cursor only knows what has been read and what has been finished.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from typing import TYPE_CHECKING
 
 import attrs
@@ -50,20 +51,32 @@ class ChannelCursor:
         """Records appended and not yet read."""
         return self.log.next_id - self.read_id
 
-    def take(self, max_count: int) -> list[Record]:
-        """Read up to ``max_count`` new records and move past them.
+    def position_after(self, count: int) -> int:
+        """The read position once ``count`` more records have been read (at most the
+        log's end): where a redelivered message is put back (see the channel)."""
+        return min(self.read_id + max(count, 0), self.log.next_id)
+
+    def take(self, max_count: int, stop_id: int | None = None) -> list[Record]:
+        """Read up to ``max_count`` new records, none from ``stop_id`` on, and move past them.
 
         A durable log may have holes (a record recovery had to skip): their ids
         count as finished, so the confirmed position moves over them.
         """
         first = self.read_id
+        if stop_id is not None:
+            max_count = min(max_count, stop_id - first)
+            if max_count <= 0:
+                return []
         records = self.log.read(first, max_count)
         if records:
             last = records[-1].internal_id
+            if stop_id is not None and last >= stop_id:  # read over a hole past the stop
+                records = records[: bisect_left(records, stop_id, key=_record_id)]
+                last = stop_id - 1
             self.read_id = last + 1
             if last - first + 1 != len(records):
                 present = {record.internal_id for record in records}
-                for missing in range(first, last):
+                for missing in range(first, last + 1):
                     if missing not in present:
                         self.finish(missing)
         return records
@@ -107,3 +120,7 @@ class ChannelCursor:
             len(self._finished),
             self.backlog,
         )
+
+
+def _record_id(record: Record) -> int:
+    return record.internal_id

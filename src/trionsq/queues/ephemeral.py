@@ -58,11 +58,22 @@ class EphemeralFeed:
         self.dropped += dropped
         return dropped
 
-    def take(self, max_count: int) -> list[Record]:
-        """Read up to ``max_count`` records, oldest first."""
+    def position_after(self, count: int) -> int:
+        """The read position once ``count`` more records have been read (ids have gaps
+        where records were dropped)."""
+        queue = self._queue
+        return queue[count].internal_id if 0 <= count < len(queue) else self.next_offer_id
+
+    def take(self, max_count: int, stop_id: int | None = None) -> list[Record]:
+        """Read up to ``max_count`` records, oldest first, none from ``stop_id`` on."""
         queue = self._queue
         count = min(max_count, len(queue))
-        return [queue.popleft() for _ in range(count)]
+        if stop_id is None:
+            return [queue.popleft() for _ in range(count)]
+        taken: list[Record] = []
+        while len(taken) < count and queue[0].internal_id < stop_id:
+            taken.append(queue.popleft())
+        return taken
 
     def finish(self, internal_id: int) -> None:
         """Nothing to confirm: the feed holds no position in the log."""

@@ -6,7 +6,8 @@ import random
 
 import pytest
 
-from trionsq.broker.channel import Channel, Consumer, Delivery
+from trionsq.broker.channel import WAITING_LIMIT, Channel, Consumer, Delivery
+from trionsq.queues.ephemeral import EphemeralFeed
 from trionsq.queues.inflight import NOT_IN_FLIGHT, NOT_OWNER, InFlightError
 from trionsq.queues.memory_log import MemoryLog
 
@@ -69,15 +70,148 @@ def test_fin_needs_the_owner_and_a_message_in_flight() -> None:
     assert ch.cursor.confirmed_id == 2
 
 
-def test_req_zero_redelivers_first_with_attempts_kept() -> None:
+def sent(deliveries: dict[int, list[Delivery]], client: int = 1) -> list[tuple[int, int]]:
+    return [(d.record.internal_id, d.attempts) for d in deliveries.get(client, [])]
+
+
+def drain_one_by_one(ch: Channel, now: float = 0.0, client: int = 1) -> list[tuple[int, int]]:
+    """Route and FIN one message at a time (RDY 1) until nothing comes."""
+    seen: list[tuple[int, int]] = []
+    while got := sent(ch.route(now, WALL), client):
+        seen += got
+        for internal_id, _ in got:
+            ch.finish(client, internal_id)
+    return seen
+
+
+def test_req_zero_goes_behind_the_waiting_messages_with_attempts_kept() -> None:
+    """nsqd's channel put: a REQ 0 message waits behind the unread backlog (design §6)."""
     _, ch = make(3)
     ch.subscribe(consumer(1, 1))
     assert ids(ch.route(0.0, WALL)[1]) == [1]
     ch.requeue(1, 1, delay=0, now=1.0)
-    again = ch.route(1.0, WALL)[1]
-    assert [(d.record.internal_id, d.attempts) for d in again] == [(1, 2)]
+    assert ch.depth == 3
+    assert drain_one_by_one(ch, 1.0) == [(2, 1), (3, 1), (1, 2)]
     assert ch.requeue_count == 1
     assert ch.consumers[1].requeue_count == 1
+    assert ch.cursor.confirmed_id == 4
+
+
+def test_timeout_goes_behind_the_waiting_messages() -> None:
+    """RDY 1, two messages, the first times out: the second, then the first again."""
+    _, ch = make(2)
+    ch.subscribe(consumer(1, 1))
+    assert sent(ch.route(0.0, WALL)) == [(1, 1)]
+    assert ch.expire(60.0) == 1
+    assert drain_one_by_one(ch, 60.0) == [(2, 1), (1, 2)]
+
+
+def test_messages_published_after_a_put_back_go_behind_it() -> None:
+    log, ch = make(2)
+    ch.subscribe(consumer(1, 1))
+    ch.route(0.0, WALL)
+    ch.requeue(1, 1, delay=0, now=1.0)
+    log.append([b"later", b"later still"], timestamp=WALL)
+    assert drain_one_by_one(ch, 1.0) == [(2, 1), (1, 2), (3, 1), (4, 1)]
+
+
+def test_put_back_messages_keep_their_order_among_new_ones_in_one_batch() -> None:
+    log, ch = make(4)
+    ch.subscribe(consumer(1, 2))
+    assert ids(ch.route(0.0, WALL)[1]) == [1, 2]
+    ch.requeue(1, 2, delay=0, now=1.0)  # gate: after 3 and 4
+    log.append([b"m4"], timestamp=WALL)  # id 5: behind both put back
+    ch.expire(60.0)  # 1 times out: behind 3, 4 and 5 (gate 6), after 2
+    ch.set_rdy(1, 10)
+    assert sent(ch.route(60.0, WALL)) == [(3, 1), (4, 1), (2, 2), (5, 1), (1, 2)]
+
+
+def test_a_deep_backlog_lets_only_the_redelivery_window_go_first() -> None:
+    _, ch = make(10, redelivery_window=3)
+    ch.subscribe(consumer(1, 1))
+    ch.route(0.0, WALL)
+    ch.requeue(1, 1, delay=0, now=1.0)
+    assert drain_one_by_one(ch, 1.0) == [(2, 1), (3, 1), (4, 1), (1, 2)] + [
+        (i, 1) for i in range(5, 11)
+    ]
+
+
+def test_a_departing_consumers_messages_go_behind_the_waiting_ones() -> None:
+    _, ch = make(4)
+    ch.subscribe(consumer(1, 2))
+    ch.route(0.0, WALL)
+    ch.subscribe(consumer(2, 1))
+    assert [r.internal_id for r in ch.unsubscribe(1)] == [1, 2]
+    assert drain_one_by_one(ch, client=2) == [(3, 1), (4, 1), (1, 2), (2, 2)]
+
+
+def test_a_due_deferral_goes_behind_the_waiting_messages() -> None:
+    _, ch = make(3)
+    ch.subscribe(consumer(1, 1))
+    ch.route(0.0, WALL)
+    ch.requeue(1, 1, delay=30.0, now=10.0)
+    ch.expire(40.0)
+    assert drain_one_by_one(ch, 40.0) == [(2, 1), (3, 1), (1, 2)]
+
+
+def test_an_ephemeral_feed_puts_back_behind_its_waiting_records() -> None:
+    log = MemoryLog()
+    feed = EphemeralFeed(capacity=3, next_offer_id=1)
+    ch = Channel("c#ephemeral", log, 1, max_msg_timeout=900.0, feed=feed)
+    feed.offer(log.append([b"a", b"b", b"c", b"dropped"], timestamp=WALL))  # 4: no room
+    ch.subscribe(consumer(1, 1))
+    ch.route(0.0, WALL)
+    ch.requeue(1, 1, delay=0, now=1.0)
+    feed.offer(log.append([b"e"], timestamp=WALL))
+    assert [(internal_id, n) for internal_id, n in drain_one_by_one(ch, 1.0)] == [
+        (2, 1),
+        (3, 1),
+        (1, 2),
+        (5, 1),
+    ]
+
+
+def test_a_put_back_tagged_message_waits_behind_its_tag_queue() -> None:
+    log, ch = make()
+    red = b'{"##client_dispatch_tag":"red"}'
+    log.append([b"r1", b"r2", b"r3"], timestamp=WALL, ext_version=4, exts=[red] * 3)
+    ch.subscribe(consumer(1, 1, tag="red"))
+    ch.subscribe(consumer(2, 5))  # untagged: room for the batch, none for red messages
+    assert sent(ch.route(0.0, WALL)) == [(1, 1)]  # 2 and 3 wait in red's queue
+    ch.requeue(1, 1, delay=0, now=1.0)
+    assert drain_one_by_one(ch, 1.0) == [(2, 1), (3, 1), (1, 2)]
+
+
+def test_a_put_back_message_is_not_held_when_the_cursor_cannot_read_on() -> None:
+    """More than WAITING_LIMIT messages wait for a busy tag holder: reading stops, so
+    an untagged redelivery goes out instead of waiting for records not coming."""
+    log, ch = make(1, redelivery_window=3 * WAITING_LIMIT)
+    ch.subscribe(consumer(1, 300))
+    ch.subscribe(consumer(2, 0, tag="red"))
+    assert sent(ch.route(0.0, WALL)) == [(1, 1)]
+    red = b'{"##client_dispatch_tag":"red"}'
+    count = 2 * WAITING_LIMIT
+    log.append([b"r"] * count, timestamp=WALL, ext_version=4, exts=[red] * count)
+    ch.requeue(1, 1, delay=0, now=1.0)
+    passes = 0
+    while not (got := sent(ch.route(1.0, WALL))):
+        passes += 1
+        assert passes < 100
+    assert got == [(1, 2)]
+    assert WAITING_LIMIT <= ch.statistics().depth - ch.cursor.backlog < count
+
+
+def test_ordered_channel_redelivers_the_same_message_first() -> None:
+    """SUB_ORDERED keeps its own rule: the message put back goes out before newer ones."""
+    _, ch = make(3, ordered=True)
+    ch.subscribe(consumer(1, 100))
+    assert sent(ch.route(0.0, WALL)) == [(1, 1)]
+    ch.requeue(1, 1, delay=0, now=1.0)
+    assert sent(ch.route(1.0, WALL)) == [(1, 2)]
+    assert ch.expire(61.0) == 1
+    assert sent(ch.route(61.0, WALL)) == [(1, 3)]
+    ch.finish(1, 1)
+    assert sent(ch.route(61.0, WALL)) == [(2, 1)]
 
 
 def test_req_with_delay_is_deferred_until_due() -> None:
@@ -205,11 +339,11 @@ def test_a_record_deferred_ahead_of_the_cursor_is_skipped_when_read() -> None:
 
 
 def test_a_record_finished_before_the_cursor_reaches_it_is_confirmed_then() -> None:
-    log, ch = make(0)
+    log, ch = make(0, redelivery_window=0)
     ch.subscribe(consumer(1, 1))
     first, dpub = log.append([b"first", b"later"], timestamp=WALL)
     ch.defer_ahead(dpub, due=1.0)
-    ch.expire(1.0)  # due before the cursor got past "first": delivered out of order
+    ch.expire(1.0)  # due before the cursor got past "first"; no window: out of order
     (early,) = ch.route(1.0, WALL)[1]
     assert early.record is dpub
     ch.finish(1, dpub.internal_id)

@@ -117,3 +117,24 @@ async def test_cancelling_the_channel_scope_ends_its_tasks(
         runner.cancel_scope.cancel()
         await trio.testing.wait_all_tasks_blocked()
         assert len(nursery.child_tasks) == 0
+
+
+async def test_a_timed_out_message_comes_back_behind_the_waiting_one(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """RDY 1, two messages, the first never finished: at its timeout the second goes
+    out, and the first only after that one is finished (nsqd's order, design §6)."""
+    log, channel, runner, outbox = setup(rdy=1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(runner.run)
+        t0 = trio.current_time()
+        log.append([b"first", b"second"], WALL)
+        runner.wake()
+        await trio.sleep(61)
+        assert outbox.seen() == [(t0, 1, 1), (t0 + 60, 2, 1)]
+        await trio.sleep(4)
+        channel.finish(1, 2)
+        runner.wake()
+        await trio.testing.wait_all_tasks_blocked()
+        assert outbox.seen()[2:] == [(t0 + 65, 1, 2)]
+        runner.cancel_scope.cancel()

@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trionsq.queues.cursor import ChannelCursor
+from trionsq.queues.ephemeral import EphemeralFeed
 from trionsq.queues.memory_log import MemoryLog
 
 if TYPE_CHECKING:
@@ -101,3 +102,39 @@ def test_ids_missing_from_the_log_count_as_finished() -> None:
     cursor.finish(5)
     cursor.finish(4)
     assert cursor.confirmed_id == 6
+
+
+def test_take_stops_before_a_given_id() -> None:
+    """A channel reads up to where a redelivered message was put back, not past it."""
+    log = filled(6)
+    cursor = ChannelCursor(log, log.start_id)
+    assert cursor.position_after(4) == 5
+    assert cursor.position_after(100) == log.next_id
+    assert [r.internal_id for r in cursor.take(10, stop_id=3)] == [1, 2]
+    assert cursor.take(10, stop_id=3) == []
+    assert cursor.read_id == 3
+    assert [r.internal_id for r in cursor.take(10, stop_id=None)] == [3, 4, 5, 6]
+
+
+def test_take_with_a_stop_inside_holes_moves_to_the_stop() -> None:
+    log = HoleyLog({2, 3, 5})
+    log.append([b"m%d" % i for i in range(6)], timestamp=0)
+    cursor = ChannelCursor(log, log.start_id)
+    assert [r.internal_id for r in cursor.take(10, stop_id=4)] == [1]
+    assert cursor.read_id == 4  # over the holes 2 and 3, not past the stop
+    assert [r.internal_id for r in cursor.take(10, stop_id=6)] == [4]
+    assert cursor.read_id == 6
+    for internal_id in (1, 4):
+        cursor.finish(internal_id)
+    assert cursor.confirmed_id == 6  # the holes count as finished
+
+
+def test_an_ephemeral_feed_reads_up_to_a_stop_over_its_gaps() -> None:
+    log = filled(6)
+    feed = EphemeralFeed(capacity=10, next_offer_id=1)
+    feed.offer([r for r in log.read(1, 6) if r.internal_id != 3])  # as if 3 was dropped
+    assert feed.position_after(2) == 4
+    assert feed.position_after(5) == feed.next_offer_id == 7
+    assert [r.internal_id for r in feed.take(10, stop_id=4)] == [1, 2]
+    assert [r.internal_id for r in feed.take(1, stop_id=7)] == [4]
+    assert [r.internal_id for r in feed.take(10)] == [5, 6]
