@@ -133,12 +133,21 @@ async def _serve_until_signalled(
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             addresses: _Addresses = await nursery.start(serve_fn, config)
+            _resume_garbage_collection()
             for line in listening(addresses):
                 log.info("%s", line)
             async for signum in signals:
                 log.info("%s: shutting down", signal.Signals(signum).name)
                 nursery.cancel_scope.cancel()
                 break
+
+
+def _resume_garbage_collection() -> None:
+    """Turn the collector back on if the console script paused it for start-up
+    (``launch``), freezing what start-up built so later collections skip it."""
+    if not gc.isenabled():
+        gc.freeze()
+        gc.enable()
 
 
 def _first(error: BaseException, kind: type[_Failure]) -> _Failure | None:
@@ -189,6 +198,8 @@ def _run_process(run: Callable[[_Config], Awaitable[None]], config: _Config) -> 
             raise
         log.critical("cannot listen: %s", failure.strerror or failure)
         return 1
+    finally:
+        _resume_garbage_collection()
     return 0
 
 
