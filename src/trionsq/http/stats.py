@@ -409,14 +409,21 @@ def _e2e_json(result: LatencyResult | None) -> dict[str, object]:
 
 
 def _lost(broker: Broker, topic: Topic) -> int:
-    """Recovery's missing ids per partition, plus what channels found cut from the log."""
+    """Records lost per partition: those recovery found missing at start, those the
+    first read of an older segment found missing later, plus what channels found cut
+    from the log."""
     storage = broker.storage
     reports = storage.reports if storage is not None else {}
+    logs = storage.logs if storage is not None else {}
     lost = 0
     for partition in topic.partitions:
-        report = reports.get((topic.name, partition.index))
+        key = (topic.name, partition.index)
+        report = reports.get(key)
         if report is not None:
             lost += report.missing_ids
+        topic_log = logs.get(key)
+        if topic_log is not None:
+            lost += topic_log.late_missing_ids
         lost += sum(channel.lost for channel in partition.channels.values())
     return lost
 

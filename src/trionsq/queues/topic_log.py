@@ -28,9 +28,12 @@ says so; the caller then runs :meth:`TopicLog.read_cold` in a worker thread and
 installs what it returns. See :meth:`TopicLog.read_cold` for what may run in another
 thread.
 
-Ids may have holes: a record recovery had to skip (bad checksum) keeps its id
-unused, and :meth:`TopicLog.read` simply goes past it. :attr:`TopicLog.holes`
-counts them.
+Ids may have holes: a record recovery had to skip (damaged) keeps its id unused,
+and :meth:`TopicLog.read` simply goes past it. :attr:`TopicLog.holes` counts them.
+A damaged record is never trusted for where the next one starts (its size field
+may be the damaged byte): the walk over a segment resynchronises at the next
+intact record (:func:`_resync`), the bytes in between stay in place as a gap that
+readers jump over, and a copy goes to ``<segment>.<start>-<stop>.bad``.
 
 Recovery (:meth:`TopicLog.open`) costs the last segment plus one header per segment,
 whatever the backlog: only the last segment (the one appends go on in) is read
@@ -148,6 +151,19 @@ def _decode_header(data: bytes) -> tuple[int, int] | None:
     return first_offset, first_id
 
 
+def _copy_bytes(fd: int, out: int, start: int, stop: int) -> None:
+    """Bytes [start, stop) of ``fd`` to ``out``, in large reads."""
+    position = start
+    while position < stop:
+        data = os.pread(fd, min(_SCAN_CHUNK, stop - position), position)
+        if not data:
+            break
+        view = memoryview(data)
+        while view:
+            view = view[os.write(out, view) :]
+        position += len(data)
+
+
 def _fsync_directory(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
     try:
@@ -180,15 +196,18 @@ class RecoveryReport:
     truncated_bytes: int
     """A torn tail cut from the last segment (a write the crash interrupted)."""
     skipped_records: int
-    """Damaged records (bad checksum) between intact ones, left in place and skipped."""
+    """Records lost to damaged bytes between intact records (the ids the damaged
+    range held), left in place, skipped, and copied to a ``.bad`` file."""
     skipped_bytes: int
     missing_ids: int
     """Ids with no record between the first and the last intact one: skipped, or in a
     part of a segment that could not be read."""
     bad_files: tuple[str, ...]
-    """``.bad`` files written: whole unreadable segments, or unreadable segment tails."""
+    """``.bad`` files: whole unreadable segments, unreadable segment tails (moved),
+    and copies of the damaged ranges skipped (``<segment>.<start>-<stop>.bad``)."""
     bad_bytes: int
-    """Bytes moved to ``.bad`` files."""
+    """Bytes moved to ``.bad`` files (the copies of skipped ranges are in
+    :attr:`skipped_bytes`)."""
     empty_files_removed: int
     """Zero-length segment files (created, never written): removed, nothing lost."""
     verified_lazily: int = 0
@@ -223,6 +242,10 @@ class _Check:
     """Positions of the damaged records found (and counted)."""
     end: int = _NO_LIMIT
     """Readers stop here: what follows could not be read (already counted)."""
+    gaps: tuple[tuple[int, int], ...] = ()
+    """Damaged byte ranges [start, stop) between intact records, in order: readers
+    jump from ``start`` (where the last intact record before ended) to ``stop`` (where
+    the next intact record begins), since nothing in between can be framed."""
 
 
 @attrs.define(eq=False)
@@ -268,13 +291,26 @@ class _Found:
     """Why the walk stopped before the end, if it did."""
     records: int = 0
     timestamp_max: int = _TIMESTAMP_FLOOR
-    damaged: list[int] = attrs.Factory(list)
-    """Positions of damaged records (bad checksum or fields, or an id out of order)
-    followed by an intact one."""
-    skipped: list[tuple[int, int, int]] = attrs.Factory(list)
-    """Runs of such records: (position, count, bytes)."""
+    gaps: list[tuple[int, int, int, int]] = attrs.Factory(list)
+    """Damaged ranges followed by an intact record: (start, stop, lo, hi), bytes
+    [start, stop) that held ids [lo, hi)."""
     holes: list[tuple[int, int]] = attrs.Factory(list)
-    """Ids [lo, hi) with no intact record, between two intact records."""
+    """Ids [lo, hi) with no record between two intact records that touch (no damaged
+    bytes between them: a segment written with a hole)."""
+
+    def missing(self) -> list[tuple[int, int]]:
+        """Every id range [lo, hi) with no intact record between two intact ones."""
+        return sorted([*self.holes, *((lo, hi) for _, _, lo, hi in self.gaps if hi > lo)])
+
+    def check(self, end: int = _NO_LIMIT) -> _Check:
+        """The :class:`_Check` readers use: the index, the gaps to jump over."""
+        return _Check(
+            self.index,
+            self.timestamp_max,
+            frozenset(start for start, _, _, _ in self.gaps),
+            end,
+            tuple((start, stop) for start, stop, _, _ in self.gaps),
+        )
 
 
 def _walk_records(
@@ -283,21 +319,24 @@ def _walk_records(
     """Verify every record of a segment from ``position`` to ``end``; build its index.
 
     A record is intact if its checksum and fields are right and its id comes after
-    the last intact one and before ``id_limit``. The walk stops at an impossible size
-    field, a short read, or an intact record at or past ``id_limit`` (it belongs to
-    the next segment). This is what recovery and first reads spend their time in:
-    one inline loop, as in :meth:`TopicLog._read_segment`, whose common case (an
-    intact plain record with the next id) does as little as it can; the rest goes
-    through the slower branch below it.
+    the last intact one and before ``id_limit``. A frame that is not (a bad checksum,
+    bad fields, an impossible size field) proves nothing about where the next record
+    starts, since its own size field may be the damaged byte: the walk resynchronises
+    at the first intact record after it (:func:`_resync`) and records the range in
+    between as a gap. It stops where no intact record follows damage, at a short
+    read, or at an intact record at or past ``id_limit`` (it belongs to the next
+    segment). This is what recovery and first reads spend their time in: one inline
+    loop, as in :meth:`TopicLog._read_segment`, whose common case (an intact plain
+    record with the next id) does as little as it can; the rest goes through the
+    slower branch below it.
     """
     found = _Found([], first_id - 1, position, position)
     index = found.index
     last_id = first_id - 1
-    # the id the common case wants: the next one (-1 after damaged records)
+    # the id the common case wants: the next one
     expect = first_id if first_id < id_limit else -1
     timestamp_max = _TIMESTAMP_FLOOR
     mark = position
-    pending: list[int] = []  # positions of damaged records since the last intact one
     unpack = _HEAD.unpack_from
     crc32 = _crc32
     chunk = _SCAN_CHUNK
@@ -309,6 +348,7 @@ def _walk_records(
         view = memoryview(buffer)
         at = 0
         mark_at = mark - position
+        damaged = None  # why the frame at ``at`` cannot be trusted, if it cannot
         while at <= last:
             size, crc, timestamp, internal_id, _, flags, ext_version = unpack(buffer, at)
             stop = at + 4 + size
@@ -335,18 +375,11 @@ def _walk_records(
                 or internal_id <= last_id
                 or ((flags or ext_version) and _decode(buffer, at, 0, size) is None)
             ):
-                pending.append(position + at)
-                expect = -1
-                at = stop
-                continue
+                damaged = "a damaged record"
+                break
             if internal_id >= id_limit:
                 reason = f"record {internal_id} belongs to the next segment"
                 break
-            if pending:
-                here = position + at
-                found.skipped.append((pending[0], len(pending), here - pending[0]))
-                found.damaged.extend(pending)
-                pending = []
             if internal_id > last_id + 1:
                 found.holes.append((last_id + 1, internal_id))
             if at >= mark_at:
@@ -360,26 +393,149 @@ def _walk_records(
         view.release()
         mark = mark_at + position
         position += at
-        if at or reason is not None:
+        if damaged is None and reason is None:
+            if at:
+                continue
+            # Not one whole record in the buffer: a large record, or a bad size field.
+            if length < _SIZE.size:
+                reason = "the file is shorter than expected"
+                break
+            size = _SIZE.unpack_from(buffer)[0]
+            if size < _MIN_SIZE_FIELD or position + 4 + size > end:
+                damaged = f"impossible record size {size}"
+            elif chunk >= 4 + size:
+                reason = "the file is shorter than expected"
+                break
+            else:
+                chunk = 4 + size
+                continue
+        if damaged is None:
             continue
-        # Not one whole record in the buffer: a large record, or a bad size field.
-        if length < _SIZE.size:
-            reason = "the file is shorter than expected"
+        resumed = _resync(fd, position, end, last_id, id_limit)
+        if resumed is None:
+            reason = damaged
             break
-        size = _SIZE.unpack_from(buffer)[0]
-        if size < _MIN_SIZE_FIELD or position + 4 + size > end:
-            reason = f"impossible record size {size}"
-        elif chunk >= 4 + size:
-            reason = "the file is shorter than expected"
-        chunk = 4 + size
+        resume_at, resume_id = resumed
+        found.gaps.append((position, resume_at, last_id + 1, resume_id))
+        # the record found is intact: the loop takes it next, with no hole
+        last_id = resume_id - 1
+        expect = resume_id
+        position = resume_at
+        chunk = _SCAN_CHUNK
     found.last_id = last_id
-    # what follows the last intact record: the damaged ones after it, if any
-    found.good_end = pending[0] if pending else position
+    found.good_end = position
     found.stop = position
     found.reason = reason
-    found.records = last_id - first_id + 1 - sum(hi - lo for lo, hi in found.holes)
+    found.records = last_id - first_id + 1 - sum(hi - lo for lo, hi in found.missing())
     found.timestamp_max = timestamp_max
     return found
+
+
+_ID_AT: Final = 16
+"""Where a record's id starts: after its size, checksum and timestamp."""
+_ID: Final = struct.Struct(">Q")
+
+
+def _resync(
+    fd: int, damaged_at: int, end: int, last_id: int, id_limit: int
+) -> tuple[int, int] | None:
+    """(position, id) of the first intact record after the damaged frame at
+    ``damaged_at``, or None if there is none before ``end``.
+
+    Every byte after ``damaged_at`` may start it (the damaged byte may be a size
+    field), so each is a candidate. One is taken only if all of these hold, which
+    arbitrary bytes practically never do together:
+
+    - its id comes after ``last_id`` and before ``id_limit``, and no more ids are
+      skipped than the bytes skipped could have held: ids in a segment go up by one
+      per record and a record takes at least ``FIXED_SIZE`` bytes. Random bytes pass
+      this with odds near ``window / 2**64``;
+    - its size fits before ``end``;
+    - its crc32 matches (odds 2**-32 for bytes that are not a record) and its
+      fields decode.
+
+    Candidates are found by a regular expression (run in C) that wants a possible
+    size and, at the id's place, the bytes every id of the window starts with, so
+    even a long damaged range (a zeroed disk block, say) is scanned quickly. Only a record a client itself placed inside a message body, with the
+    right id, right where the damage is, could be mistaken for the real next one.
+    """
+    lowest = last_id + 1
+    if end - damaged_at - 1 < FIXED_SIZE:
+        return None
+    highest = min(id_limit - 1, lowest + (end - damaged_at) // FIXED_SIZE)
+    if highest < lowest:
+        return None
+    candidates = _candidates(lowest, highest)
+    unpack = _HEAD.unpack_from
+    base = damaged_at + 1
+    while end - base >= FIXED_SIZE:
+        buffer = os.pread(fd, min(_SCAN_CHUNK, end - base), base)
+        last = len(buffer) - FIXED_SIZE  # the last candidate whose fields are all here
+        if last < 0:
+            return None
+        for match in candidates.finditer(buffer):
+            at = match.start()
+            if at > last:
+                break
+            candidate = base + at
+            size, crc, _, internal_id, _, flags, ext_version = unpack(buffer, at)
+            if (
+                lowest <= internal_id <= highest
+                and internal_id - lowest <= (candidate - damaged_at) // FIXED_SIZE
+                and size >= _MIN_SIZE_FIELD
+                and candidate + 4 + size <= end
+            ):
+                if at + 4 + size <= len(buffer):
+                    frame, start = buffer, at
+                else:
+                    frame, start = os.pread(fd, 4 + size, candidate), 0
+                if (
+                    len(frame) - start >= 4 + size
+                    and _crc32(memoryview(frame)[start + _FIELDS_AT : start + 4 + size]) == crc
+                    and not ((flags or ext_version) and _decode(frame, start, 0, size) is None)
+                ):
+                    return candidate, internal_id
+        base += last + 1
+    return None
+
+
+def _candidates(lowest: int, highest: int) -> re.Pattern[bytes]:
+    """Where a record with an id in [lowest, highest] may start: a size field of at
+    least ``_MIN_SIZE_FIELD``, then (after the checksum and timestamp) the leading id
+    bytes the whole window shares, and the range of the byte after them."""
+    low, high = _ID.pack(lowest), _ID.pack(highest)
+    shared = 0
+    while shared < _ID.size and low[shared] == high[shared]:
+        shared += 1
+    pattern = b"(?=(?!\\x00\\x00\\x00[\\x00-%s]).{%d}%s" % (
+        re.escape(bytes([_MIN_SIZE_FIELD - 1])),
+        _ID_AT,
+        re.escape(low[:shared]),
+    )
+    if shared < _ID.size:
+        pattern += b"[%s-%s]" % (
+            re.escape(low[shared : shared + 1]),
+            re.escape(high[shared : shared + 1]),
+        )
+    return re.compile(pattern + b")", re.DOTALL)
+
+
+def _spans(check: _Check, start: int, stop: int) -> list[tuple[int, int]]:
+    """The parts of [start, stop) outside the check's gaps: where readers can frame
+    records one after another."""
+    spans: list[tuple[int, int]] = []
+    position = start
+    for gap_start, gap_stop in check.gaps:
+        if gap_stop <= position:
+            continue
+        if gap_start >= stop:
+            break
+        if gap_start > position:
+            spans.append((position, gap_start))
+        position = gap_stop
+    if position < stop:
+        spans.append((position, stop))
+    return spans
 
 
 @attrs.define
@@ -679,17 +835,8 @@ class _Head:
     mtime: float
 
 
-def _log_found(name: str, path: str, found: _Found) -> None:
-    """Log the damaged records and the missing ids a walk found between intact ones."""
-    for position, count, length in found.skipped:
-        storage_log.warning(
-            "TOPICLOG(%s) skipped %d damaged record(s), %d bytes at position %d of %s",
-            name,
-            count,
-            length,
-            position,
-            path,
-        )
+def _log_holes(name: str, path: str, found: _Found) -> None:
+    """Log the ids a walk found missing between two intact records that touch."""
     for lo, hi in found.holes:
         storage_log.warning("TOPICLOG(%s) ids %d to %d are missing in %s", name, lo, hi - 1, path)
 
@@ -814,15 +961,20 @@ class TopicLog:
             holes. What follows its last intact record is saved as ``.bad`` and
             cut; with no intact record it is set aside.
           - Otherwise its records are verified by the first read or seek that
-            needs them (:meth:`_checked`): a damaged record found then is skipped,
-            logged and counted once, and its id becomes a hole, as at open. An
-            unreadable rest (an impossible size field) stays in the file unread,
-            its ids holes: a read never writes;
+            needs them (:meth:`_checked`): damage found then is skipped, copied,
+            logged and counted once (:attr:`late_missing_ids`), its ids holes, as
+            at open. A damaged rest with no intact record after it stays in the
+            file unread (and is copied), its ids holes: a read never changes a
+            segment;
 
-        - the last segment is read record by record. A record with a bad checksum
-          followed by an intact record is skipped where it is, its id becomes a
-          hole; what follows the last intact record (a torn write, an impossible
-          size field, damaged records) is truncated; a segment whose header says it
+        - the last segment is read record by record. Damaged bytes (a bad
+          checksum, bad fields, an impossible size field) followed by an intact
+          record are skipped where they are: the walk resynchronises at the first
+          intact record after them (:func:`_resync`), their ids become holes, a
+          copy goes to ``<segment>.<start>-<stop>.bad``, one warning per range.
+          What follows the last intact record (a torn write, or damage with
+          nothing intact after it, which cannot be told from one) is truncated
+          and not counted as lost. A segment whose header says it
           starts inside the one before cuts that one back to there;
         - ids of missing records between segments become holes;
         - ids continue after the last intact record, offsets after its end.
@@ -1059,13 +1211,14 @@ class TopicLog:
             found = _walk_records(
                 fd, HEADER_SIZE, size, head.first_id, _NO_LIMIT, self.index_interval
             )
-            _log_found(self.name, path, found)
-            for lo, hi in found.holes:
+            tally.bad_files.extend(self._keep_damaged(fd, path, found))
+            _log_holes(self.name, path, found)
+            for lo, hi in found.missing():
                 self._add_hole(lo, hi, tally)
             tally.records += found.records
-            tally.skipped_records += sum(count for _, count, _ in found.skipped)
-            tally.skipped_bytes += sum(length for _, _, length in found.skipped)
-            segment.check = _Check(found.index, found.timestamp_max, frozenset(found.damaged))
+            tally.skipped_records += sum(hi - lo for _, _, lo, hi in found.gaps)
+            tally.skipped_bytes += sum(stop - start for start, stop, _, _ in found.gaps)
+            segment.check = found.check()
             segment.next_id = found.last_id + 1
             good_end = found.good_end
             tail = size - good_end
@@ -1135,16 +1288,19 @@ class TopicLog:
         cut_records = 0
         fd = os.open(segment.path, os.O_RDWR | _O_CLOEXEC)
         try:
-            walk = _Walk(start)
-            for buffer, at, position, size in _frames(fd, start, segment.end, _SCAN_CHUNK, walk):
-                intact = _intact(buffer, at, size)
-                if intact is None or intact[0] <= last_id:
-                    continue
-                if position + 4 + size <= limit and intact[0] < first_id:
-                    last_id = intact[0]
-                    good_end = position + 4 + size
-                else:
-                    cut_records += 1
+            for span_start, span_stop in _spans(check, start, segment.end):
+                walk = _Walk(span_start)
+                for buffer, at, position, size in _frames(
+                    fd, span_start, span_stop, _SCAN_CHUNK, walk
+                ):
+                    intact = _intact(buffer, at, size)
+                    if intact is None or intact[0] <= last_id:
+                        continue
+                    if position + 4 + size <= limit and intact[0] < first_id:
+                        last_id = intact[0]
+                        good_end = position + 4 + size
+                    else:
+                        cut_records += 1
             tail = segment.end - good_end
             bad = self._save_tail(fd, segment.path, good_end, segment.end)
         finally:
@@ -1160,6 +1316,7 @@ class TopicLog:
                 [entry for entry in check.index if entry[1] < good_end],
                 check.timestamp_max,
                 frozenset(p for p in check.damaged if p < good_end),
+                gaps=tuple(gap for gap in check.gaps if gap[1] <= good_end),
             )
         kept = [hole for hole in self._holes if hole[0] < segment.next_id]
         tally.missing_ids -= sum(hi - lo for lo, hi in self._holes[len(kept) :])
@@ -1196,15 +1353,7 @@ class TopicLog:
         bad = _bad_path(path)
         out = os.open(bad, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC, 0o644)
         try:
-            position = start
-            while position < size:
-                data = os.pread(fd, min(_SCAN_CHUNK, size - position), position)
-                if not data:
-                    break
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(out, view) :]
-                position += len(data)
+            _copy_bytes(fd, out, start, size)
             os.fsync(out)
         finally:
             os.close(out)
@@ -1212,6 +1361,59 @@ class TopicLog:
         os.fsync(fd)
         self._directory_dirty = True
         return bad
+
+    def _keep_damaged(self, fd: int, path: str, found: _Found) -> list[str]:
+        """Copy each damaged range a walk jumped over to a ``.bad`` file and log it, one
+        line per range (segment, bytes, records lost); returns the files written."""
+        kept: list[str] = []
+        for start, stop, lo, hi in found.gaps:
+            copy = self._copy_aside(fd, path, start, stop)
+            if copy is not None:
+                kept.append(copy)
+            storage_log.warning(
+                "TOPICLOG(%s) skipped %d damaged record(s), ids %d to %d, at bytes %d to %d "
+                "of %s; the bytes are kept in %s",
+                self.name,
+                hi - lo,
+                lo,
+                hi - 1,
+                start,
+                stop,
+                path,
+                copy or "no file (could not write one)",
+            )
+        return kept
+
+    def _copy_aside(self, fd: int, path: str, start: int, stop: int) -> str | None:
+        """Copy damaged bytes [start, stop) of a segment to ``<segment>.<start>-<stop>.bad``
+        (left as it is if an earlier start wrote it: the segment is not changed there).
+
+        None if it cannot be written: logged, and recovery goes on, since the copy is
+        for an operator, not for the log. Any thread (a first read may call it).
+        """
+        target = f"{path}.{start}-{stop}.bad"
+        if os.path.lexists(target):
+            return target
+        try:
+            out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC, 0o644)
+        except FileExistsError:
+            return target
+        except OSError as error:
+            storage_log.error("TOPICLOG(%s) could not create %s: %s", self.name, target, error)
+            return None
+        try:
+            _copy_bytes(fd, out, start, stop)
+            os.fsync(out)
+        except OSError as error:
+            os.close(out)
+            with contextlib.suppress(OSError):
+                os.unlink(target)
+            storage_log.error("TOPICLOG(%s) could not write %s: %s", self.name, target, error)
+            return None
+        os.close(out)
+        with self._lock:
+            self._directory_dirty = True
+        return target
 
     def _add_hole(self, lo: int, hi: int, tally: _Tally) -> None:
         self._holes.append((lo, hi))
@@ -1706,16 +1908,8 @@ class TopicLog:
                 try:
                     check = self._checked(segment, fd)
                     if check is not None:
-                        budget = self._read_segment(
-                            fd,
-                            segment,
-                            check,
-                            position,
-                            min(end, check.end),
-                            from_id,
-                            out,
-                            max_records,
-                            budget,
+                        budget = self._read_spans(
+                            fd, segment, check, position, end, from_id, out, max_records, budget
                         )
                 finally:
                     os.close(fd)
@@ -1723,6 +1917,27 @@ class TopicLog:
                     break
             position = HEADER_SIZE
         return out
+
+    def _read_spans(
+        self,
+        fd: int,
+        segment: _Segment,
+        check: _Check,
+        position: int,
+        end: int,
+        from_id: int,
+        out: list[Record],
+        max_records: int,
+        budget: int,
+    ) -> int:
+        """:meth:`_read_segment` over each run of records between damaged ranges."""
+        for span_start, span_stop in _spans(check, position, min(end, check.end)):
+            budget = self._read_segment(
+                fd, segment, check, span_start, span_stop, from_id, out, max_records, budget
+            )
+            if len(out) >= max_records or budget <= 0:
+                break
+        return budget
 
     def _read_segment(
         self,
@@ -1851,27 +2066,33 @@ class TopicLog:
 
     def _verify(self, segment: _Segment, fd: int | None) -> _Check | None:
         """Read a sealed segment record by record, as recovery reads the last one, and
-        log and count what is lost. Runs once per segment (under ``checking``); cuts
-        nothing: what cannot be read stays in the file, past the check's end."""
+        log and count what is lost. Runs once per segment (under ``checking``); changes
+        nothing in it: damaged ranges are jumped over (and copied to ``.bad`` files), an
+        unreadable rest stays in the file, past the check's end (and is copied too)."""
         own = fd is None
         if fd is None:
             fd = _open_to_read(segment.path)
             if fd is None:
                 return None
+        rest = None
         try:
             found = _walk_records(
                 fd, HEADER_SIZE, segment.end, segment.first_id, segment.next_id, self.index_interval
             )
+            self._keep_damaged(fd, segment.path, found)
+            if found.good_end < segment.end:
+                rest = self._copy_aside(fd, segment.path, found.good_end, segment.end)
         finally:
             if own:
                 os.close(fd)
-        _log_found(self.name, segment.path, found)
-        holes = list(found.holes)
+        _log_holes(self.name, segment.path, found)
+        holes = found.missing()
         if found.last_id + 1 < segment.next_id:
             holes.append((found.last_id + 1, segment.next_id))
         if found.good_end < segment.end:
             storage_log.warning(
-                "TOPICLOG(%s) %s is unreadable from position %d (%s): %s",
+                "TOPICLOG(%s) %s is unreadable from position %d (%s): %s; the bytes from "
+                "there are kept in %s",
                 self.name,
                 segment.path,
                 found.good_end,
@@ -1879,12 +2100,13 @@ class TopicLog:
                 f"ids {found.last_id + 1} to {segment.next_id - 1} are missing"
                 if found.last_id + 1 < segment.next_id
                 else "no id is missing",
+                rest or "no file (could not write one)",
             )
         if holes:
             with self._lock:
                 self._found_holes.extend(holes)
                 self._late_missing += sum(hi - lo for lo, hi in holes)
-        return _Check(found.index, found.timestamp_max, frozenset(found.damaged), found.good_end)
+        return found.check(found.good_end)
 
     def _locate(self, segments: Sequence[_Segment], internal_id: int) -> tuple[int, int]:
         """(segment index, file position) where a scan for ``internal_id`` starts."""
@@ -1918,18 +2140,19 @@ class TopicLog:
                     continue
                 try:
                     check = self._checked(segment, fd)
-                    walk = _Walk(position)
                     base = segment.first_offset - HEADER_SIZE
-                    stop = min(end, check.end) if check is not None else position
-                    for buffer, at, file_position, size in _frames(
-                        fd, position, stop, _SCAN_CHUNK, walk
-                    ):
-                        record = _decode(buffer, at, base + file_position, size)
-                        if record is None or record.internal_id < start_id:
-                            continue
-                        if accept(record):
-                            return record, after
-                        after = record.internal_id + 1
+                    spans = _spans(check, position, min(end, check.end)) if check else []
+                    for span_start, span_stop in spans:  # around damaged ranges
+                        walk = _Walk(span_start)
+                        for buffer, at, file_position, size in _frames(
+                            fd, span_start, span_stop, _SCAN_CHUNK, walk
+                        ):
+                            record = _decode(buffer, at, base + file_position, size)
+                            if record is None or record.internal_id < start_id:
+                                continue
+                            if accept(record):
+                                return record, after
+                            after = record.internal_id + 1
                 finally:
                     os.close(fd)
             position = HEADER_SIZE

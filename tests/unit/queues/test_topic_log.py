@@ -658,15 +658,20 @@ def test_damaged_records_at_the_end_are_a_torn_tail(tmp_path: Path) -> None:
     assert log.next_id == 20
 
 
-def test_an_impossible_size_in_a_sealed_segment_loses_the_rest_of_it_at_first_read(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize("victim_id", [5, "last"])
+def test_an_impossible_size_in_a_sealed_segment_is_found_by_the_first_read(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, victim_id: int | str
 ) -> None:
+    """Only the damaged record is lost: the read resynchronises at the next intact
+    one. With nothing intact after it in its segment, the ids up to the next segment
+    are lost. Either way the segment is not changed; the damaged bytes are copied."""
     log, _ = open_log(tmp_path, max_bytes_per_file=1500)
     fill(log, 6)
-    victim = log.read_cold(5, 1)[0]
-    log.close()
     first = segment_files(tmp_path)[0]
-    lost = range(5, ids_in(first)[-1] + 1)
+    last_of_first = ids_in(first)[-1]
+    victim = log.read_cold(5 if victim_id == 5 else last_of_first, 1)[0]
+    log.close()
+    lost = [victim.internal_id]
     data = bytearray(first.read_bytes())
     data[HEADER_SIZE + victim.offset : HEADER_SIZE + victim.offset + 4] = b"\xff\xff\xff\xff"
     first.write_bytes(bytes(data))
@@ -676,15 +681,22 @@ def test_an_impossible_size_in_a_sealed_segment_loses_the_rest_of_it_at_first_re
     assert len(log) == 60
     ids = [r.internal_id for r in read_everything(log)]
     assert ids == [i for i in range(1, 61) if i not in lost]
-    assert log.holes == log.late_missing_ids == len(lost) > 1
-    assert len(log) == 60 - len(lost)
-    assert caplog.text.count("is unreadable from position") == 1
-    assert f"ids 5 to {lost[-1]} are missing" in caplog.text
-    # a read never writes: the file is as it was, nothing set aside
+    assert log.holes == log.late_missing_ids == 1
+    assert len(log) == 59
+    start = HEADER_SIZE + victim.offset
+    (bad,) = tmp_path.glob(f"{first.name}.*.bad")
+    assert bad.name == f"{first.name}.{start}-{start + victim.raw_size}.bad"
+    assert bad.read_bytes() == bytes(data[start : start + victim.raw_size])
+    if victim_id == 5:
+        assert caplog.text.count("skipped 1 damaged record(s), ids 5 to 5") == 1
+    else:
+        assert caplog.text.count("is unreadable from position") == 1
+        assert f"ids {last_of_first} to {last_of_first} are missing" in caplog.text
+    # a read never writes to a segment: the file is as it was
     assert first.read_bytes() == bytes(data)
     assert not Path(str(first) + ".bad").exists()
-    assert log.seek_offset(victim.offset) == lost[-1] + 1
-    assert log.offset_of(5) == log.read_cold(5, 1)[0].offset
+    assert log.seek_offset(victim.offset) == victim.internal_id + 1
+    assert log.offset_of(victim.internal_id) == log.read_cold(victim.internal_id + 1, 1)[0].offset
 
 
 def test_a_zero_length_segment_is_removed_without_loss(tmp_path: Path) -> None:
@@ -1201,3 +1213,199 @@ def test_an_empty_log(tmp_path: Path) -> None:
     log.sync()
     log.close()
     assert segment_files(tmp_path) == []
+
+
+# -- damage in the middle: resynchronising (issue 14) ----------------------------
+
+
+def flip(path: Path, position: int, mask: int = 0xFF) -> bytes:
+    """XOR one byte of a file; returns the file's new bytes."""
+    data = bytearray(path.read_bytes())
+    data[position] ^= mask
+    path.write_bytes(bytes(data))
+    return bytes(data)
+
+
+def damaged_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "damaged record(s)" in r.getMessage()]
+
+
+@pytest.mark.parametrize("mask", [0x01, 0x10, 0x80, 0xFF])
+@pytest.mark.parametrize("byte", [0, 1, 2, 3])
+def test_a_flipped_size_byte_in_the_active_segment_loses_only_its_record(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, byte: int, mask: int
+) -> None:
+    """Whatever the size field now says (too small, a little or much too large), the
+    walk finds the next record and goes on: one record lost, counted, kept, logged."""
+    log, _ = open_log(tmp_path)
+    fill(log, 10)
+    written = log.read_cold(1, 1000, max_bytes=1 << 30)
+    next_id, next_offset = log.next_id, log.next_offset
+    log.close()
+    (path,) = segment_files(tmp_path)
+    victim = written[40]
+    start = HEADER_SIZE + victim.offset
+    data = flip(path, start + byte, mask)
+    caplog.set_level(logging.WARNING, "trionsq.storage")
+    log, report = open_log(tmp_path)
+    assert (report.skipped_records, report.skipped_bytes) == (1, victim.raw_size)
+    assert (report.missing_ids, report.truncated_bytes, report.bad_bytes) == (1, 0, 0)
+    assert (log.next_id, log.next_offset, log.holes) == (next_id, next_offset, 1)
+    assert read_everything(log) == written[:40] + written[41:]
+    bad = Path(f"{path}.{start}-{start + victim.raw_size}.bad")
+    assert report.bad_files == (str(bad),)
+    assert bad.read_bytes() == data[start : start + victim.raw_size]
+    (line,) = damaged_lines(caplog)
+    assert f"skipped 1 damaged record(s), ids 41 to 41, at bytes {start} to" in line
+    assert str(path) in line
+    assert str(bad) in line
+    # appends go on after it; reopened, the same range is found and kept only once
+    log.append([b"after"], 7)
+    log.close()
+    log, again = open_log(tmp_path)
+    assert again.missing_ids == 1
+    assert [r.body for r in read_everything(log)][-1] == b"after"
+    assert sorted(tmp_path.glob("*.bad")) == [bad]
+
+
+def test_a_flipped_body_byte_loses_only_its_record(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    log, _ = open_log(tmp_path)
+    fill(log, 3)
+    written = log.read_cold(1, 100)
+    log.close()
+    (path,) = segment_files(tmp_path)
+    victim = written[12]
+    start = HEADER_SIZE + victim.offset
+    data = flip(path, start + victim.raw_size - 3)
+    caplog.set_level(logging.WARNING, "trionsq.storage")
+    log, report = open_log(tmp_path)
+    assert report.missing_ids == report.skipped_records == 1
+    assert read_everything(log) == written[:12] + written[13:]
+    (bad,) = tmp_path.glob("*.bad")
+    assert bad.read_bytes() == data[start : start + victim.raw_size]
+    assert len(damaged_lines(caplog)) == 1
+
+
+def test_a_long_damaged_range_loses_the_records_it_touches(tmp_path: Path) -> None:
+    """Zeroed bytes across several records (a bad disk block): every record the range
+    touches is lost, the first one starting after it is found again."""
+    log, _ = open_log(tmp_path)
+    fill(log, 100)
+    written = log.read_cold(1, 10_000, max_bytes=1 << 30)
+    log.close()
+    (path,) = segment_files(tmp_path)
+    data = bytearray(path.read_bytes())
+    lo, hi = HEADER_SIZE + 5000, HEADER_SIZE + 9096
+    data[lo:hi] = bytes(hi - lo)
+    path.write_bytes(bytes(data))
+    touched = {r.internal_id for r in written if r.offset < hi - HEADER_SIZE and r.end > 5000}
+    log, report = open_log(tmp_path)
+    assert report.missing_ids == len(touched) > 10
+    assert read_everything(log) == [r for r in written if r.internal_id not in touched]
+
+
+def test_a_record_inside_a_body_is_not_taken_for_the_next_one(tmp_path: Path) -> None:
+    """A body holding a whole, valid record: the resync does not stop there, since its
+    id is not one the damaged bytes could have held."""
+    inner = encode_record(Record(0, 0, 10**12, 5, b"not a real record"))
+    log, _ = open_log(tmp_path)
+    log.append([b"first", b"x" * 40 + inner + b"y" * 40, b"third"], 5)
+    written = log.read_cold(1, 10)
+    log.close()
+    (path,) = segment_files(tmp_path)
+    flip(path, HEADER_SIZE + written[1].offset + 3, 0x04)  # the size field
+    log, report = open_log(tmp_path)
+    assert report.missing_ids == 1
+    assert read_everything(log) == [written[0], written[2]]
+
+
+def test_a_torn_tail_is_cut_and_not_counted_even_after_damage(tmp_path: Path) -> None:
+    """Damage with nothing intact after it at the end of the active segment is a torn
+    write: cut, not counted, no copy kept."""
+    log, _ = open_log(tmp_path)
+    fill(log, 2)
+    written = log.read_cold(1, 100)
+    log.close()
+    (path,) = segment_files(tmp_path)
+    flip(path, HEADER_SIZE + written[-1].offset + 1, 0x20)
+    log, report = open_log(tmp_path)
+    assert (report.missing_ids, report.truncated_bytes) == (0, written[-1].raw_size)
+    assert read_everything(log) == written[:-1]
+    assert not list(tmp_path.glob("*.bad"))
+
+
+@pytest.mark.parametrize("part", ["size", "body"])
+def test_damage_in_an_older_segment_is_found_counted_and_kept_by_its_first_read(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, part: str
+) -> None:
+    log, _ = open_log(tmp_path, max_bytes_per_file=1500, cache_records=5)
+    fill(log, 10)
+    written = log.read_cold(1, 1000, max_bytes=1 << 30)
+    log.close()
+    files = segment_files(tmp_path)
+    assert len(files) > 3
+    ids = ids_in(files[1])
+    victim = written[ids[len(ids) // 2] - 1]
+    base = written[ids[0] - 1].offset
+    start = HEADER_SIZE + victim.offset - base
+    data = flip(files[1], start + (2 if part == "size" else 40), 0x01)
+    caplog.set_level(logging.WARNING, "trionsq.storage")
+    log, report = open_log(tmp_path, max_bytes_per_file=1500, cache_records=5)
+    assert report.lossless  # not read at open
+    assert read_everything(log) == [r for r in written if r is not victim]
+    assert log.late_missing_ids == log.holes == 1
+    (bad,) = tmp_path.glob("*.bad")
+    assert bad.name == f"{files[1].name}.{start}-{start + victim.raw_size}.bad"
+    assert bad.read_bytes() == data[start : start + victim.raw_size]
+    assert len(damaged_lines(caplog)) == 1
+    assert files[1].read_bytes() == data  # a read changes no segment
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    batches=st.lists(
+        st.tuples(st.lists(st.binary(max_size=120), min_size=1, max_size=6), st.integers(0, 2)),
+        min_size=1,
+        max_size=12,
+    ),
+    where=st.floats(0, 1, exclude_max=True),
+    mask=st.integers(1, 255),
+    cache_records=st.integers(0, 5),
+)
+def test_one_flipped_byte_costs_at_most_its_record(
+    batches: list[tuple[list[bytes], int]], where: float, mask: int, cache_records: int
+) -> None:
+    """Any record byte of any segment flipped: recovery and reads lose the record that
+    holds it and nothing else, deliver no damaged body, and count the loss unless it
+    was the very last record (a torn tail, cut)."""
+    directory = Path(tempfile.mkdtemp(prefix="topic-log-flip-"))
+    try:
+        log, _ = open_log(directory, max_bytes_per_file=600, cache_records=cache_records)
+        for number, (bodies, kind) in enumerate(batches):
+            if kind == 1:
+                log.append(bodies, number, ext_version=1, exts=[b"tag-%d" % number] * len(bodies))
+            elif kind == 2:
+                log.append(bodies, number, deliver_at=10**18 + number)
+            else:
+                log.append(bodies, number, trace_ids=[number] * len(bodies))
+        written = log.read_cold(1, 10**6, max_bytes=1 << 30)
+        log.close()
+        files = segment_files(directory)
+        firsts = [ids_in(path)[0] for path in files]
+        victim = written[int(where * len(written))]
+        number = max(n for n, first in enumerate(firsts) if first <= victim.internal_id)
+        path = files[number]
+        position = HEADER_SIZE + victim.offset - written[firsts[number] - 1].offset
+        flip(path, position + int(where * 7919) % victim.raw_size, mask)
+        log, report = open_log(directory, max_bytes_per_file=600, cache_records=cache_records)
+        expected = [r for r in written if r.internal_id != victim.internal_id]
+        assert read_everything(log) == expected
+        assert log.read_cold(1, 10**6, max_bytes=1 << 30) == expected
+        torn = victim is written[-1]
+        assert report.missing_ids + log.late_missing_ids == (0 if torn else 1)
+        assert log.next_id == (victim.internal_id if torn else written[-1].internal_id + 1)
+        assert len(log) == len(expected)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
