@@ -22,7 +22,7 @@ import cattrs
 import orjson
 from cattrs.cols import homogenous_tuple_structure_factory
 
-from .serialization import make_converter
+from .serialization import make_converter, short_repr
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -170,7 +170,7 @@ def storage_converter() -> cattrs.Converter:
 
             def variadic(value: object, _type: object) -> object:
                 if not isinstance(value, list):
-                    raise TypeError(f"expected a JSON array, got {value!r}")
+                    raise TypeError(f"expected a JSON array, got {short_repr(value)}")
                 return items(value, cls)
 
             return variadic
@@ -178,7 +178,7 @@ def storage_converter() -> cattrs.Converter:
 
         def fixed(value: object, _type: object) -> object:
             if not isinstance(value, list) or len(value) != len(hooks):
-                raise TypeError(f"expected a JSON array of {len(hooks)}, got {value!r}")
+                raise TypeError(f"expected a JSON array of {len(hooks)}, got {short_repr(value)}")
             return tuple(
                 hook(item, arg) for hook, item, arg in zip(hooks, value, args, strict=True)
             )
@@ -224,3 +224,5 @@ def decode_versioned(
         raise StorageFormatError(f"{what}: {details}") from exc
     except (TypeError, ValueError, KeyError) as exc:
         raise StorageFormatError(f"{what}: {exc}") from exc
+    except RecursionError:
+        raise StorageFormatError(f"{what}: JSON nested too deeply") from None

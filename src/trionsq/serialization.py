@@ -3,10 +3,16 @@
 Structuring is strict the way Go's ``encoding/json`` is: a JSON number is not a
 string, ``true`` is not ``1``, ``1.0`` is not an int, and ``null`` leaves a field at
 its default. Unknown keys are ignored, as nsqd ignores them.
+
+Input comes from peers, so nothing here recurses as deep as the JSON does: orjson
+accepts 1024 levels, more than Python's stack has room for once a server is a few
+dozen frames in. Nulls are dropped with an explicit stack, error texts show values
+through :func:`short_repr`, and a recursion that still happens is a decode error.
 """
 
 from __future__ import annotations
 
+import reprlib
 from typing import TYPE_CHECKING, TypeVar
 
 import attrs
@@ -17,7 +23,7 @@ from cattrs.gen import make_dict_structure_fn
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["JsonDecodeError", "dumps", "make_converter", "structure_json"]
+__all__ = ["JsonDecodeError", "dumps", "make_converter", "short_repr", "structure_json"]
 
 T = TypeVar("T")
 
@@ -29,21 +35,33 @@ class JsonDecodeError(ValueError):
     """The bytes were not JSON of the expected shape."""
 
 
+_SHORT_REPR = reprlib.Repr()
+_SHORT_REPR.maxlevel = 3
+_SHORT_REPR.maxstring = 80
+_SHORT_REPR.maxother = 80
+
+
+def short_repr(value: object) -> str:
+    """``repr`` for error texts about peer JSON: a few levels deep and short, so a
+    hostile value can neither overflow the stack nor flood the log."""
+    return _SHORT_REPR.repr(value)
+
+
 def _strict_int(value: object, _type: object) -> int:
     if type(value) is not int or not INT64_MIN <= value <= INT64_MAX:
-        raise TypeError(f"expected an integer, got {value!r}")
+        raise TypeError(f"expected an integer, got {short_repr(value)}")
     return value
 
 
 def _strict_bool(value: object, _type: object) -> bool:
     if type(value) is not bool:
-        raise TypeError(f"expected a boolean, got {value!r}")
+        raise TypeError(f"expected a boolean, got {short_repr(value)}")
     return value
 
 
 def _strict_str(value: object, _type: object) -> str:
     if type(value) is not str:
-        raise TypeError(f"expected a string, got {value!r}")
+        raise TypeError(f"expected a string, got {short_repr(value)}")
     return value
 
 
@@ -59,7 +77,9 @@ def make_converter() -> cattrs.Converter:
 
         def hook(value: object, _type: object) -> object:
             if not isinstance(value, dict):
-                raise TypeError(f"expected a JSON object for {cls.__name__}, got {value!r}")
+                raise TypeError(
+                    f"expected a JSON object for {cls.__name__}, got {short_repr(value)}"
+                )
             return structure(value, cls)
 
         return hook
@@ -82,18 +102,27 @@ def structure_json(data: bytes, cls: type[T], converter: cattrs.Converter = _CON
         raise JsonDecodeError(str(exc)) from exc
     if not isinstance(raw, dict):
         raise JsonDecodeError("expected a JSON object")
+    _drop_nulls(raw)
     try:
-        return converter.structure(_drop_nulls(raw), cls)
+        return converter.structure(raw, cls)
     except (cattrs.BaseValidationError, TypeError, ValueError, KeyError) as exc:
         raise JsonDecodeError(str(exc)) from exc
+    except RecursionError:
+        raise JsonDecodeError("JSON nested too deeply") from None
 
 
-def _drop_nulls(value: object) -> object:
-    if isinstance(value, dict):
-        return {key: _drop_nulls(item) for key, item in value.items() if item is not None}
-    if isinstance(value, list):
-        return [_drop_nulls(item) for item in value]
-    return value
+def _drop_nulls(root: dict[str, object]) -> None:
+    """Remove ``null`` members from every object in ``root``, in place (orjson's
+    fresh objects are ours), with an explicit stack whatever the depth."""
+    stack: list[object] = [root]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            for key in [key for key, item in node.items() if item is None]:
+                del node[key]
+            stack.extend(item for item in node.values() if isinstance(item, (dict, list)))
+        elif isinstance(node, list):
+            stack.extend(item for item in node if isinstance(item, (dict, list)))
 
 
 def dumps(value: object, converter: cattrs.Converter = _CONVERTER) -> bytes:

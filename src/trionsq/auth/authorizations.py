@@ -33,6 +33,8 @@ from urllib.parse import quote_plus, unquote, urlsplit
 import attrs
 import orjson
 
+from ..serialization import short_repr
+
 __all__ = [
     "ACCEPT",
     "DEFAULT_PATH",
@@ -186,7 +188,7 @@ def _string(value: object, where: str) -> str:
     if value is None:
         return ""
     if type(value) is not str:
-        raise AuthReplyError(f"{where}: expected a string, got {value!r}")
+        raise AuthReplyError(f"{where}: expected a string, got {short_repr(value)}")
     return value
 
 
@@ -194,7 +196,7 @@ def _strings(value: object, where: str) -> tuple[str, ...]:
     if value is None:
         return ()
     if type(value) is not list:
-        raise AuthReplyError(f"{where}: expected a list of strings, got {value!r}")
+        raise AuthReplyError(f"{where}: expected a list of strings, got {short_repr(value)}")
     return tuple(_string(item, where) for item in value)
 
 
@@ -204,7 +206,7 @@ def _ttl(value: object) -> int:
     elif type(value) is int and _INT64_MIN <= value <= _INT64_MAX:
         ttl = value
     else:
-        raise AuthReplyError(f"ttl: expected an integer, got {value!r}")
+        raise AuthReplyError(f"ttl: expected an integer, got {short_repr(value)}")
     if ttl <= 0:
         raise AuthReplyError(f"invalid TTL {ttl} (must be >0)")
     return ttl
@@ -214,7 +216,7 @@ def _authorization(value: object) -> Authorization:
     if value is None:
         return Authorization()
     if type(value) is not dict:
-        raise AuthReplyError(f"authorizations: expected an object, got {value!r}")
+        raise AuthReplyError(f"authorizations: expected an object, got {short_repr(value)}")
     return Authorization(
         topic=_string(_member(value, "topic"), "topic"),
         channels=_strings(_member(value, "channels"), "channels"),
@@ -231,10 +233,10 @@ def decode_auth_reply(data: bytes, *, fetched_at: float) -> AuthState:
     except orjson.JSONDecodeError as exc:
         raise AuthReplyError(f"reply is not JSON: {exc}") from exc
     if type(raw) is not dict:
-        raise AuthReplyError(f"reply is not a JSON object: {raw!r:.80}")
+        raise AuthReplyError(f"reply is not a JSON object: {short_repr(raw)}")
     grants = _member(raw, "authorizations")
     if grants is not None and type(grants) is not list:
-        raise AuthReplyError(f"authorizations: expected a list, got {grants!r:.80}")
+        raise AuthReplyError(f"authorizations: expected a list, got {short_repr(grants)}")
     authorizations = tuple(_authorization(item) for item in grants or ())
     return AuthState(
         ttl=_ttl(_member(raw, "ttl")),

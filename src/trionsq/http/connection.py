@@ -149,9 +149,30 @@ def encode_response(response: Response, *, close: bool = False, head: bool = Fal
     return b"".join(parts)
 
 
+_VERSION_NOT_SUPPORTED: Final = (
+    b"HTTP/1.1 505 HTTP Version Not Supported: unsupported protocol version\r\n"
+    b"Content-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"
+    b"505 HTTP Version Not Supported: unsupported protocol version"
+)
+"""Go's net/http answer, byte for byte (no Content-Length: the close ends it)."""
+
+
+def _version_supported(request: h11.Request) -> bool:
+    """Go's HTTP/1 server takes any ``HTTP/1.x`` (and ``PRI * HTTP/2.0``, the HTTP/2
+    preface, for handlers to upgrade); ``HTTP/0.x`` and ``HTTP/2+`` get 505. h11
+    has already refused versions not of the form ``HTTP/<digit>.<digit>`` with
+    400, as Go refuses them as malformed."""
+    version = request.http_version
+    if version.startswith(b"1."):
+        return True
+    return version == b"2.0" and request.method == b"PRI" and request.target == b"*"
+
+
 def _keeps_alive(request: h11.Request) -> bool:
-    """HTTP/1.1 without ``Connection: close`` (h11's rule; 1.0 clients get one answer)."""
-    if request.http_version != b"1.1":
+    """HTTP/1.1 or a later 1.x without ``Connection: close`` (Go's ``ProtoAtLeast(1,
+    1)``); 1.0 clients get one answer, and so does the HTTP/2 preface, as in Go."""
+    version = request.http_version
+    if version < b"1.1" or not version.startswith(b"1."):
         return False
     return not any(
         name == b"connection" and b"close" in value.lower() for name, value in request.headers
@@ -186,6 +207,10 @@ async def serve_http_connection(
             event = await _next_event(transport, conn)
             if not isinstance(event, h11.Request):
                 return  # EOF inside a request, or a malformed one (already answered)
+            if not _version_supported(event):
+                log.debug("http: HTTP/%s not supported", event.http_version.decode())
+                await transport.send(_VERSION_NOT_SUPPORTED)
+                return
             answer, whole = await _answer(transport, conn, event, dispatch, body_limit)
             if answer is None:
                 return
@@ -257,8 +282,8 @@ async def _answer(
     body = b"".join(chunks)
     try:
         return await dispatch(attrs.evolve(head, body=body)), whole
-    except Exception:
-        log.exception("http: handler for %s %s failed", method, target)
+    except Exception:  # one line and a traceback; the target may be long (a query)
+        log.exception("http: handler for %s %.200s failed", method, target)
         return Response.error(500, "INTERNAL_ERROR"), whole
 
 

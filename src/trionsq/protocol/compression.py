@@ -10,15 +10,20 @@ with the masked CRC-32C of their uncompressed bytes and hold at most 65536 uncom
 bytes. Chunks ``0x80``-``0xfe`` (skippable, padding) are ignored; ``0x02``-``0x7f`` are
 reserved and fatal. The framing is parsed here, so input may be split at any byte;
 complete data chunks are handed to cramjam (snappy's Rust implementation), which checks
-each CRC and decompresses. Each chunk's lengths are checked before any work is done, so
-output per call is bounded by the format itself: at most 65536 bytes per chunk, i.e.
-roughly 22 bytes out per byte in.
+each CRC and decompresses. Each chunk's lengths are checked before any work is done
+(at most 65536 bytes out per chunk, roughly 22 bytes out per byte in), and one call
+decompresses chunks only up to a cap on its output; complete chunks past it stay
+compressed in the decoder until drained, as with deflate.
 
 **Deflate** is raw DEFLATE (RFC 1951, no zlib header or trailer) with a sync flush after
 every write, so the peer can decode each write as soon as it arrives. The decoder caps
 the bytes one :meth:`DeflateDecoder.decode` call returns (a deflate stream can expand
 about 1000 times); input it could not yet expand is kept and drained by later calls,
 ``decode(b"")`` included, while :attr:`DeflateDecoder.pending` is true.
+
+The cap matters for time as much as for memory: whoever parses the output does work
+in proportion to it, so a server that yields between calls stays responsive while a
+small compressed write expands into millions of commands.
 
 Any malformed input raises :class:`CompressionError`; a decoder that raised is broken
 for good (the connection must be closed).
@@ -47,7 +52,7 @@ SNAPPY_STREAM_IDENTIFIER: Final = b"\xff\x06\x00\x00sNaPpY"
 MAX_SNAPPY_CHUNK_DATA: Final = 65_536
 """Most uncompressed bytes one snappy data chunk may hold."""
 DEFAULT_MAX_INFLATE_OUTPUT: Final = 4 * 1024 * 1024
-"""Default cap on the bytes one :meth:`DeflateDecoder.decode` call returns."""
+"""Default cap on the bytes one ``decode`` call returns (both decoders)."""
 
 _CHUNK_HEADER: Final = 4
 _CRC_SIZE: Final = 4
@@ -97,24 +102,36 @@ class SnappyEncoder:
 class SnappyDecoder:
     """Decode a snappy framed stream fed in pieces split at any byte.
 
-    :meth:`decode` returns the data of every chunk completed so far and keeps a partial
-    chunk (at most one chunk header plus ~76 KiB) for the next call.
+    :meth:`decode` returns the data of the chunks completed so far, up to
+    ``max_output`` bytes (always at least one complete chunk), and keeps the rest,
+    compressed, for the next call: complete chunks past the cap (:attr:`pending`
+    is then true) and a partial chunk (at most one chunk header plus ~76 KiB).
     """
 
-    __slots__ = ("_buffer", "_failed", "_started")
+    __slots__ = ("_buffer", "_failed", "_more", "_started", "max_output")
 
-    def __init__(self) -> None:
+    def __init__(self, max_output: int = DEFAULT_MAX_INFLATE_OUTPUT) -> None:
+        if max_output < 1:
+            raise ValueError(f"max_output must be positive, got {max_output}")
+        self.max_output = max_output
         self._buffer = bytearray()
         self._started = False
+        self._more = False
         self._failed: CompressionError | None = None
 
     @property
     def buffered(self) -> int:
-        """Bytes held of a chunk not yet complete."""
+        """Compressed bytes held: chunks past the cap, and one not yet complete."""
         return len(self._buffer)
 
+    @property
+    def pending(self) -> bool:
+        """Complete chunks were held back by :attr:`max_output`: call ``decode(b"")``."""
+        return self._more
+
     def decode(self, data: bytes | bytearray | memoryview) -> bytes:
-        """Feed ``data``; return the uncompressed bytes of the chunks it completed."""
+        """Feed ``data``; return the uncompressed bytes of the chunks it completed,
+        up to :attr:`max_output` (one chunk may take a call past it by < 64 KiB)."""
         if self._failed is not None:
             raise CompressionError(f"snappy: stream already failed: {self._failed}")
         try:
@@ -131,8 +148,13 @@ class SnappyDecoder:
         size = len(buffer)
         pos = 0
         chunks: list[memoryview] = []
+        room = self.max_output
+        self._more = False
         try:
             while size - pos >= _CHUNK_HEADER:
+                if room <= 0:
+                    self._more = True  # the rest waits, compressed, for the next call
+                    break
                 chunk_type = buffer[pos]
                 length = buffer[pos + 1] | buffer[pos + 2] << 8 | buffer[pos + 3] << 16
                 body_start = pos + _CHUNK_HEADER
@@ -144,7 +166,9 @@ class SnappyDecoder:
                     self._started = True  # its body was checked complete just above
                 elif chunk_type < _FIRST_SKIPPABLE:
                     if chunk_type == _TYPE_COMPRESSED:
-                        _check_compressed_length(view[body_start + _CRC_SIZE : end])
+                        room -= _check_compressed_length(view[body_start + _CRC_SIZE : end])
+                    else:
+                        room -= length - _CRC_SIZE
                     chunks.append(view[pos:end])
                 pos = end
             out = _decode_chunks(chunks) if chunks else b""
@@ -177,8 +201,8 @@ class SnappyDecoder:
             raise CompressionError(f"snappy: reserved unskippable chunk type 0x{chunk_type:02x}")
 
 
-def _check_compressed_length(block: memoryview) -> None:
-    """Refuse a compressed block that claims more than one chunk's worth of data."""
+def _check_compressed_length(block: memoryview) -> int:
+    """The length a compressed block claims; refused if over one chunk's worth."""
     try:
         claimed = cramjam.snappy.decompress_raw_len(block)
     except cramjam.DecompressionError as exc:
@@ -188,6 +212,7 @@ def _check_compressed_length(block: memoryview) -> None:
             f"snappy: compressed chunk claims {claimed} bytes, over the maximum "
             f"{MAX_SNAPPY_CHUNK_DATA}"
         )
+    return int(claimed)
 
 
 def _decode_chunks(chunks: list[memoryview]) -> bytes:

@@ -17,14 +17,23 @@ from .errors import ProtocolError
 from .strconv import go_parse_uint64
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterable, Mapping
 
-__all__ = ["DISPATCH_TAG_KEY", "TRACE_ID_KEY", "ExtHeader", "check_ext_header"]
+__all__ = [
+    "DISPATCH_TAG_KEY",
+    "MAX_EXT_HEADER_DEPTH",
+    "TRACE_ID_KEY",
+    "ExtHeader",
+    "check_ext_header",
+]
 
 TRACE_ID_KEY: Final = "##trace_id"
 """Decimal uint64 as a JSON string: the message's trace id, and a traced reply."""
 DISPATCH_TAG_KEY: Final = "##client_dispatch_tag"
 """A string: the tag queue the message is dispatched to (spec §8.7)."""
+MAX_EXT_HEADER_DEPTH: Final = 254
+"""Most levels of objects and arrays in a header: what orjson can write back (HTTP
+stores the header re-serialized), so TCP and HTTP refuse the same headers."""
 
 
 @attrs.frozen
@@ -51,8 +60,9 @@ def check_ext_header(
     request headers), then check the reserved keys.
 
     Errors are returned, not raised, because none of them ends a TCP connection:
-    ``E_INVALID_JSON_HEADER`` (not JSON, or not an object) and ``INVALID_TRACE_ID``
-    (``##trace_id`` not a string, or not a decimal uint64).
+    ``E_INVALID_JSON_HEADER`` (not JSON, not an object, or nested deeper than
+    :data:`MAX_EXT_HEADER_DEPTH`) and ``INVALID_TRACE_ID`` (``##trace_id`` not a
+    string, or not a decimal uint64).
     """
     try:
         parsed = orjson.loads(header)
@@ -61,6 +71,11 @@ def check_ext_header(
     if not isinstance(parsed, dict):
         return _soft("E_INVALID_JSON_HEADER", "fail to parse json header:not a JSON object")
     fields: dict[str, object] = parsed
+    if _deeper_than(fields, MAX_EXT_HEADER_DEPTH):
+        return _soft(
+            "E_INVALID_JSON_HEADER",
+            f"fail to parse json header:nested deeper than {MAX_EXT_HEADER_DEPTH} levels",
+        )
     if overrides:
         fields.update(overrides)
     trace_id: int | None = None
@@ -74,3 +89,18 @@ def check_ext_header(
     raw_tag = fields.get(DISPATCH_TAG_KEY)
     tag = raw_tag if isinstance(raw_tag, str) else None
     return ExtHeader(fields, trace_id, tag)
+
+
+def _deeper_than(root: dict[str, object], limit: int) -> bool:
+    """Whether objects and arrays nest more than ``limit`` levels (``root`` is level 1);
+    an explicit stack, and a flat header costs one pass over its values."""
+    stack: list[tuple[object, int]] = [(root, 1)]
+    while stack:
+        node, level = stack.pop()
+        items: Iterable[object] = node.values() if isinstance(node, dict) else node  # type: ignore[assignment]
+        for item in items:
+            if isinstance(item, (dict, list)):
+                if level >= limit:
+                    return True
+                stack.append((item, level + 1))
+    return False

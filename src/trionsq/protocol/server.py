@@ -191,6 +191,12 @@ class ServerConnection:
 
     # ------------------------------------------------------------------ I/O layer calls
 
+    @property
+    def buffered(self) -> int:
+        """Bytes held for a command not complete yet: a partial line, or the body
+        field being read (at most ``max_line_length`` or the body limits)."""
+        return len(self._partial_line) + self._have
+
     def tls_established(self) -> None:
         """The I/O layer finished the TLS handshake; TLS-required commands may follow."""
         self.tls = True
@@ -258,6 +264,7 @@ class ServerConnection:
             self._reader.close()
         self._reader = None
         self._pieces = []
+        self._have = 0
         self._partial_line = b""
 
     def _newline_search_start(self, buf: bytes) -> int:
@@ -666,9 +673,13 @@ class ServerConnection:
             raise _fatal(
                 "E_BAD_MESSAGE", f"{verb} message too big {size} > {self.settings.max_msg_size}"
             )
-        refusal = self._gate(verb, topic, partition, size)
+        auth = self.settings.auth_enabled
+        # With AUTH on, nothing about the topic is told before the auth check
+        refusal = None if auth else self._gate(verb, topic, partition, size)
         body = yield size, _EOF_BODY[verb]
         self._require_auth(verb)
+        if auth:
+            refusal = self._gate(verb, topic, partition, size)
         return refusal if refusal is not None else Pub(topic, body, partition)
 
     def _dpub(self, params: list[bytes]) -> _Reader:
@@ -772,9 +783,9 @@ class ServerConnection:
             raise _fatal("E_BAD_BODY", f"invalid body size {size}")
         if size > self.settings.max_msg_size:
             raise _fatal("E_BAD_MESSAGE", f"message too big {size} > {self.settings.max_msg_size}")
+        self._require_auth("PUB")  # before anything that tells whether the topic exists
         self._require_existable(topic)
         refusal = self._gate(verb, topic, partition, size)
-        self._require_auth("PUB")
         eof_body = _EOF_YOUZAN_BODY
         if verb == "PUB_TRACE":
             if size <= 8:
@@ -815,9 +826,9 @@ class ServerConnection:
             raise _fatal("E_BAD_BODY", f"invalid body size {size}")
         if size > max_body:
             raise _fatal("E_BAD_BODY", f"body too big {size} > {max_body}")
+        self._require_auth("PUB")  # before anything that tells whether the topic exists
         self._require_existable(topic)
         refusal = self._gate(verb, topic, partition, size)
-        self._require_auth("PUB")
         count = yield from self._read_message_count()
         budget = size - 4
         eof_body = _EOF_MPUB_BODY

@@ -401,10 +401,12 @@ class ClientSession:
     async def _receive_layered(self, transport: Transport, data: bytes) -> None:
         """Raw bytes through the layers into the protocol (``b""``: what they hold).
 
-        Deflate hands back a bounded amount per call; the rest is drained in turn,
-        each piece answered before the next, so memory stays bounded. Bytes that are
-        not a valid TLS or compressed stream close the connection without a frame, as
-        nsqd's failed read does.
+        The decoder hands back a bounded piece per call (about two plain reads); the
+        rest is drained in turn, each piece answered, then a scheduler pass, before
+        the next. The socket is not read again until it is all drained, so memory
+        and the work done per turn stay bounded however far the bytes expand. Bytes
+        that are not a valid TLS or compressed stream close the connection without a
+        frame, as nsqd's failed read does.
         """
         try:
             plain = transport.decode(data)
@@ -415,6 +417,7 @@ class ClientSession:
                     return  # closed, or a second IDENTIFY upgraded again and went on
                 if not transport.pending:
                     break
+                await trio.lowlevel.checkpoint()  # as a plain read does between reads
                 plain = transport.decode(b"")
         except (CompressionError, ssl.SSLError) as error:
             log.info("client %d: bad upgraded stream, closing: %s", self.client_id, error)
@@ -661,7 +664,22 @@ class ClientSession:
         topics and a named partition must exist; an ordered topic needs a partition.
 
         PUB/MPUB reach here only when they name a partition.
+
+        With AUTH on, the grants are checked first, so a client learns nothing of
+        a topic it may not use. When that cannot be decided without awaiting (the
+        grants expired, or AUTH came in this same read) nothing is refused here:
+        the auth check after the body comes first, then the handler's own checks.
         """
+        auth = self.auth
+        if auth is not None:
+            allowed = None
+            if auth.state is not None:
+                allowed = auth.verdict(header.topic, "", trio.current_time())
+            if allowed is None:
+                return None
+            if not allowed:
+                verb = "MPUB" if header.verb == "MPUB" else "PUB"  # Youzan's verbs check as PUB
+                return broker_errors.unauthorized(verb, header.topic)
         topic = self.broker.topics.get(header.topic)
         if topic is None or (header.partition or 0) >= len(topic.partitions):
             return broker_errors.topic_not_exist()
@@ -690,14 +708,15 @@ class ClientSession:
 
     def _pub_ext(self, event: PubExt) -> None:
         message = event.message
-        if self._ext_refusal(event.topic, (message,)):
+        index = self._target(event.topic, event.partition, create=False)
+        if index < 0 or self._ext_refusal(event.topic, (message,)):
             return
         trace_id = message.trace_id
         records = self.broker.publish(
             event.topic,
             [message.body],
             time.time_ns(),
-            partition_index=event.partition or 0,
+            partition_index=index,
             trace_ids=[trace_id or 0],
             ext_version=EXT_VERSION_JSON,
             exts=[message.header],
@@ -715,13 +734,14 @@ class ClientSession:
 
     def _mpub_ext(self, event: MpubExt) -> None:
         messages = event.messages
-        if self._ext_refusal(event.topic, messages):
+        index = self._target(event.topic, event.partition, create=False)
+        if index < 0 or self._ext_refusal(event.topic, messages):
             return
         self.broker.publish(
             event.topic,
             [m.body for m in messages],
             time.time_ns(),
-            partition_index=event.partition or 0,
+            partition_index=index,
             trace_ids=[m.trace_id or 0 for m in messages],
             ext_version=EXT_VERSION_JSON,
             exts=[m.header for m in messages],

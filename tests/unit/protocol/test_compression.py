@@ -413,3 +413,42 @@ def test_deflate_pending_drained_before_new_input() -> None:
 def test_deflate_bad_max_output() -> None:
     with pytest.raises(ValueError, match="max_output"):
         DeflateDecoder(max_output=0)
+
+
+# --- snappy output bound
+
+
+def test_snappy_bomb_output_bounded_per_call() -> None:
+    """Complete chunks past the cap stay compressed until drained with decode(b"")."""
+    size = 10 * 1024 * 1024
+    stream = SnappyEncoder().encode(b"NOP\n" * (size // 4))
+    limit = 200_000
+    dec = SnappyDecoder(max_output=limit)
+    first = dec.decode(stream)
+    assert limit <= len(first) < limit + MAX_SNAPPY_CHUNK_DATA
+    assert dec.pending
+    assert dec.buffered < len(stream)
+    total, calls = len(first), 1
+    while dec.pending:
+        out = dec.decode(b"")
+        assert len(out) < limit + MAX_SNAPPY_CHUNK_DATA
+        total += len(out)
+        calls += 1
+    assert total == size
+    assert calls >= size // (limit + MAX_SNAPPY_CHUNK_DATA)
+    assert dec.buffered == 0
+
+
+def test_snappy_new_input_queues_behind_held_chunks() -> None:
+    enc = SnappyEncoder()
+    dec = SnappyDecoder(max_output=1)
+    out = dec.decode(enc.encode(b"a" * 200_000))
+    out += dec.decode(enc.encode(b"b" * 10))
+    while dec.pending:
+        out += dec.decode(b"")
+    assert out == b"a" * 200_000 + b"b" * 10
+
+
+def test_snappy_bad_max_output() -> None:
+    with pytest.raises(ValueError, match="max_output"):
+        SnappyDecoder(max_output=0)
