@@ -5,8 +5,17 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from typing import TYPE_CHECKING
 
-__all__ = ["NsqdFormatter", "configure_logging"]
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = ["NsqdFormatter", "OncePerInterval", "configure_logging"]
+
+ACCEPT_LOGGER = "trio.serve_listeners"
+"""Where trio complains when accept fails for lack of descriptors or memory: ten
+times a second per listener, each with a traceback, until it works again."""
+ACCEPT_COMPLAINT_INTERVAL = 60.0
 
 _LEVELS = {
     "DEBUG": "DEBUG",
@@ -34,6 +43,26 @@ class NsqdFormatter(logging.Formatter):
         return line
 
 
+class OncePerInterval(logging.Filter):
+    """Let one record through per ``interval`` seconds, without its traceback: a
+    condition that repeats (accept failing on EMFILE) is said, not flooded."""
+
+    def __init__(self, interval: float, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self.interval = interval
+        self._clock = clock
+        self._last: float | None = None
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        now = self._clock()
+        if self._last is not None and now - self._last < self.interval:
+            return False
+        self._last = now
+        record.exc_info = None
+        record.exc_text = None
+        return True
+
+
 def configure_logging(level: str = "info", prefix: str = "[nsqd] ") -> None:
     """Send trionsq's logs to stderr in nsqd's format (only the CLI calls this)."""
     handler = logging.StreamHandler(sys.stderr)
@@ -42,3 +71,7 @@ def configure_logging(level: str = "info", prefix: str = "[nsqd] ") -> None:
     root.handlers[:] = [handler]
     root.setLevel({"warn": "WARNING", "fatal": "CRITICAL"}.get(level.lower(), level.upper()))
     root.propagate = False
+    accept = logging.getLogger(ACCEPT_LOGGER)
+    accept.handlers[:] = [handler]
+    accept.filters[:] = [OncePerInterval(ACCEPT_COMPLAINT_INTERVAL)]
+    accept.propagate = False

@@ -184,6 +184,10 @@ def _run_process(run: Callable[[_Config], Awaitable[None]], config: _Config) -> 
     stored file is refused or a listener cannot be bound)."""
     import trio
 
+    from .broker.health import StorageFault, go_error_text
+    from .listen import ListenError
+
+    _raise_open_file_limit()
     try:
         trio.run(run, config)
     except KeyboardInterrupt:
@@ -193,14 +197,38 @@ def _run_process(run: Callable[[_Config], Awaitable[None]], config: _Config) -> 
         if refused is not None:
             log.critical("cannot start: %s", refused)
             return 1
+        unbound = _first(error, ListenError)
+        if unbound is not None:
+            log.critical("cannot listen: %s", unbound.strerror or unbound)
+            return 1
+        fault = _first(error, StorageFault)
+        if fault is not None:
+            log.critical("cannot start: %s", fault.reason)
+            return 1
         failure = _first(error, OSError)
         if failure is None:
             raise
-        log.critical("cannot listen: %s", failure.strerror or failure)
+        log.critical("cannot start: %s", go_error_text(failure))
         return 1
     finally:
         _resume_garbage_collection()
     return 0
+
+
+def _raise_open_file_limit() -> None:
+    """Lift the open-file soft limit to the hard one, as Go programs (nsqd) do at
+    start: each durable partition keeps its active segment open, and each client a
+    socket, so 1,024 runs out long before the machine does."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not POSIX
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != soft and (hard == resource.RLIM_INFINITY or hard > soft):
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError) as error:  # e.g. macOS caps it below "unlimited"
+            log.warning("cannot raise the open file limit from %d: %s", soft, error)
 
 
 def _fatal(prefix: str, message: str) -> int:

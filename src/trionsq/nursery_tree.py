@@ -47,6 +47,7 @@ from .broker.storage import Storage
 from .config import NsqdConfig
 from .http.connection import FdTransport, StreamTransport, serve_http_connection
 from .http.nsqd_api import NsqdHttpApi, RuntimeOptions
+from .listen import open_listeners
 from .server.tcp import ClientSession
 from .version import NSQD_RELEASE
 
@@ -90,15 +91,15 @@ async def serve_nsqd(
         broker = Broker(config, broker_nursery, storage)
         storage.recover(broker)
         await broker_nursery.start(storage.run, broker)
-        tcp_listeners = await trio.open_tcp_listeners(port, host=host)
+        tcp_listeners = await open_listeners(host, port)
         http_listeners: list[trio.SocketListener] = []
         if config.http_address:
             http_host, http_port = config.http_host_port
-            http_listeners = await trio.open_tcp_listeners(http_port, host=http_host)
+            http_listeners = await open_listeners(http_host, http_port)
         https_listeners: list[trio.SocketListener] = []
         if config.tls_enabled and config.https_address:
             https_host, https_port = config.https_host_port
-            https_listeners = await trio.open_tcp_listeners(https_port, host=https_host)
+            https_listeners = await open_listeners(https_host, https_port)
         tcp = _bound(tcp_listeners)
         http = _bound(http_listeners) if http_listeners else None
         https = _bound(https_listeners) if https_listeners else None

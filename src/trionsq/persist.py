@@ -69,8 +69,10 @@ def write_atomic(path: str | os.PathLike[str], data: bytes) -> None:
         finally:
             os.close(fd)
         os.replace(temp, target)
-    except BaseException:
+    except BaseException as error:
         temp.unlink(missing_ok=True)
+        if isinstance(error, OSError) and error.errno is not None and error.filename is None:
+            error.filename = str(target)  # name the file a write or fsync failed on
         raise
     fsync_directory(directory)
 

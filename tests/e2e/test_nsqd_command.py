@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -214,6 +215,33 @@ def test_a_corrupt_metadata_file_is_refused_in_one_fatal_line(tmp_path: Path) ->
         ), fatal[0]
         assert b"Traceback" not in result.stderr
         assert (tmp_path / "metadata.json").read_bytes() == b'{"version":1,"topics":['
+
+
+def test_a_port_in_use_is_the_one_cannot_listen_line(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run(NSQD, f"--data-path={tmp_path}", f"--tcp-address=127.0.0.1:{port}")
+    assert result.returncode == 1
+    assert re.fullmatch(
+        rb"(?s).*\[nsqd\] \S+ \S+ FATAL: cannot listen: 127\.0\.0\.1:%d: Address already in use\n"
+        % port,
+        result.stderr,
+    ), result.stderr
+
+
+def test_a_data_path_that_is_not_a_directory_cannot_start_and_says_why(tmp_path: Path) -> None:
+    """Any other start failure is not reported as a listener's (issue 14)."""
+    data = tmp_path / "data"
+    data.write_bytes(b"a file")
+    result = run(NSQD, f"--data-path={data}", "--tcp-address=127.0.0.1:0")
+    assert result.returncode == 1
+    fatal = [line for line in result.stderr.splitlines() if b"FATAL" in line]
+    assert len(fatal) == 1, result.stderr
+    assert re.fullmatch(rb"\[nsqd\] \S+ \S+ FATAL: cannot start: \S+: .+", fatal[0]), fatal
+    assert b"cannot listen" not in result.stderr
+    assert b"Traceback" not in result.stderr
 
 
 async def test_statsd_options_are_accepted_and_say_they_send_nothing_yet() -> None:

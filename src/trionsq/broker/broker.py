@@ -18,6 +18,7 @@ import trio
 from ..dispatch.router import ChannelRunner
 from ..protocol.names import is_ephemeral
 from . import trace_log
+from .health import APPEND, CREATE, READ, StorageFault
 from .latency import LatencySettings
 from .offsets import OffsetError, resolve_offset
 from .topic import Topic
@@ -144,21 +145,50 @@ class Broker:
                         for outbox in runner.outboxes.values():
                             outbox.topic_now_ext()
             if partitions > len(topic.partitions):
-                topic.add_partitions(partitions)
+                try:
+                    topic.add_partitions(partitions)
+                except OSError as error:
+                    raise self._storage_fault(CREATE, error) from error
             return topic
         storage = self.storage
-        topic = self.topics[name] = Topic(
-            name,
-            partitions=partitions,
-            max_msg_timeout=self.config.max_msg_timeout,
-            mem_queue_size=self.config.mem_queue_size,
-            latency=self.latency,
-            open_log=(lambda index: storage.open_log(name, index)) if storage else None,
-            ext=ext,
-            ordered=ordered,
-        )
+        try:
+            topic = Topic(
+                name,
+                partitions=partitions,
+                max_msg_timeout=self.config.max_msg_timeout,
+                mem_queue_size=self.config.mem_queue_size,
+                latency=self.latency,
+                open_log=(lambda index: storage.open_log(name, index)) if storage else None,
+                ext=ext,
+                ordered=ordered,
+            )
+        except OSError as error:
+            raise self._storage_fault(CREATE, error) from error
+        if storage is not None and not storage.health.healthy:
+            storage.health.succeeded(CREATE)
+        self.topics[name] = topic
         self._announce(name, None, True)
         return topic
+
+    def _storage_fault(self, area: str, error: OSError) -> StorageFault:
+        """A refused file operation, recorded in the broker's health."""
+        if self.storage is None:  # memory logs do not do file I/O: a real bug
+            raise error
+        return self.storage.health.failed(area, error)
+
+    def _cold_read_outcome(self, error: OSError | None) -> None:
+        """A channel's disk read failed (it retries), or works again."""
+        if self.storage is None:
+            return
+        if error is None:
+            self.storage.health.succeeded(READ)
+        else:
+            self.storage.health.failed(READ, error)
+
+    @property
+    def health(self) -> str:
+        """nsqd's health text: ``OK``, or ``NOK - <error>`` while storing fails."""
+        return "OK" if self.storage is None else self.storage.health.text
 
     def publish(
         self,
@@ -177,16 +207,22 @@ class Broker:
 
         ``ext_version``/``exts``: Youzan ext headers (4 = the JSON bytes as sent);
         ``source``: the publishing client's address, for the trace log.
+
+        Raises:
+            StorageFault: the log refused the write (nothing of the batch is stored).
         """
         partition = self.topic(topic_name).partitions[partition_index]
-        records = partition.publish(
-            bodies,
-            timestamp,
-            deliver_at=deliver_at,
-            trace_ids=trace_ids,
-            ext_version=ext_version,
-            exts=exts,
-        )
+        try:
+            records = partition.publish(
+                bodies,
+                timestamp,
+                deliver_at=deliver_at,
+                trace_ids=trace_ids,
+                ext_version=ext_version,
+                exts=exts,
+            )
+        except OSError as error:
+            raise self._storage_fault(APPEND, error) from error
         if self.storage is not None and records:
             self.storage.appended(partition.log, len(records))
         if self.trace_log and trace_ids is not None:
@@ -251,7 +287,7 @@ class Broker:
             channel = partitions[partition].channel(channel_name)
             if is_new:
                 self._announce(topic_name, channel_name, True)
-            runner = ChannelRunner(channel, {})
+            runner = ChannelRunner(channel, {}, read_outcome=self._cold_read_outcome)
             self.runners[key] = runner
             await self._nursery.start(runner.run)
         return runner
@@ -389,7 +425,10 @@ class Broker:
             return False
         log = channel.log
         if getattr(log, "is_cold", None) is not None:  # on disk: seeks read files
-            target = await trio.to_thread.run_sync(resolve_offset, log, spec)
+            try:
+                target = await trio.to_thread.run_sync(resolve_offset, log, spec)
+            except OSError as error:
+                raise self._storage_fault(READ, error) from error
         else:
             target = resolve_offset(log, spec)
         if self._existing_channel(topic_name, partition, channel_name) is not channel:

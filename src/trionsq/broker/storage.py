@@ -40,6 +40,7 @@ from ..queues.cursor_state import (
 )
 from ..queues.memory_log import MemoryLog
 from ..queues.topic_log import RecoveryReport, TopicLog
+from .health import APPEND, PERSIST, SYNC, StorageHealth, go_error_text
 from .metadata import (
     Metadata,
     encode_metadata,
@@ -81,6 +82,8 @@ class Storage:
         self._appended = trio.Event()
         self._sync_due = trio.Event()
         self._unsynced_count = 0
+        self.health = StorageHealth()
+        """Whether writes succeed (``/ping``, ``/stats`` health)."""
 
     @property
     def enabled(self) -> bool:
@@ -114,6 +117,8 @@ class Storage:
         """A batch reached the OS: schedule its fsync by the sync policy."""
         if not isinstance(partition_log, TopicLog):
             return
+        if not self.health.healthy:
+            self.health.succeeded(APPEND)
         self._unsynced.add(partition_log)
         self._unsynced_count += count
         self._appended.set()
@@ -126,11 +131,14 @@ class Storage:
             return
         for partition in range(partitions):
             topic_log = self.logs.pop((topic, partition), None)
-            if topic_log is not None:
-                self._unsynced.discard(topic_log)
-                topic_log.close(sync=False)
-                topic_log.delete_files()
-            remove_partition_states(self.directory, topic, partition)
+            try:
+                if topic_log is not None:
+                    self._unsynced.discard(topic_log)
+                    topic_log.close(sync=False)
+                    topic_log.delete_files()
+                remove_partition_states(self.directory, topic, partition)
+            except OSError as error:
+                _left_behind(f"topic {topic}/{partition}", error)
             for key in [k for k in self._saved_states if k[:2] == (topic, partition)]:
                 del self._saved_states[key]
 
@@ -138,7 +146,10 @@ class Storage:
         """A deleted durable channel's state file goes."""
         if self.directory is None or is_ephemeral(channel) or is_ephemeral(topic):
             return
-        remove_channel_state(self.directory, topic, partition, channel)
+        try:
+            remove_channel_state(self.directory, topic, partition, channel)
+        except OSError as error:
+            _left_behind(f"channel {topic}/{partition}/{channel}", error)
         self._saved_states.pop((topic, partition, channel), None)
 
     # ------------------------------------------------------------------ start
@@ -251,7 +262,10 @@ class Storage:
         finally:
             with trio.CancelScope(shield=True), trio.move_on_after(self.config.sync_timeout + 10):
                 await self.persist(broker)
-                await trio.to_thread.run_sync(self._sync_and_close)
+                try:
+                    await trio.to_thread.run_sync(self._sync_and_close)
+                except OSError as error:  # what reached the OS stays there; say so once
+                    self.health.failed(SYNC, error)
 
     async def _sync_forever(self) -> None:
         timeout = self.config.sync_timeout
@@ -262,17 +276,38 @@ class Storage:
             await self.sync()
 
     async def sync(self) -> None:
-        """fsync every log written since the last sync."""
+        """fsync every log written since the last sync.
+
+        A log whose fsync fails stays due: it is tried again with the next sync
+        (``--sync-timeout`` later at most, or at the next write).
+        """
         logs, self._unsynced = self._unsynced, set()
         self._unsynced_count = 0
         self._appended = trio.Event()
         self._sync_due = trio.Event()
-        if logs:
-            await trio.to_thread.run_sync(_sync_logs, logs)
+        if not logs:
+            return
+        failed = await trio.to_thread.run_sync(_sync_logs, logs)
+        if failed is None:
+            if not self.health.healthy:
+                self.health.succeeded(SYNC)
+            return
+        unsynced, error = failed
+        self.health.failed(SYNC, error)
+        self._unsynced |= unsynced
+        self._appended.set()
 
     def _sync_and_close(self) -> None:
+        """Close every log, each even when another's fsync failed; then raise."""
+        failure: OSError | None = None
         for topic_log in self.logs.values():
-            topic_log.close(sync=True)
+            try:
+                topic_log.close(sync=True)
+            except OSError as error:
+                failure = failure or error
+                topic_log.close(sync=False)
+        if failure is not None:
+            raise failure
 
     async def _persist_forever(self, broker: Broker) -> None:
         while True:
@@ -312,12 +347,21 @@ class Storage:
                         writes.append((state_path(directory, *key), data))
         if not writes:
             return
-        await trio.to_thread.run_sync(_write_all, writes)
+        written, error = await trio.to_thread.run_sync(_write_all, writes)
+        if error is None:
+            if not self.health.healthy:
+                self.health.succeeded(PERSIST)
+        else:
+            # what was not written stays "changed", so the next tick tries it again
+            self.health.failed(PERSIST, error)
         if metadata != self._saved_metadata:
-            self._saved_metadata = metadata
-        for key, data, channel, confirmed in changed:
-            self._saved_states[key] = data
-            channel.saved_confirmed = confirmed
+            if written[0]:
+                self._saved_metadata = metadata
+            written = written[1:]
+        for (key, data, channel, confirmed), ok in zip(changed, written, strict=True):
+            if ok:
+                self._saved_states[key] = data
+                channel.saved_confirmed = confirmed
 
 
 def channel_state(channel: Channel, now: float, wall: int) -> ChannelState:
@@ -336,6 +380,17 @@ def channel_state(channel: Channel, now: float, wall: int) -> ChannelState:
     )
 
 
+def _left_behind(what: str, error: OSError) -> None:
+    """A deletion the file system refused: the broker forgets the topic or channel,
+    but its files stay, and it comes back at the next start."""
+    log.error(
+        "storage: cannot remove the files of deleted %s: %s (they stay, and it comes"
+        " back at the next start unless removed by hand)",
+        what,
+        go_error_text(error),
+    )
+
+
 def _set_aside(path: Path) -> Path:
     """Rename an unusable file to ``<name>.bad`` (``.bad.<n>`` if one is there already)."""
     bad = path.with_name(path.name + ".bad")
@@ -347,12 +402,30 @@ def _set_aside(path: Path) -> Path:
     return bad
 
 
-def _sync_logs(logs: set[TopicLog]) -> None:
+def _sync_logs(logs: set[TopicLog]) -> tuple[set[TopicLog], OSError] | None:
+    """fsync each log; None, or the logs not synced and the first error."""
+    failed: set[TopicLog] = set()
+    first: OSError | None = None
     for topic_log in logs:
-        topic_log.sync()
+        try:
+            topic_log.sync()
+        except OSError as error:
+            failed.add(topic_log)
+            first = first or error
+    return None if first is None else (failed, first)
 
 
-def _write_all(writes: list[tuple[Path, bytes]]) -> None:
+def _write_all(writes: list[tuple[Path, bytes]]) -> tuple[list[bool], OSError | None]:
+    """Write each file atomically: which were written, and the first error."""
+    written: list[bool] = []
+    first: OSError | None = None
     for path, data in writes:
-        ensure_directory(path.parent)
-        write_atomic(path, data)
+        try:
+            ensure_directory(path.parent)
+            write_atomic(path, data)
+        except OSError as error:
+            first = first or error
+            written.append(False)
+        else:
+            written.append(True)
+    return written, first

@@ -27,6 +27,9 @@ __all__ = ["ChannelRunner", "Outbox"]
 
 COLD_READ_RECORDS = 20_000
 """Records read from disk at once for a channel behind the log's memory tail."""
+COLD_READ_RETRY = 1.0
+"""Seconds before a cold read the file system refused (no descriptors left, I/O
+error) is tried again; the channel waits, the rest of the broker does not."""
 
 
 class Outbox(Protocol):
@@ -52,9 +55,13 @@ class ChannelRunner:
         outboxes: dict[int, Outbox],
         *,
         wall_clock: Callable[[], int] = time.time_ns,
+        read_outcome: Callable[[OSError | None], None] | None = None,
     ) -> None:
         self.channel = channel
         self.outboxes = outboxes
+        self._read_outcome = read_outcome
+        """Told of each failed cold read, and of the first success after one."""
+        self._read_failing = False
         """client id -> outbox; whoever subscribes and unsubscribes consumers keeps it."""
         self.timer = ExpiryTimer()
         self.cancel_scope = trio.CancelScope()
@@ -117,7 +124,20 @@ class ChannelRunner:
             self._work = trio.Event()
             cold_from = channel.cold_read_from()
             if cold_from is not None:
-                await self._read_cold(cold_from)
+                try:
+                    await self._read_cold(cold_from)
+                except OSError as error:
+                    self._read_failing = True
+                    if self._read_outcome is None:
+                        raise
+                    self._read_outcome(error)
+                    await trio.sleep(COLD_READ_RETRY)
+                    self._work.set()
+                    continue
+                if self._read_failing:
+                    self._read_failing = False
+                    if self._read_outcome is not None:
+                        self._read_outcome(None)
             self._pass()
 
     def _pass(self) -> None:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Final
 import attrs
 import orjson
 
+from ..broker.health import StorageFault
 from ..broker.offsets import OffsetError
 from ..config import TlsRequired
 from ..protocol.broker_errors import pub_failed
@@ -215,6 +216,8 @@ class NsqdHttpApi:
             return await handler(request)
         except HttpError as error:
             return self._refusal(request, error.status, error.message)
+        except StorageFault as fault:  # logged once per episode by the broker's health
+            return self._refusal(request, 500, f"{_failed_verb(path)}_FAILED {fault.reason}")
 
     def _tls_refused(self) -> bool:
         """Plain HTTP while TLS is required: every request gets the 403."""
@@ -228,6 +231,9 @@ class NsqdHttpApi:
     # ------------------------------------------------------------- simple endpoints
 
     async def _ping(self, request: Request) -> Response:
+        health = self.broker.health
+        if health != "OK":  # nsqd: 500 with the last storage error while unhealthy
+            return attrs.evolve(Response.plain(health), status=500)
         return Response.plain("OK")
 
     async def _info(self, request: Request) -> Response:
@@ -258,7 +264,7 @@ class NsqdHttpApi:
         include_mem = parse_bool(request.arg("include_mem"), default=True)
         options = {
             "started_at": self.started_at,
-            "health": "OK",
+            "health": self.broker.health,
             "topic": request.arg("topic") or None,
             "channel": request.arg("channel") or None,
             "include_clients": True if include_clients is None else include_clients,
@@ -706,3 +712,13 @@ def _go_int64(text: str) -> int | None:
 def _flag(request: Request, *names: str) -> bool:
     """A Youzan creation flag: on only when one of ``names`` is ``true`` or ``1``."""
     return any(parse_bool(request.arg(name), default=False) is True for name in names)
+
+
+def _failed_verb(path: str) -> str:
+    """The verb a storage failure is reported as: ``MPUB``, ``PUB`` or ``STORE``
+    (topic and channel creation)."""
+    if path.startswith("/mpub"):
+        return "MPUB"
+    if path.startswith("/pub"):
+        return "PUB"
+    return "STORE"

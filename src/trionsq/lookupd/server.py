@@ -28,6 +28,7 @@ import attrs
 import trio
 
 from ..http.connection import FdTransport, serve_http_connection
+from ..listen import open_listeners
 from ..protocol.lookupd import LookupdInfo
 from ..version import NSQD_RELEASE
 from .brokers import BrokerSync
@@ -81,8 +82,8 @@ async def serve_lookupd(
     http_host, http_port = config.http_host_port
     async with trio.open_nursery() as nursery:
         brokers.nursery = nursery
-        tcp_listeners = await trio.open_tcp_listeners(tcp_port, host=tcp_host)
-        http_listeners = await trio.open_tcp_listeners(http_port, host=http_host)
+        tcp_listeners = await open_listeners(tcp_host, tcp_port)
+        http_listeners = await open_listeners(http_host, http_port)
         tcp = _bound(tcp_listeners)
         http = _bound(http_listeners)
         info = LookupdInfo(

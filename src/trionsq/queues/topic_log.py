@@ -904,6 +904,8 @@ class TopicLog:
         self._disk_bytes = 0
         self._force_roll = False
         self._closed = False
+        self._undeleted: list[str] = []
+        """Expired segment files the file system refused to remove (tried again)."""
         self._cache: list[Record] = []
         self._cache_base = 1
         """Id of ``_cache[0]``; the cache always ends at ``next_id - 1``."""
@@ -1620,14 +1622,19 @@ class TopicLog:
                     if step <= 0:
                         raise OSError("os.write wrote nothing")
                     written += step
-        except OSError:
+        except OSError as error:
+            if error.errno is not None and error.filename is None:
+                error.filename = segment.path
             try:
                 os.ftruncate(fd, segment.end)
-            except OSError:
+            except OSError as undo:
                 # The file may end in part of this batch: never write after it.
                 self._force_roll = True
-                storage_log.exception(
-                    "TOPICLOG(%s) could not undo a failed write to %s", self.name, segment.path
+                storage_log.error(
+                    "TOPICLOG(%s) could not undo a failed write to %s: %s",
+                    self.name,
+                    segment.path,
+                    undo.strerror or undo,
                 )
             raise
 
@@ -1670,15 +1677,27 @@ class TopicLog:
             directory_dirty = self._directory_dirty
             self._directory_dirty = False
             self.unsynced = 0
-        for old in pending:
+        failure: OSError | None = None
+        for old in pending:  # each is closed, even after a failed fsync
             try:
                 os.fsync(old)
+            except OSError as error:
+                failure = failure or error
             finally:
                 os.close(old)
-        if fd is not None:
-            os.fsync(fd)
-        if directory_dirty:
-            _fsync_directory(self.directory)
+        try:
+            if fd is not None:
+                os.fsync(fd)
+            if directory_dirty:
+                _fsync_directory(self.directory)
+        except OSError as error:
+            failure = failure or error
+        if failure is not None:
+            with self._lock:  # the directory entry may not be durable yet
+                self._directory_dirty = self._directory_dirty or directory_dirty
+            if failure.errno is not None and failure.filename is None:
+                failure.filename = self.name
+            raise failure
 
     def close(self, *, sync: bool = True) -> None:
         """Stop taking writes; fsync first unless ``sync`` is False."""
@@ -1823,6 +1842,10 @@ class TopicLog:
         one, and (with ``retention`` > 0) it stopped taking writes that long ago.
         Call now and then when retention is on: age alone does not trigger it.
         """
+        if self._undeleted:
+            undeleted, self._undeleted = self._undeleted, []
+            for path in undeleted:
+                self._unlink(path, again=True)
         segments = self._segments
         if len(segments) < 2:
             return 0
@@ -1841,12 +1864,29 @@ class TopicLog:
             return 0
         self._segments = segments[count:]
         for segment in segments[:count]:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(segment.path)
+            self._unlink(segment.path)
             self._disk_bytes -= segment.end
         with self._lock:
             self._directory_dirty = True
         return count
+
+    def _unlink(self, path: str, *, again: bool = False) -> None:
+        """Remove an expired segment; if refused (read-only, I/O error), keep its name
+        to try at the next :meth:`expire` and say so once. Its records are below every
+        channel's start, so a restart before it goes only skips them again."""
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        except OSError as error:
+            self._undeleted.append(path)
+            if not again:
+                storage_log.warning(
+                    "TOPICLOG(%s) cannot remove expired segment %s yet: %s",
+                    self.name,
+                    path,
+                    error.strerror or error,
+                )
 
     # -- reading from disk (any thread) ---------------------------------------------
 

@@ -28,6 +28,7 @@ import trio
 from ..addresses import peer_address
 from ..broker import trace_log
 from ..broker.channel import ClientStatistics, Consumer, PubCount
+from ..broker.health import StorageFault
 from ..broker.offsets import OffsetError
 from ..protocol import broker_errors
 from ..protocol.commands import (
@@ -114,6 +115,42 @@ TLS_HANDSHAKE_TIMEOUT = 5.0
 def _wire_verb(event_class: str) -> str:
     """The command as the client spelled it: ``PubTrace`` -> ``PUB_TRACE``."""
     return _WORD_START.sub("_", event_class).upper()
+
+
+def _same_topic_pubs_end(events: Sequence[Event], start: int, topic: str) -> int:
+    """Where the run of PUBs to ``topic`` beginning at ``start`` ends."""
+    end, count = start, len(events)
+    while end < count:
+        event = events[end]
+        if type(event) is not Pub or event.topic != topic:
+            break
+        end += 1
+    return end
+
+
+def _storage_refusal(event: Event, reason: str) -> ProtocolError:
+    """The answer to a command the broker's files refused (spec §4.11, §8.3 step 13).
+
+    Upstream's PUB, MPUB and DPUB get nsqd's fatal ``E_PUB_FAILED PUB failed <err>``;
+    Youzan's publishes (the ext and traced ones, and PUB/MPUB naming a partition)
+    its non-fatal ``E_PUB_FAILED <err>``, so the client may retry on the connection.
+    """
+    kind = type(event)
+    if kind in (Pub, Mpub):
+        verb = "MPUB" if kind is Mpub else "PUB"
+        youzan = event.partition is not None  # type: ignore[union-attr]
+        return broker_errors.pub_failed(verb, reason, youzan=youzan)
+    if kind is Dpub:
+        return broker_errors.pub_failed("DPUB", reason)
+    if kind in (PubExt, PubTrace):
+        return broker_errors.pub_failed("PUB", reason, youzan=True)
+    if kind in (MpubExt, MpubTrace):
+        return broker_errors.pub_failed("MPUB", reason, youzan=True)
+    if kind in (Sub, SubOrdered, SubAdvanced):
+        return broker_errors.sub_failed(reason)
+    if kind is InternalCreateTopic:
+        return broker_errors.create_topic_failed(reason)
+    return ProtocolError("E_INVALID", f"{_wire_verb(kind.__name__)} failed {reason}")
 
 
 class ClientSession:
@@ -300,19 +337,20 @@ class ClientSession:
                 if refusal is not None:
                     self._fail(refusal)
                     break
-            if type(event) is Pub and index < count:
-                run = index
-                while run < count and type(events[run]) is Pub and events[run].topic == event.topic:  # type: ignore[union-attr]
-                    run += 1
-                if run > index:
-                    self._pub_together(event.topic, events[index - 1 : run])  # type: ignore[arg-type]
-                    index = run
-                    continue
-            handler = handlers.get(type(event))
-            if handler is not None:
-                handler(event)  # type: ignore[operator]
-            else:
-                await self._handle(event)
+            try:
+                if type(event) is Pub and index < count:
+                    run = _same_topic_pubs_end(events, index, event.topic)
+                    if run > index:
+                        self._pub_together(event.topic, events[index - 1 : run])  # type: ignore[arg-type]
+                        index = run
+                        continue
+                handler = handlers.get(type(event))
+                if handler is not None:
+                    handler(event)  # type: ignore[operator]
+                else:
+                    await self._handle(event)
+            except StorageFault as fault:
+                self._fail(_storage_refusal(event, fault.reason))
             if self._refused:
                 break  # the broker's fatal answer: nothing after it is acted on, as nsqd
         if self._upgrade_to is not None:  # IDENTIFY ended the list: what follows is upgraded
