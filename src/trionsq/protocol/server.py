@@ -157,6 +157,9 @@ class ServerConnection:
         self.trailing_data = b""
         """Bytes that followed an IDENTIFY which negotiated TLS or compression: they
         belong to the upgraded stream, so parsing stopped before them."""
+        self.unparsed = b""
+        """Bytes received but not parsed yet, because ``receive_data`` reached its
+        ``max_events``; :meth:`take_unparsed` hands them back for the next call."""
         self._upgrading = False
         self._magic = b""
         self._awaiting_magic = True
@@ -201,8 +204,20 @@ class ServerConnection:
         """The I/O layer finished the TLS handshake; TLS-required commands may follow."""
         self.tls = True
 
-    def receive_data(self, data: bytes | bytearray | memoryview) -> list[Event]:
-        """Parse ``data`` (``b""`` = EOF) and return every event it completes."""
+    def take_unparsed(self) -> bytes:
+        """What the last ``receive_data`` left unparsed (see :attr:`unparsed`)."""
+        data, self.unparsed = self.unparsed, b""
+        return data
+
+    def receive_data(
+        self, data: bytes | bytearray | memoryview, max_events: int = 0
+    ) -> list[Event]:
+        """Parse ``data`` (``b""`` = EOF) and return every event it completes.
+
+        ``max_events`` > 0 stops after that many events and keeps the rest in
+        :attr:`unparsed`: the I/O layer bounds the work of one turn (64 KB of
+        ``NOP`` is 16,384 commands) and lets other connections run before the rest.
+        """
         events: list[Event] = []
         if self.closed:
             return events
@@ -218,6 +233,9 @@ class ServerConnection:
             if pos < 0:
                 return events
         while pos < end:
+            if max_events and len(events) >= max_events:
+                self.unparsed = data[pos:]
+                break
             try:
                 if self._reader is not None:
                     pos = self._continue_reader(data, pos, end, events)

@@ -149,6 +149,28 @@ def test_server_chunking_does_not_change_events(scenario: s.Scenario, data: st.D
     assert feed_chunks(conn, chunks) == list(scenario.events)
 
 
+@MORE
+@given(scenario=s.scenarios(), data=st.data())
+def test_a_cap_on_events_per_call_only_spreads_them_over_calls(
+    scenario: s.Scenario, data: st.DataObject
+) -> None:
+    """What the reader does to bound one turn: at most ``cap`` events per call, the
+    rest taken back with ``take_unparsed``; together the same events, in order."""
+    cap = data.draw(st.integers(1, 4))
+    stream = scenario.stream
+    conn = ServerConnection(scenario.settings)
+    events: list[object] = []
+    for chunk in s.split(stream, data.draw(s.cuts_for(len(stream)))):
+        batch = conn.receive_data(chunk, cap)
+        while True:
+            assert len(batch) <= cap
+            events += batch
+            if not conn.unparsed or conn.closed:
+                break
+            batch = conn.receive_data(conn.take_unparsed(), cap)
+    assert events == list(scenario.events)
+
+
 @FAST
 @given(scenario=s.scenarios(max_commands=3))
 def test_server_byte_by_byte(scenario: s.Scenario) -> None:
