@@ -15,7 +15,7 @@ trionsq (a lookupd process has its own small tree, in lookupd/server.py). Branch
     │       └── messagePump task       message batches + heartbeats -> socket
     │   ├── HTTP listener -> per connection task: h11 loop, one request at a time   http/
     │   ├── HTTPS listener (with a TLS certificate) -> per connection task           http/
-    │   └── lookupd peers nursery (address list: config, PUT /config)  broker/lookupd_peers.py
+    │   └── lookupd peers nursery (address list: config, PUT /config)  server/lookupd_peers.py
     │       ├── per lookupd address: peer [own CancelScope; removed = cancel]
     │       │   └── reader task    replies -> the waiting command; close -> reconnect
     │       └── per new topic: channel pre-creation (asks every lookupd, then ends)
@@ -42,12 +42,12 @@ import trio
 
 from .addresses import peer_address
 from .broker.broker import Broker
-from .broker.lookupd_peers import LookupdPeers, peer_identity
 from .broker.storage import Storage
 from .config import NsqdConfig
 from .http.connection import FdTransport, StreamTransport, serve_http_connection
-from .http.nsqd_api import NsqdHttpApi, RuntimeOptions
 from .listen import open_listeners
+from .server.lookupd_peers import LookupdPeers, peer_identity
+from .server.nsqd_api import NsqdHttpApi, RuntimeOptions
 from .server.tcp import ClientSession
 from .version import NSQD_RELEASE
 

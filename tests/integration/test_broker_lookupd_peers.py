@@ -21,7 +21,6 @@ import trio
 import trio.testing
 
 from trionsq import NsqdConfig
-from trionsq.broker.lookupd_peers import PING_INTERVAL
 from trionsq.lookupd.config import LookupdConfig
 from trionsq.lookupd.server import LookupdAddresses, serve_lookupd
 from trionsq.protocol import Pub
@@ -39,6 +38,7 @@ from trionsq.protocol.lookupd import (
     encode_error_reply,
     encode_identify_reply,
 )
+from trionsq.server.lookupd_peers import PING_INTERVAL
 from trionsq.version import NSQD_RELEASE
 
 from .raw import publish, start

@@ -18,9 +18,9 @@ import trio
 import trio.testing
 
 from trionsq import NsqdConfig
-from trionsq.broker.lookupd_peers import PING_INTERVAL, PeerTiming, lookupd_topic_channels
 from trionsq.lookupd.config import LookupdConfig
 from trionsq.protocol import Mpub, Rdy, Sub
+from trionsq.server.lookupd_peers import PING_INTERVAL, PeerTiming, lookupd_topic_channels
 from trionsq.testing import POLL_INTERVAL_AUTOJUMP, wait_until
 
 from .raw import next_message, ok, publish, quiet

@@ -8,7 +8,6 @@ import trio
 import trio.testing
 
 from trionsq import NsqdConfig, serve_nsqd
-from trionsq.http.stats import stats_document
 from trionsq.protocol import MAGIC_V2, Dpub, Fin, Mpub, Rdy, Sub
 from trionsq.protocol.client import (
     ClientConnection,
@@ -17,6 +16,7 @@ from trionsq.protocol.client import (
     Response,
     encode_command,
 )
+from trionsq.server.stats import stats_document
 
 from .raw import bodies, next_message, publish, quiet
 

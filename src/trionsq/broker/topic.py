@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from ..queues.partition_log import PartitionLog
-    from ..queues.record import Record
+    from ..queues.record import Record as Record  # the publish result, for transports
     from .latency import LatencySettings
 
 __all__ = ["Partition", "Topic", "TopicStatistics"]

@@ -23,7 +23,7 @@ from urllib.parse import quote
 
 import attrs
 
-from ..protocol.names import is_valid_name
+from ..protocol.names import MAX_PARTITION_NUM, is_valid_name
 from .registry import TOPIC
 
 if TYPE_CHECKING:
@@ -47,7 +47,6 @@ __all__ = [
     "youzan_lookup",
 ]
 
-MAX_PARTITION_NUM: Final = 255
 MAX_REPLICATOR: Final = 5
 MAX_LOAD_FACTOR: Final = 10000
 

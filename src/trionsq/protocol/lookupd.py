@@ -31,7 +31,7 @@ from cattrs.gen import make_dict_unstructure_fn, override
 
 from ..serialization import JsonDecodeError, dumps, make_converter, structure_json
 from .errors import ProtocolError
-from .names import is_valid_name
+from .names import MAX_PARTITION_NUM, is_valid_name
 
 __all__ = [
     "DEFAULT_MAX_REPLY_SIZE",
@@ -77,8 +77,8 @@ valid one (``UNREGISTER``, a 64-byte topic, a partition, a 64-byte channel) is <
 DEFAULT_MAX_REPLY_SIZE: Final = 5 * 1024 * 1024
 """nsqd bounds lookupd replies by its ``max-body-size``, 5 MiB by default."""
 
-MAX_PARTITION_ID: Final = 254
-"""Youzan: partition ids run 0..254 (``MAX_PARTITION_NUM`` = 255)."""
+MAX_PARTITION_ID: Final = MAX_PARTITION_NUM - 1
+"""Youzan: partition ids run 0..254."""
 
 OLD_VERSION_PARTITION: Final = -11
 """Youzan's ``OLD_VERSION_PID``: the partition of an old (non-HA) nsqd's registrations."""

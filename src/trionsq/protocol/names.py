@@ -5,10 +5,12 @@ from __future__ import annotations
 import re
 from typing import Final
 
-__all__ = ["EPHEMERAL_SUFFIX", "go_quote", "is_ephemeral", "is_valid_name"]
+__all__ = ["EPHEMERAL_SUFFIX", "MAX_PARTITION_NUM", "go_quote", "is_ephemeral", "is_valid_name"]
 
 EPHEMERAL_SUFFIX: Final = "#ephemeral"
 MAX_NAME_LENGTH: Final = 64
+MAX_PARTITION_NUM: Final = 255
+"""Youzan's MAX_PARTITION_NUM: a topic has at most 255 partitions, ids 0..254."""
 _NAME = re.compile(rb"[.a-zA-Z0-9_-]+(?:#ephemeral)?")
 
 

@@ -30,6 +30,14 @@ from ..broker import trace_log
 from ..broker.channel import ClientStatistics, Consumer, PubCount
 from ..broker.health import StorageFault
 from ..broker.offsets import OffsetError
+from ..broker.rules import (
+    EXT_TOO_LONG_REASON,
+    MAX_PARTITION_NUM,
+    InFlightError,
+    Refusal,
+    ext_refusal,
+    publish_target,
+)
 from ..protocol import broker_errors
 from ..protocol.commands import (
     Auth,
@@ -65,8 +73,6 @@ from ..protocol.frames import (
 from ..protocol.identify import encode_identify_response
 from ..protocol.message import parse_binary_id, parse_hex_id
 from ..protocol.server import ServerConnection
-from ..queues.inflight import InFlightError
-from ..queues.record import MAX_EXT_LENGTH
 from .outbound import OutboundBuffer
 from .transport import TlsLayer, Transport
 
@@ -110,8 +116,6 @@ _AUTH_VERBS: dict[type[Event], str] = {
 """Commands nsqd's CheckAuth guards, with the name its error gives them."""
 """Publishes whose topic must exist before their body is read (spec §8.3 step 5);
 PUB/MPUB are gated only when they name a partition."""
-MAX_PARTITION_NUM = 255
-"""Partition ids are below this (Youzan's MAX_PARTITION_NUM, spec defaults)."""
 EXT_VERSION_JSON = 4
 """Ext version of a record holding a PUB_EXT JSON header as sent (spec §8.3)."""
 TLS_HANDSHAKE_TIMEOUT = 5.0
@@ -646,18 +650,13 @@ class ClientSession:
         must exist (the parser's gate checked it before the body; the topic may have
         been deleted since).
         """
-        topic = self.broker.topics.get(topic_name)
-        if topic is None:
-            if partition is None and create:
-                return 0
-        elif partition is None:
-            if not topic.ordered:
-                return 0
+        target = publish_target(self.broker.topics, topic_name, partition, create=create)
+        if type(target) is int:
+            return target
+        if target is Refusal.BAD_PARTITION:
             self._fail(broker_errors.bad_partition_for_ordered())
-            return -1
-        elif partition < len(topic.partitions):
-            return partition
-        self._fail(broker_errors.topic_not_exist())
+        else:
+            self._fail(broker_errors.topic_not_exist())
         return -1
 
     def _pub(self, event: Pub) -> None:
@@ -746,18 +745,17 @@ class ClientSession:
         A plain topic takes no header: without Youzan's ``allow-ext-compatible``
         (not an option here, so off) that is E_EXT_NOT_SUPPORT.
         """
-        topic = self.broker.topics.get(topic_name)
-        if topic is None:  # deleted since the gate let the command through
+        refusal = ext_refusal(self.broker.topics.get(topic_name), (m.header for m in messages))
+        if refusal is None:
+            return False
+        if refusal is Refusal.TOPIC_NOT_EXIST:  # deleted since the gate let it through
             self._fail(broker_errors.topic_not_exist())
-            return True
-        if not topic.ext:
+        elif refusal is Refusal.EXT_NOT_SUPPORTED:
             self._reply(error_frame(broker_errors.ext_not_supported(topic_name)))
-            return True
-        if any(len(m.header) > MAX_EXT_LENGTH for m in messages):
-            reason = f"ext header longer than {MAX_EXT_LENGTH} bytes"
-            self._reply(error_frame(broker_errors.pub_failed("PUB", reason, youzan=True)))
-            return True
-        return False
+        else:
+            error = broker_errors.pub_failed("PUB", EXT_TOO_LONG_REASON, youzan=True)
+            self._reply(error_frame(error))
+        return True
 
     def _pub_ext(self, event: PubExt) -> None:
         message = event.message

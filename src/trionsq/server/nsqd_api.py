@@ -23,7 +23,15 @@ import orjson
 
 from ..broker.health import StorageFault
 from ..broker.offsets import OffsetError
+from ..broker.rules import (
+    EXT_TOO_LONG_REASON,
+    MAX_PARTITION_NUM,
+    Refusal,
+    ext_refusal,
+    publish_target,
+)
 from ..config import TlsRequired
+from ..http.messages import Request, Response, parse_bool
 from ..protocol.broker_errors import pub_failed
 from ..protocol.commands import OffsetSpec
 from ..protocol.errors import ProtocolError
@@ -31,17 +39,15 @@ from ..protocol.ext_header import TRACE_ID_KEY, check_ext_header
 from ..protocol.message import EXT_VERSION_JSON
 from ..protocol.names import is_valid_name
 from ..protocol.strconv import go_atoi, go_parse_uint64
-from ..queues.record import MAX_EXT_LENGTH
 from ..version import NSQD_RELEASE, TRIONSQ_VERSION, version_string
-from .messages import Request, Response, parse_bool
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable
 
     from ..auth.session import AuthSession
     from ..broker.broker import Broker
+    from ..broker.topic import Record
     from ..config import NsqdConfig
-    from ..queues.record import Record
 
 __all__ = ["NsqdHttpApi"]
 
@@ -51,8 +57,6 @@ _INT32: Final = struct.Struct(">i")
 SMALL_BODY: Final = 64 * 1024
 MAX_AUTH_SESSIONS: Final = 4096
 """HTTP publishers' auth sessions kept (the least recently used go first)."""
-MAX_PARTITION_NUM: Final = 255
-"""``partition_num`` of /topic/create: 1..255 (Youzan's MAX_PARTITION_NUM)."""
 """Body bytes read for endpoints that ignore their body (admin POSTs)."""
 LOG_LEVELS: Final = {"debug": 1, "info": 2, "warn": 3, "error": 4, "fatal": 5}
 """nsqd's lg.LogLevel numbers, which /config/log_level reports."""
@@ -290,18 +294,14 @@ class NsqdHttpApi:
         """
         name = _name_arg(_parsed(request), "topic", invalid=invalid)
         partition = _partition_arg(request)
-        topic = self.broker.topics.get(name)
-        if topic is None:
-            if partition is None and create:
-                self.broker.topic(name)
-                return name, 0
-        elif partition is None:
-            if topic.ordered:
-                raise HttpError(400, "E_BAD_PARTITION")
-            return name, 0
-        elif 0 <= partition < len(topic.partitions):
-            return name, partition
-        raise HttpError(404, "E_TOPIC_NOT_EXIST")
+        target = publish_target(self.broker.topics, name, partition, create=create)
+        if target is Refusal.BAD_PARTITION:
+            raise HttpError(400, "E_BAD_PARTITION")
+        if type(target) is not int:
+            raise HttpError(404, "E_TOPIC_NOT_EXIST")
+        if name not in self.broker.topics:
+            self.broker.topic(name)
+        return name, target
 
     async def _authorize_publish(
         self, request: Request, verb: str = "PUB", *, invalid: str = "INVALID_TOPIC"
@@ -408,12 +408,14 @@ class NsqdHttpApi:
         checked = check_ext_header(request.arg("ext") or "", _nsqext_headers(request))
         if isinstance(checked, ProtocolError):
             raise HttpError(400, checked.code)
-        if not self.broker.topics[topic].ext:
-            raise HttpError(400, "E_EXT_NOT_SUPPORT")
         header = orjson.dumps(checked.fields)
-        if len(header) > MAX_EXT_LENGTH:  # the record's limit: TCP's refusal, as a 400
-            reason = f"ext header longer than {MAX_EXT_LENGTH} bytes"
-            raise HttpError(400, pub_failed("PUB", reason, youzan=True).text)
+        refusal = ext_refusal(self.broker.topics.get(topic), (header,))
+        if refusal is Refusal.TOPIC_NOT_EXIST:
+            raise HttpError(404, "E_TOPIC_NOT_EXIST")
+        if refusal is Refusal.EXT_NOT_SUPPORTED:
+            raise HttpError(400, "E_EXT_NOT_SUPPORT")
+        if refusal is Refusal.EXT_TOO_LONG:  # the record's limit: TCP's refusal, as a 400
+            raise HttpError(400, pub_failed("PUB", EXT_TOO_LONG_REASON, youzan=True).text)
         trace_id = checked.trace_id
         records = self.broker.publish(
             topic,

@@ -19,10 +19,10 @@ import trio
 import trio.testing
 
 from trionsq import NsqdConfig, serve_nsqd
-from trionsq.http import stats
-from trionsq.http.stats import memory_statistics, stats_document, stats_text
 from trionsq.protocol import Cls, Dpub, Fin, IdentifyRequest, Mpub, Pub, Req
 from trionsq.protocol.client import ErrorReply, Response, encode_identify
+from trionsq.server import stats
+from trionsq.server.stats import memory_statistics, stats_document, stats_text
 from trionsq.testing import ProtocolClient
 
 from ...integration.raw import Clients, next_frame, next_message, ok, publish

@@ -65,9 +65,9 @@ from ..protocol.names import is_ephemeral
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
+    from ..broker.broker import Broker, TopologyChange
+    from ..broker.topic import Topic
     from ..config import NsqdConfig
-    from .broker import Broker, TopologyChange
-    from .topic import Topic
 
 __all__ = [
     "PING_INTERVAL",
