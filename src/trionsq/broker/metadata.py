@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     import os
     from collections.abc import Collection, Mapping
 
-    from .broker import Broker
+    from .topic import Topics
 
 __all__ = [
     "METADATA_FILE",
@@ -149,7 +149,7 @@ def _durable(name: str) -> bool:
     return is_valid_name(name.encode()) and not is_ephemeral(name)
 
 
-def snapshot(broker: Broker) -> Metadata:
+def snapshot(broker: Topics) -> Metadata:
     """The live broker's durable topics and channels (call on the broker's thread)."""
     topics: list[TopicMeta] = []
     for name in sorted(broker.topics):

@@ -54,8 +54,8 @@ from .metadata import (
 if TYPE_CHECKING:
     from ..config import NsqdConfig
     from ..queues.partition_log import PartitionLog
-    from .broker import Broker
     from .channel import Channel
+    from .topic import Topics
 
 __all__ = ["Storage"]
 
@@ -154,7 +154,7 @@ class Storage:
 
     # ------------------------------------------------------------------ start
 
-    def recover(self, broker: Broker) -> Metadata | None:
+    def recover(self, broker: Topics) -> Metadata | None:
         """Recreate topics and channels from disk (before any listener accepts).
 
         Blocking file work: the broker is not serving yet, so nothing waits on it.
@@ -248,7 +248,7 @@ class Storage:
     # ------------------------------------------------------------------ tasks
 
     async def run(
-        self, broker: Broker, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+        self, broker: Topics, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
         """The syncer and the persister, until cancelled; then a last persist."""
         if self.directory is None:
@@ -309,7 +309,7 @@ class Storage:
         if failure is not None:
             raise failure
 
-    async def _persist_forever(self, broker: Broker) -> None:
+    async def _persist_forever(self, broker: Topics) -> None:
         while True:
             await trio.sleep(PERSIST_INTERVAL)
             await self.persist(broker)
@@ -321,7 +321,7 @@ class Storage:
                 for topic_log in self.logs.values():
                     topic_log.expire()
 
-    async def persist(self, broker: Broker) -> None:
+    async def persist(self, broker: Topics) -> None:
         """Write metadata and every durable channel state that changed since written."""
         directory = self.directory
         if directory is None:

@@ -9,7 +9,7 @@ the channels' routers after a publish.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 import attrs
 
@@ -19,13 +19,29 @@ from ..queues.memory_log import MemoryLog
 from .channel import Channel
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from ..queues.partition_log import PartitionLog
     from ..queues.record import Record as Record  # the publish result, for transports
     from .latency import LatencySettings
 
-__all__ = ["Partition", "Topic", "TopicStatistics"]
+__all__ = ["Partition", "Topic", "TopicStatistics", "Topics"]
+
+
+class Topics(Protocol):
+    """The topics by name and their creation: what storage restores into and
+    persists from (the broker), without storage depending on the broker."""
+
+    @property
+    def topics(self) -> Mapping[str, Topic]:
+        """Every topic, by name."""
+        ...
+
+    def topic(
+        self, name: str, *, partitions: int = 1, ext: bool = False, ordered: bool = False
+    ) -> Topic:
+        """The topic, created if missing."""
+        ...
 
 
 @attrs.frozen
