@@ -44,6 +44,7 @@ from .addresses import peer_address
 from .broker.broker import Broker
 from .broker.storage import Storage
 from .config import NsqdConfig
+from .dispatch.router import ChannelRunner
 from .http.connection import FdTransport, StreamTransport, serve_http_connection
 from .listen import open_listeners
 from .server.lookupd_peers import LookupdPeers, peer_identity
@@ -88,7 +89,7 @@ async def serve_nsqd(
     started_at = time.time()
     async with trio.open_nursery() as broker_nursery:
         storage = Storage(config)
-        broker = Broker(config, broker_nursery, storage)
+        broker = Broker(config, broker_nursery, storage, drive=ChannelRunner)
         storage.recover(broker)
         await broker_nursery.start(storage.run, broker)
         tcp_listeners = await open_listeners(host, port)

@@ -1,4 +1,4 @@
-"""The broker: topics by name, and one running :class:`ChannelRunner` per channel.
+"""The broker: topics by name, and one running channel driver per channel.
 
 Topics and channels outlive the connections that create them, so their tasks start
 in the broker nursery (design §3); deleting a channel cancels its runner's scope.
@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Protocol
 import attrs
 import trio
 
-from ..dispatch.router import ChannelRunner
 from ..protocol.names import is_ephemeral
 from . import trace_log
 from .health import APPEND, CREATE, READ, StorageFault
@@ -27,10 +26,10 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from ..config import NsqdConfig
-    from ..dispatch.router import Outbox
     from ..protocol.commands import OffsetSpec
     from ..queues.record import Record
     from .channel import Channel, ClientStatistics, Consumer
+    from .driver import ChannelDriver, DriverFactory, Outbox
     from .storage import Storage
     from .topic import Partition
 
@@ -65,14 +64,22 @@ class Broker:
     """Topics, channels and their runners, and the connected clients."""
 
     def __init__(
-        self, config: NsqdConfig, nursery: trio.Nursery, storage: Storage | None = None
+        self,
+        config: NsqdConfig,
+        nursery: trio.Nursery,
+        storage: Storage | None = None,
+        *,
+        drive: DriverFactory,
     ) -> None:
+        """``drive``: builds the task that drives a channel (``ChannelRunner``), which
+        the broker starts in ``nursery`` when the channel first gets a consumer."""
         self.config = config
         self._nursery = nursery
+        self._drive = drive
         self.storage = storage
         """Where durable partitions keep their logs and channels their positions."""
         self.topics: dict[str, Topic] = {}
-        self.runners: dict[tuple[str, int, str], ChannelRunner] = {}
+        self.runners: dict[tuple[str, int, str], ChannelDriver] = {}
         self.clients: dict[int, ConnectedClient] = {}
         """TCP connections by client id, in connection order (/stats producers, clients)."""
         percentiles = tuple(config.e2e_processing_latency_percentiles)
@@ -262,7 +269,7 @@ class Broker:
         *,
         partition: int = 0,
         ordered: bool = False,
-    ) -> ChannelRunner:
+    ) -> ChannelDriver:
         """Add a consumer to one partition's channel, creating topic, channel and runner
         as needed (a partition beyond the first must exist).
 
@@ -277,7 +284,7 @@ class Broker:
         runner.wake()
         return runner
 
-    async def _runner(self, topic_name: str, partition: int, channel_name: str) -> ChannelRunner:
+    async def _runner(self, topic_name: str, partition: int, channel_name: str) -> ChannelDriver:
         """The channel's runner, creating channel and runner (in the broker nursery)."""
         key = (topic_name, partition, channel_name)
         runner = self.runners.get(key)
@@ -287,12 +294,12 @@ class Broker:
             channel = partitions[partition].channel(channel_name)
             if is_new:
                 self._announce(topic_name, channel_name, True)
-            runner = ChannelRunner(channel, {}, read_outcome=self._cold_read_outcome)
+            runner = self._drive(channel, {}, read_outcome=self._cold_read_outcome)
             self.runners[key] = runner
             await self._nursery.start(runner.run)
         return runner
 
-    def unsubscribe(self, runner: ChannelRunner, client_id: int) -> None:
+    def unsubscribe(self, runner: ChannelDriver, client_id: int) -> None:
         """A consumer left: requeue its messages; drop an ephemeral channel it leaves empty."""
         channel = runner.channel
         channel.unsubscribe(client_id)

@@ -1,9 +1,12 @@
-"""One channel of a topic partition: which consumer gets which message, and when.
+"""One channel of a topic partition: a message's life in it, from intake to FIN.
 
 Pure state with time passed in (``now``: monotonic seconds; ``wall_ns``: wall clock
-for DPUB delivery times). The channel's router task calls :meth:`Channel.route` when
-there is work and room; its expiry task calls :meth:`Channel.expire` at
-:meth:`Channel.next_deadline`; connections call the consumer methods. Semantics are
+for DPUB delivery times). Which ready consumer gets which message is decided in
+dispatch/ (``dispatch.routing.route``, called by the channel's router task when
+there is work and room) with the primitives here (:meth:`Channel.intake`,
+:meth:`Channel.read_into`, :meth:`Channel.deliver`) and the waiting queues kept
+here; the expiry task calls :meth:`Channel.expire` at :meth:`Channel.next_deadline`;
+connections call the consumer methods. Semantics are
 nsqd's (spec semantics.md §5, §7, §10) with the decided differences of design §6: a
 departing consumer's messages are requeued at once.
 
@@ -23,9 +26,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Final
 
 import attrs
-import orjson
 
-from ..dispatch.assign import ConsumerSlot, assign
 from ..queues.cursor import ChannelCursor
 from ..queues.deferred import DeferredQueue
 from ..queues.inflight import InFlightTable
@@ -193,22 +194,22 @@ class Channel:
         self.timeout_count = 0
         self.latency = LatencyWindow(latency) if latency is not None else None
         """FIN latencies for /stats; the connection records them (it has the clock)."""
-        self._requeued: deque[tuple[int, Record]] = deque()
+        self.requeued: deque[tuple[int, Record]] = deque()
         """Messages put back, each with its gate: the read position the cursor must
         reach before it goes out (what was waiting then goes first), in put order."""
-        self._waiting: dict[str | None, deque[Record]] = {}
+        self.waiting: dict[str | None, deque[Record]] = {}
         """Messages no eligible consumer had room for, by the tag queue they wait in
         (None: the default queue), each in channel order."""
-        self._waiting_count = 0
-        self._tags: dict[int, str | None] = {}
+        self.waiting_count = 0
+        self.tags: dict[int, str | None] = {}
         """Dispatch tags of waiting messages, parsed once (only while tags are held)."""
-        self._held_tags: frozenset[str] = frozenset()
-        self._pass_tags: dict[int, str | None] = {}
+        self.held_tags: frozenset[str] = frozenset()
+        """Tags with a tag queue (a subscribed consumer) when the waiting were parked."""
+        self.pass_tags: dict[int, str | None] = {}
         """Tags parsed during the current routing pass."""
         self.read_on = False
         """The last routing pass took new records from the log: another pass may
         deliver more even if this one delivered nothing (all went to waiting)."""
-        """Tags with a tag queue (a subscribed consumer) when the waiting were parked."""
         self.saved_confirmed: int | None = None
         """The confirmed id last written to the channel's state file (durable storage):
         the log keeps records from there, so a restart never finds its state behind."""
@@ -218,7 +219,8 @@ class Channel:
         """Ids taken out of order (deferred at publish) that the cursor has not passed,
         with whether they were finished meanwhile."""
         self._attempts: dict[int, int] = {}
-        self._turn = 0
+        self.turn = 0
+        """Where the next routing pass starts its round-robin over the consumers."""
         self._rng = rng if rng is not None else random.Random()  # noqa: S311 - sampling, not crypto
 
     # ---------------------------------------------------------------- consumers
@@ -263,116 +265,24 @@ class Channel:
     def depth(self) -> int:
         """Messages waiting to be delivered (nsqd's depth: not in flight, not deferred)."""
         unread = max(0, self.cursor.backlog - len(self._ahead))
-        return unread + len(self._requeued) + self._waiting_count
+        return unread + len(self.requeued) + self.waiting_count
 
     def has_work(self) -> bool:
         """Something could be delivered if a consumer had room."""
-        return bool(self._requeued or self._waiting_count or self._intake())
+        return bool(self.requeued or self.waiting_count or self.intake())
 
-    def _intake(self) -> int:
+    def intake(self) -> int:
         """How many new records the channel may take from the log now."""
         backlog = self.cursor.backlog
         limit = self.intake_limit
         return backlog if limit is None else min(backlog, max(0, limit - self.cursor.read_id))
 
-    def route(self, now: float, wall_ns: int) -> dict[int, list[Delivery]]:
-        """One routing pass: what each consumer gets now, recorded as in flight."""
-        self.read_on = False
-        if self.paused:
-            return {}
-        slots = [
-            ConsumerSlot(c.client_id, self.room_for(c), c.tag) for c in self.consumers.values()
-        ]
-        room = min(sum(slot.room for slot in slots), self.max_batch)
-        if self.ordered:
-            room = min(room, 1 - len(self.in_flight))
-        if room <= 0:
-            return {}
-        held = frozenset(slot.tag for slot in slots if slot.tag is not None)
-        if held != self._held_tags:
-            self._repark(held)
-        self._pass_tags = {}
-        batch = self._collect(room, slots, now, wall_ns)
-        if not batch:
-            return {}
-        result = assign(batch, slots, self._tag_of, turn=self._turn)
-        self._turn = result.next_turn
-        self._park(result.waiting)
-        self._pass_tags = {}
-        deliveries: dict[int, list[Delivery]] = {}
-        for client_id, records in result.deliveries.items():
-            sent = self._deliver(self.consumers[client_id], records, now)
-            if sent:
-                deliveries[client_id] = sent
-        return deliveries
-
-    def _collect(
-        self, room: int, slots: list[ConsumerSlot], now: float, wall_ns: int
-    ) -> list[Record]:
-        """Waiting messages whose queue has room now, then new ones with the messages
-        put back in their place among them (an ordered channel: put back first).
-
-        Waiting messages are only taken for a queue with room, so a backlog waiting
-        for one tag (or for an untagged consumer) costs nothing per pass and does not
-        hold back the others; new records are read on while fewer than
-        :data:`WAITING_LIMIT` wait. A message put back goes out once the cursor has
-        read up to its gate; if the cursor cannot read on now (paused intake, the
-        waiting limit), it goes out anyway rather than stall behind records that are
-        not coming.
-        """
-        batch: list[Record] = []
-        requeued = self._requeued
-        if self.ordered:  # SUB_ORDERED: the same message again, before anything newer
-            while requeued and len(batch) < room:
-                batch.append(requeued.popleft()[1])
-        if self._waiting_count:
-            open_room: dict[str | None, int] = {}
-            for slot in slots:
-                open_room[slot.tag] = open_room.get(slot.tag, 0) + slot.room
-            for record in batch:  # put back on an ordered channel: uses some of that room
-                key = self._queue_of(record)
-                open_room[key] = open_room.get(key, 0) - 1
-            for key, queue in list(self._waiting.items()):
-                take = min(open_room.get(key, 0), len(queue), room - len(batch))
-                tags, known = self._tags, self._pass_tags
-                for _ in range(take):
-                    record = queue.popleft()
-                    key_id = record.internal_id
-                    if key_id in tags:
-                        known[key_id] = tags.pop(key_id)
-                    batch.append(record)
-                self._waiting_count -= max(take, 0)
-                if not queue:
-                    del self._waiting[key]
-        may_read = self._waiting_count < WAITING_LIMIT
-        if self.ordered or not requeued:
-            if may_read:
-                self._read(batch, room, None, now, wall_ns)
-            return batch
-        cursor = self.cursor
-        while requeued and len(batch) < room:
-            read_id = cursor.read_id
-            gate = requeued[0][0]
-            if gate <= read_id:
-                while requeued and requeued[0][0] <= read_id and len(batch) < room:
-                    batch.append(requeued.popleft()[1])
-            elif may_read and self._intake() > 0:
-                self._read(batch, room, gate, now, wall_ns)
-                if cursor.read_id == read_id:
-                    return batch  # on disk only: the router reads it, then routes again
-            else:  # the cursor cannot read on now: no reason to hold these back
-                while requeued and len(batch) < room:
-                    batch.append(requeued.popleft()[1])
-        if may_read:
-            self._read(batch, room, None, now, wall_ns)
-        return batch
-
-    def _read(
+    def read_into(
         self, batch: list[Record], room: int, stop_id: int | None, now: float, wall_ns: int
     ) -> None:
         """Take new records from the cursor into ``batch`` (up to ``room`` in all, none
         from ``stop_id`` on); a DPUB not yet due goes to the deferred queue instead."""
-        fresh = min(room - len(batch), self._intake())
+        fresh = min(room - len(batch), self.intake())
         if fresh <= 0:
             return
         ahead = self._ahead
@@ -389,55 +299,9 @@ class Channel:
             else:
                 batch.append(record)
 
-    def _tag_of(self, record: Record) -> str | None:
-        """A message's dispatch tag, parsed at most once while it is in the channel."""
-        key = record.internal_id
-        tags = self._tags
-        if key in tags:
-            return tags[key]
-        known = self._pass_tags
-        if key in known:
-            return known[key]
-        tag = known[key] = _tag_of(record)
-        return tag
-
-    def _queue_of(self, record: Record) -> str | None:
-        """The tag queue a message waits in now: its tag if a consumer holds it (§8.7)."""
-        held = self._held_tags
-        if not held:
-            return None
-        tag = self._tag_of(record)
-        return tag if tag in held else None
-
-    def _park(self, records: list[Record]) -> None:
-        """Keep messages nobody had room for, each in the queue of its tag."""
-        if not records:
-            return
-        waiting = self._waiting
-        tags, known = self._tags, self._pass_tags
-        for record in records:
-            key = self._queue_of(record)
-            internal_id = record.internal_id
-            if internal_id in known:  # keep the parsed tag with the waiting message
-                tags[internal_id] = known[internal_id]
-            queue = waiting.get(key)
-            if queue is None:
-                queue = waiting[key] = deque()
-            queue.append(record)
-        self._waiting_count += len(records)
-
-    def _repark(self, held: frozenset[str]) -> None:
-        """Tag holders changed: a message waits in its tag's queue while someone holds
-        the tag, else in the default queue (spec §8.7: a late tag consumer gets its
-        messages, the last one leaving sends them to untagged consumers)."""
-        self._held_tags = held
-        parked = [record for queue in self._waiting.values() for record in queue]
-        parked.sort(key=_record_id)  # one channel order again
-        self._waiting = {}
-        self._waiting_count = 0
-        self._park(parked)
-
-    def _deliver(self, consumer: Consumer, records: list[Record], now: float) -> list[Delivery]:
+    def deliver(self, consumer: Consumer, records: list[Record], now: float) -> list[Delivery]:
+        """Hand ``records`` to ``consumer``: in flight with their attempt counts, except
+        what its sample rate drops (dropped for this channel, as nsqd does)."""
         sent: list[Delivery] = []
         attempts = self._attempts
         for record in records:
@@ -563,14 +427,14 @@ class Channel:
         tag queue were read before, so they are ahead too.
         """
         if records:
-            gate = self.cursor.position_after(min(self._intake(), self.redelivery_window))
-            self._requeued.extend([(gate, record) for record in records])
+            gate = self.cursor.position_after(min(self.intake(), self.redelivery_window))
+            self.requeued.extend([(gate, record) for record in records])
 
     # ---------------------------------------------------------------- admin
 
     def empty(self) -> None:
         """Channel empty: drop everything queued, in flight and deferred."""
-        self.message_count += self._intake()  # they had entered the channel (nsqd counts them)
+        self.message_count += self.intake()  # they had entered the channel (nsqd counts them)
         self.move_to(self.log.next_id)
 
     def move_to(self, internal_id: int) -> None:
@@ -583,10 +447,10 @@ class Channel:
         """
         self.in_flight.clear()
         self.deferred.clear()
-        self._requeued.clear()
-        self._waiting.clear()
-        self._waiting_count = 0
-        self._tags.clear()
+        self.requeued.clear()
+        self.waiting.clear()
+        self.waiting_count = 0
+        self.tags.clear()
         self._attempts.clear()
         self._ahead.clear()
         self.cursor.move_to(internal_id)
@@ -604,27 +468,9 @@ class Channel:
             depth=self.depth,
             in_flight_count=len(self.in_flight),
             deferred_count=len(self.deferred),
-            message_count=self.message_count + self._intake(),
+            message_count=self.message_count + self.intake(),
             requeue_count=self.requeue_count,
             timeout_count=self.timeout_count,
             client_count=len(self.consumers),
             paused=self.paused,
         )
-
-
-def _tag_of(record: Record) -> str | None:
-    """The dispatch tag of an ext message (spec §8.7); parsed only while tags are held."""
-    if record.ext_version == 2:
-        return record.ext.decode("utf-8", "replace")
-    if record.ext_version == 4 and b"##client_dispatch_tag" in record.ext:
-        try:
-            header = orjson.loads(record.ext)
-        except orjson.JSONDecodeError:
-            return None
-        tag = header.get("##client_dispatch_tag") if isinstance(header, dict) else None
-        return tag if isinstance(tag, str) else None
-    return None
-
-
-def _record_id(record: Record) -> int:
-    return record.internal_id

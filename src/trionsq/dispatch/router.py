@@ -11,39 +11,27 @@ cancelling that scope.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import trio
 
 from ..queues.topic_log import TopicLog
 from .expiry import ExpiryTimer
+from .routing import route
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from ..broker.channel import Channel, Delivery
+    from ..broker.channel import Channel
+    from ..broker.driver import Outbox
 
-__all__ = ["ChannelRunner", "Outbox"]
+__all__ = ["ChannelRunner"]
 
 COLD_READ_RECORDS = 20_000
 """Records read from disk at once for a channel behind the log's memory tail."""
 COLD_READ_RETRY = 1.0
 """Seconds before a cold read the file system refused (no descriptors left, I/O
 error) is tried again; the channel waits, the rest of the broker does not."""
-
-
-class Outbox(Protocol):
-    """Where a consumer's messages go: its connection's outbound buffer."""
-
-    def push(self, deliveries: list[Delivery]) -> None:
-        """Take a batch for sending; must not block (the router never awaits here)."""
-
-    def close(self) -> None:
-        """The channel is gone (deleted): end the connection, as nsqd closes its clients."""
-
-    def topic_now_ext(self) -> None:
-        """The topic was upgraded to ext: a consumer that did not IDENTIFY with
-        ``extend_support`` cannot decode what comes next (spec §8.8)."""
 
 
 class ChannelRunner:
@@ -142,7 +130,7 @@ class ChannelRunner:
 
     def _pass(self) -> None:
         channel = self.channel
-        deliveries = channel.route(trio.current_time(), self._wall_clock())
+        deliveries = route(channel, trio.current_time(), self._wall_clock())
         self.passes += 1
         for client_id, batch in deliveries.items():
             outbox = self.outboxes.get(client_id)

@@ -82,7 +82,7 @@ if TYPE_CHECKING:
     from ..auth.session import AuthSession
     from ..broker.broker import Broker
     from ..broker.channel import Delivery
-    from ..dispatch.router import ChannelRunner
+    from ..broker.driver import ChannelDriver
     from ..protocol.commands import ExtMessage
     from ..protocol.identify import IdentifyRequest, NegotiatedSettings
     from ..protocol.server import Event, PublishHeader
@@ -190,7 +190,7 @@ class ClientSession:
         )
         self.heartbeat_interval = settings.default_heartbeat_interval_ms / 1000
         self.consumer: Consumer | None = None
-        self.runner: ChannelRunner | None = None
+        self.runner: ChannelDriver | None = None
         self.connected_at = time.time()
         """Unix seconds (nsqd's ConnectTime)."""
         self.remote_address = peer_address(stream.socket)

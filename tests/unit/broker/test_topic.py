@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from trionsq.broker.channel import Consumer, Delivery
 from trionsq.broker.topic import Partition, Topic
+from trionsq.dispatch.routing import route
 
 WALL = 1_700_000_000_000_000_000
 
@@ -26,7 +27,7 @@ def drain(p: Partition, name: str, client: int) -> list[bytes]:
         channel.subscribe(consumer)
     got: list[Delivery] = []
     while True:
-        batch = channel.route(0.0, WALL).get(client, [])
+        batch = route(channel, 0.0, WALL).get(client, [])
         if not batch:
             break
         got += batch
@@ -77,14 +78,14 @@ def test_topic_pause_holds_new_messages_but_not_redeliveries() -> None:
     consumer.rdy = 10
     channel.subscribe(consumer)
     p.publish([b"one"], WALL)
-    (delivery,) = channel.route(0.0, WALL)[1]
+    (delivery,) = route(channel, 0.0, WALL)[1]
     p.set_paused(True)
     p.publish([b"two"], WALL)
     channel.requeue(1, delivery.record.internal_id, 0, 0.0)
-    assert [d.record.body for d in channel.route(0.0, WALL)[1]] == [b"one"]
-    assert channel.route(0.0, WALL) == {}
+    assert [d.record.body for d in route(channel, 0.0, WALL)[1]] == [b"one"]
+    assert route(channel, 0.0, WALL) == {}
     p.set_paused(False)
-    assert [d.record.body for d in channel.route(0.0, WALL)[1]] == [b"two"]
+    assert [d.record.body for d in route(channel, 0.0, WALL)[1]] == [b"two"]
 
 
 def test_ephemeral_topic_holds_at_most_mem_queue_size_without_a_channel() -> None:

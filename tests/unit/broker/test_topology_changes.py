@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from trionsq import NsqdConfig
 from trionsq.broker.broker import Broker, TopologyChange
+from trionsq.dispatch.router import ChannelRunner
 
 if TYPE_CHECKING:
     import trio
@@ -18,7 +19,7 @@ def listening(broker: Broker) -> list[TopologyChange]:
 
 
 async def test_each_creation_and_deletion_is_announced_once(nursery: trio.Nursery) -> None:
-    broker = Broker(NsqdConfig.loopback(), nursery)
+    broker = Broker(NsqdConfig.loopback(), nursery, drive=ChannelRunner)
     heard = listening(broker)
     broker.topic("t", partitions=2)
     broker.topic("t", partitions=3)  # more partitions: no new name
@@ -36,7 +37,7 @@ async def test_each_creation_and_deletion_is_announced_once(nursery: trio.Nurser
 
 
 async def test_an_ephemeral_topic_is_announced_gone_once(nursery: trio.Nursery) -> None:
-    broker = Broker(NsqdConfig.loopback(), nursery)
+    broker = Broker(NsqdConfig.loopback(), nursery, drive=ChannelRunner)
     await broker.create_channel("e#ephemeral", "a")
     await broker.create_channel("e#ephemeral", "b")
     heard = listening(broker)
@@ -50,7 +51,7 @@ async def test_an_ephemeral_topic_is_announced_gone_once(nursery: trio.Nursery) 
 
 async def test_registrations_follow_nsqds_rule(nursery: trio.Nursery) -> None:
     """A topic with channels is registered through them; one without, by itself."""
-    broker = Broker(NsqdConfig.loopback(), nursery)
+    broker = Broker(NsqdConfig.loopback(), nursery, drive=ChannelRunner)
     broker.topic("bare")
     broker.topic("parts", partitions=2)
     await broker.create_channel("parts", "x")
@@ -59,7 +60,7 @@ async def test_registrations_follow_nsqds_rule(nursery: trio.Nursery) -> None:
 
 
 async def test_a_removed_listener_hears_nothing(nursery: trio.Nursery) -> None:
-    broker = Broker(NsqdConfig.loopback(), nursery)
+    broker = Broker(NsqdConfig.loopback(), nursery, drive=ChannelRunner)
     heard = listening(broker)
     broker.remove_listener(heard.append)
     broker.remove_listener(heard.append)  # twice: ignored
