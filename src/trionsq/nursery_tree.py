@@ -59,7 +59,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("trionsq")
 
-__all__ = ["TREE", "BoundAddresses", "open_nsqd", "serve_nsqd"]
+__all__ = ["TASKS", "TREE", "BoundAddresses", "open_nsqd", "serve_nsqd"]
 
 
 @attrs.frozen
@@ -211,3 +211,27 @@ TREE: Final = (
 )
 """Each long-lived task and the task or nursery that is its parent, as data, so the
 tree in the docstring and the code that builds it can be checked against each other."""
+
+TASKS: Final = {
+    "serve_nsqd": "serve_nsqd",
+    "channel runner": "ChannelRunner.run",  # the router loop runs in this task
+    "channel expiry": "ExpiryTimer.run",
+    "tcp listener": "serve_listeners",
+    "connection nursery": "_run_handler",  # the reader runs in this task
+    "connection message pump": "ClientSession._pump",
+    "storage": "Storage.run",
+    "storage syncer": "Storage._sync_forever",
+    "storage persister": "Storage._persist_forever",
+    "http listener": "serve_listeners",
+    "http connection": "_run_handler",
+    "https listener": "serve_listeners",
+    "https connection": "_run_handler",
+    "lookupd peers": "LookupdPeers.run",
+    "lookupd peer": "LookupdPeer.run",
+    "lookupd peer reader": "LookupdPeer._read_replies",
+    "channel pre-creation": "LookupdPeers.precreate_channels",
+}
+"""The coroutine each node of :data:`TREE` runs as, for the nodes that are tasks (the
+others are nurseries, or loops inside their parent's task): a test walks a running
+broker's task tree and finds each task where TREE puts it
+(tests/integration/test_task_tree.py)."""

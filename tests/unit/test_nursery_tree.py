@@ -22,3 +22,9 @@ def test_the_lookupd_tree_has_one_root_and_named_parents() -> None:
     assert [name for name, parent in LOOKUPD_TREE if parent is None] == ["serve_lookupd"]
     for name, parent in LOOKUPD_TREE:
         assert parent is None or parent in names, f"{name} has unknown parent {parent}"
+
+
+def test_every_task_node_is_a_node_of_the_tree() -> None:
+    from trionsq.nursery_tree import TASKS
+
+    assert set(TASKS) <= {name for name, _ in TREE}

@@ -1,0 +1,95 @@
+"""The task tree of a running broker is the one nursery_tree.TREE declares: every
+long-lived task runs under the parent TREE names (design card: each long-lived task
+has a parent nursery you can name in nursery_tree.py)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import trio
+
+from trionsq import NsqdConfig, serve_nsqd
+from trionsq.lookupd.config import LookupdConfig
+from trionsq.lookupd.server import serve_lookupd
+from trionsq.nursery_tree import TASKS, TREE
+from trionsq.protocol import Rdy, Sub
+from trionsq.testing import ProtocolClient, wait_until
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from trionsq.lookupd.server import LookupdAddresses
+    from trionsq.nursery_tree import BoundAddresses
+
+TRIO_INTERNAL = frozenset({"_serve_one_listener"})
+"""trio.serve_listeners' own accept loop, one per listener."""
+NOT_RUNNING_HERE = frozenset({"https listener", "https connection", "channel pre-creation"})
+"""Nodes this broker has no task for: HTTPS needs a certificate; pre-creation ends
+once the lookupds answered."""
+
+
+def task_parent(node: str) -> str | None:
+    """The nearest ancestor of ``node`` in TREE that is a task (nurseries skipped)."""
+    parents = dict(TREE)
+    parent = parents[node]
+    while parent is not None and parent not in TASKS:
+        parent = parents[parent]
+    return parent
+
+
+def qualname(task: trio.lowlevel.Task) -> str:
+    return str(getattr(task.coro, "__qualname__", task.name))
+
+
+def tasks_under(task: trio.lowlevel.Task) -> list[tuple[str, str]]:
+    """(task, parent task) coroutine names of everything below ``task``."""
+    found: list[tuple[str, str]] = []
+    for nursery in task.child_nurseries:
+        for child in nursery.child_tasks:
+            found.append((qualname(child), qualname(task)))
+            found.extend(tasks_under(child))
+    return found
+
+
+def find(task: trio.lowlevel.Task, name: str) -> trio.lowlevel.Task:
+    if qualname(task) == name:
+        return task
+    for nursery in task.child_nurseries:
+        for child in nursery.child_tasks:
+            try:
+                return find(child, name)
+            except LookupError:
+                pass
+    raise LookupError(name)
+
+
+async def test_every_task_of_a_running_broker_is_where_tree_says(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    lookupd: LookupdAddresses = await nursery.start(serve_lookupd, LookupdConfig.loopback())
+    config = NsqdConfig.loopback(
+        data_path=str(tmp_path), lookupd_tcp_addresses=[f"127.0.0.1:{lookupd.tcp[1]}"]
+    )
+    broker: BoundAddresses = await nursery.start(serve_nsqd, config)
+    consumer = await ProtocolClient.connect(broker.tcp)
+    await consumer.send(Sub("t", "c"), Rdy(1))
+    await consumer.read(1)
+    http = await trio.open_tcp_stream(*broker.http)  # type: ignore[misc]
+    await http.send_all(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+    await http.receive_some(1000)  # answered; the connection's task waits for more
+    top = trio.lowlevel.current_root_task()
+    assert top is not None
+    root = find(top, "serve_nsqd")
+    await wait_until(
+        lambda: ("LookupdPeer._read_replies", "LookupdPeer.run") in tasks_under(root),
+        "the lookupd peer connected",
+    )
+
+    allowed = {(TASKS[node], TASKS[parent]) for node in TASKS if (parent := task_parent(node))}
+    seen = [pair for pair in tasks_under(root) if pair[0] not in TRIO_INTERNAL]
+    assert [pair for pair in seen if pair not in allowed] == []
+    seen_names = {qualname(root)} | {child for child, _ in seen}
+    missing = {node for node, name in TASKS.items() if name not in seen_names}
+    assert missing <= NOT_RUNNING_HERE
+    for stream in (consumer.stream, http):
+        await stream.aclose()
