@@ -98,6 +98,11 @@ _SCAN_CHUNK: Final = 1 << 20
 """Read size of recovery and of seeks."""
 MAX_CHUNKS: Final = 4
 """Cold chunks kept installed: a few channels at different places in a backlog."""
+CACHE_BYTES: Final = 32 << 20
+"""Record bytes the tail cache holds at most, whatever its record count: 10,000
+records of 200 bytes are 2 MB, but 1,000 of 1 MB held a gigabyte (issue 14). Past
+it the oldest cached records are served by cold reads, as records past the count
+are."""
 
 # The record encoding of record.py, precompiled for this module's loops.
 _SIZE: Final = struct.Struct(">I")
@@ -643,6 +648,10 @@ def _segment_of(segments: Sequence[_Segment], internal_id: int) -> int:
     return max(bisect_right(segments, internal_id, key=attrgetter("first_id")) - 1, 0)
 
 
+def _record_offset(record: Record) -> int:
+    return record.offset
+
+
 def _open_to_read(path: str) -> int | None:
     """A read-only descriptor on a segment, or None if it was deleted (expired)."""
     try:
@@ -875,12 +884,14 @@ class TopicLog:
         clock: Callable[[], float] = time.time,
         index_interval: int = INDEX_INTERVAL,
         max_chunks: int = MAX_CHUNKS,
+        cache_bytes: int = CACHE_BYTES,
     ) -> None:
         """An empty log that has not looked at its directory: use :meth:`open`."""
         self.directory: Final = Path(directory)
         self.name: Final = name
         self.max_bytes_per_file: Final = max_bytes_per_file
         self.cache_records: Final = max(cache_records, 0)
+        self.cache_bytes: Final = max(cache_bytes, 0)
         self.retention: Final = retention
         self.index_interval: Final = max(index_interval, 1)
         self.max_chunks: Final = max(max_chunks, 1)
@@ -940,6 +951,7 @@ class TopicLog:
         clock: Callable[[], float] = time.time,
         index_interval: int = INDEX_INTERVAL,
         max_chunks: int = MAX_CHUNKS,
+        cache_bytes: int = CACHE_BYTES,
     ) -> tuple[TopicLog, RecoveryReport]:
         """Open (creating the directory if needed) and recover the log ``name``.
 
@@ -995,6 +1007,7 @@ class TopicLog:
             clock=clock,
             index_interval=index_interval,
             max_chunks=max_chunks,
+            cache_bytes=cache_bytes,
         )
         return log, log._recover()
 
@@ -1433,6 +1446,11 @@ class TopicLog:
             if segment.check is None:  # sealed: reading it would verify it all
                 first = max(first, segment.next_id)
                 break
+        floor = self.next_offset - self.cache_bytes  # no more than the byte bound either
+        if self._segments and floor > self._segments[-1].first_offset:
+            first = max(first, self.seek_offset(floor, floor=first))
+        if first >= self.next_id:
+            return
         records = self.read_cold(first, self.cache_records, max_bytes=1 << 62)
         if not records or records[-1].internal_id != self.next_id - 1:
             return
@@ -1725,13 +1743,23 @@ class TopicLog:
     # -- reading from memory --------------------------------------------------------
 
     def _cache_append(self, records: list[Record]) -> None:
+        """Add a batch just written; what falls past the record count or the byte
+        bound is no longer served, and its memory goes once it is worth a list shift
+        (over 1,024 records and half the list, or a quarter of the byte bound)."""
         cache = self._cache
         cache.extend(records)
         over = len(cache) - self._cache_skip - self.cache_records
         if over > 0:
             self._cache_skip += over
         skip = self._cache_skip
-        if skip > 1024 and skip * 2 > len(cache):
+        if skip < len(cache) and self.next_offset - cache[skip].offset > self.cache_bytes:
+            # over the byte bound: serve from the first record that fits it (maybe none)
+            floor = self.next_offset - self.cache_bytes
+            skip = self._cache_skip = bisect_left(cache, floor, lo=skip, key=_record_offset)
+        if not skip:
+            return
+        skipped = (cache[skip].offset if skip < len(cache) else self.next_offset) - cache[0].offset
+        if (skip > 1024 and skip * 2 > len(cache)) or skipped > self.cache_bytes // 4:
             del cache[:skip]
             self._cache_base += skip
             self._cache_skip = 0

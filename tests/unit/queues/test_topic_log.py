@@ -1409,3 +1409,28 @@ def test_one_flipped_byte_costs_at_most_its_record(
         assert len(log) == len(expected)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_the_tail_cache_is_bounded_by_bytes_too(tmp_path: Path) -> None:
+    """1,000 records of 1 MB held a gigabyte under a 10,000-record cache (issue 14):
+    the byte bound keeps the newest that fit, the rest is read cold, nothing lost,
+    and the reopened log loads no more than the bound either."""
+    bound = 64 * 1024
+    log, _ = TopicLog.open(
+        tmp_path, NAME, max_bytes_per_file=1 << 20, cache_records=10_000, cache_bytes=bound
+    )
+    bodies = [bytes([n]) * 10_000 for n in range(200)]
+    for body in bodies:
+        log.append([body], 1)
+        assert log.bytes_held <= bound
+        assert len(log._cache) < 40  # what is no longer served does not stay behind
+    assert log.get(200) is not None  # the newest are in memory
+    assert log.is_cold(1)
+    assert [r.body for r in read_everything(log)] == bodies
+    log.close()
+    reopened, _ = TopicLog.open(
+        tmp_path, NAME, max_bytes_per_file=1 << 20, cache_records=10_000, cache_bytes=bound
+    )
+    assert 0 < reopened.bytes_held <= bound
+    assert [r.body for r in read_everything(reopened)] == bodies
+    reopened.close()
