@@ -431,7 +431,7 @@ class Broker:
         if only_consumer is not None and list(channel.consumers) != [only_consumer]:
             return False
         log = channel.log
-        if getattr(log, "is_cold", None) is not None:  # on disk: seeks read files
+        if log.on_disk:  # seeks read files: in a worker thread
             try:
                 target = await trio.to_thread.run_sync(resolve_offset, log, spec)
             except OSError as error:

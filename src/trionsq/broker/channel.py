@@ -329,10 +329,10 @@ class Channel:
         Only when a consumer has room: an idle channel's backlog stays on disk.
         """
         cursor = self.cursor
-        is_cold = getattr(self.log, "is_cold", None)
-        if is_cold is None or self.feed is not None or self.intake_paused_now():
+        log = self.log
+        if not log.on_disk or self.feed is not None or self.intake_paused_now():
             return None
-        if not is_cold(cursor.read_id):
+        if not log.is_cold(cursor.read_id):
             return None
         if not any(self.room_for(consumer) for consumer in self.consumers.values()):
             return None

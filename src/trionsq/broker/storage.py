@@ -235,7 +235,7 @@ class Storage:
         partition_log = channel.log
         for due, internal_id in restored.deferred:
             record = partition_log.get(internal_id)
-            if record is None and isinstance(partition_log, TopicLog):
+            if record is None and partition_log.on_disk:
                 cold = partition_log.read_cold(internal_id, 1)
                 record = cold[0] if cold and cold[0].internal_id == internal_id else None
             if record is not None:

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from ..queues.topic_log import TopicLog
 from .expiry import ExpiryTimer
 from .routing import route
 
@@ -84,7 +83,6 @@ class ChannelRunner:
         next passes read it from memory.
         """
         log = self.channel.log
-        assert isinstance(log, TopicLog)  # noqa: S101 - cold_read_from said so
         records = await trio.to_thread.run_sync(log.read_cold, from_id, COLD_READ_RECORDS)
         log.install_chunk(from_id, records)
 

@@ -22,6 +22,9 @@ __all__ = ["MemoryLog"]
 class MemoryLog:
     """One topic partition's records, appended in batches and read by id."""
 
+    on_disk = False
+    """Everything is in memory: nothing is ever cold."""
+
     def __init__(self, *, first_id: int = 1, first_offset: int = 0) -> None:
         self._records: list[Record] = []
         self._base_id = first_id
@@ -124,6 +127,17 @@ class MemoryLog:
             self._base_id += self._skip
             self._skip = 0
         return len(dropped)
+
+    def is_cold(self, from_id: int) -> bool:
+        """Never: every record held is in memory."""
+        return False
+
+    def read_cold(self, from_id: int, max_records: int) -> list[Record]:
+        """Nothing is on disk."""
+        return []
+
+    def install_chunk(self, from_id: int, records: list[Record]) -> None:
+        """Nothing to keep: reads come from memory."""
 
     def offset_of(self, internal_id: int, *, floor: int | None = None) -> int:
         """The offset of the first record from ``internal_id`` on (``next_offset`` if none)."""

@@ -23,6 +23,9 @@ class PartitionLog(Protocol):
 
     next_id: int
     next_offset: int
+    on_disk: bool
+    """Whether records may have to be read from files (:meth:`read_cold`, blocking:
+    in a worker thread); False for a log held wholly in memory."""
 
     @property
     def start_id(self) -> int:
@@ -74,3 +77,13 @@ class PartitionLog(Protocol):
 
     def discard_before(self, internal_id: int) -> int:
         """Let go of records below ``internal_id``."""
+
+    def is_cold(self, from_id: int) -> bool:
+        """Whether reading from ``from_id`` needs :meth:`read_cold` first."""
+
+    def read_cold(self, from_id: int, max_records: int) -> list[Record]:
+        """Up to ``max_records`` records from ``from_id`` on, read from the files
+        (blocking; any thread); pass them to :meth:`install_chunk` to serve them."""
+
+    def install_chunk(self, from_id: int, records: list[Record]) -> None:
+        """Keep what :meth:`read_cold` returned so :meth:`read` serves it."""

@@ -873,6 +873,9 @@ class TopicLog:
     other threads at the same time (see :meth:`read_cold`), and so may ``sync``.
     """
 
+    on_disk = True
+    """Records past the tail cache are read from the segment files."""
+
     def __init__(
         self,
         directory: str | os.PathLike[str],
