@@ -8,6 +8,7 @@ import trio
 import trio.testing
 
 from trionsq import NsqdConfig, serve_nsqd
+from trionsq.broker.storage import PERSIST_INTERVAL
 from trionsq.protocol import MAGIC_V2, Dpub, Fin, Mpub, Rdy, Sub
 from trionsq.protocol.client import (
     ClientConnection,
@@ -16,6 +17,7 @@ from trionsq.protocol.client import (
     Response,
     encode_command,
 )
+from trionsq.queues.cursor_state import load_state, state_path
 from trionsq.server.stats import stats_document
 
 from .raw import bodies, next_message, publish, quiet
@@ -220,3 +222,30 @@ async def test_consumed_segments_are_deleted(
 
 def count_segments(data_path: Path) -> int:
     return len(list(data_path.glob("spent-0.*.log")))
+
+
+async def test_a_channel_state_is_written_only_when_it_changed(
+    clients: Clients,
+    nursery: trio.Nursery,
+    tmp_path: Path,
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The persister looks every second but rewrites a state file only when what it
+    holds moved (each write replaces the file: a new inode), even with a deferred
+    message, whose due time is stored on the wall clock."""
+    autojump_clock.autojump_threshold = 0.1  # real sockets and file threads
+    addresses: BoundAddresses = await nursery.start(
+        serve_nsqd, NsqdConfig.loopback(data_path=str(tmp_path))
+    )
+    await load_and_leave(clients, addresses)  # a DPUB deferred, one in flight
+    path = state_path(tmp_path, "orders", 0, "billing")
+    await trio.sleep(2 * PERSIST_INTERVAL + 0.5)
+    written = path.stat().st_ino
+    await trio.sleep(5 * PERSIST_INTERVAL)
+    assert path.stat().st_ino == written  # five idle ticks, no write
+    addresses.broker.set_channel_paused("orders", "billing", paused=False)
+    await trio.sleep(2 * PERSIST_INTERVAL)
+    assert path.stat().st_ino != written  # the pause is persisted state
+    saved = load_state(path)
+    assert saved is not None
+    assert saved.paused is False

@@ -347,6 +347,23 @@ class Channel:
         """After a restart: an id finished before it, which the cursor must not deliver."""
         self._ahead[internal_id] = True
 
+    def state_fingerprint(self) -> tuple[object, ...] | None:
+        """Different whenever what the channel persists is (read and confirmed
+        positions, the ids finished out of order, deferrals, pause), and cheap: the
+        persister encodes and writes a channel only when this changed. None for an
+        ephemeral channel, which persists nothing."""
+        cursor = self.cursor
+        if not isinstance(cursor, ChannelCursor):
+            return None
+        return (
+            cursor.read_id,
+            cursor.confirmed_id,
+            cursor.finished_count,
+            self.deferred.changes,
+            self.paused,
+            tuple(self.finished_ahead()) if self._ahead else (),
+        )
+
     def finished_ahead(self) -> list[int]:
         """Ids finished before the cursor reached them (persisted with the state)."""
         return [internal_id for internal_id, done in self._ahead.items() if done]

@@ -18,7 +18,7 @@ import math
 import re
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 import trio
 
@@ -77,6 +77,8 @@ class Storage:
         self.reports: dict[tuple[str, int], RecoveryReport] = {}
         """What recovery found per partition (losses show in /stats)."""
         self._saved_states: dict[tuple[str, int, str], bytes] = {}
+        self._fingerprints: dict[tuple[str, int, str], tuple[object, ...] | None] = {}
+        """Each channel's ``state_fingerprint`` when its state was last found saved."""
         self._saved_metadata = b""
         self._unsynced: set[TopicLog] = set()
         self._appended = trio.Event()
@@ -141,6 +143,7 @@ class Storage:
                 _left_behind(f"topic {topic}/{partition}", error)
             for key in [k for k in self._saved_states if k[:2] == (topic, partition)]:
                 del self._saved_states[key]
+                self._fingerprints.pop(key, None)
 
     def delete_channel_files(self, topic: str, partition: int, channel: str) -> None:
         """A deleted durable channel's state file goes."""
@@ -151,6 +154,7 @@ class Storage:
         except OSError as error:
             _left_behind(f"channel {topic}/{partition}/{channel}", error)
         self._saved_states.pop((topic, partition, channel), None)
+        self._fingerprints.pop((topic, partition, channel), None)
 
     # ------------------------------------------------------------------ start
 
@@ -331,7 +335,8 @@ class Storage:
         if metadata != self._saved_metadata:
             writes.append((metadata_path(directory), metadata))
         now, wall = trio.current_time(), time.time_ns()
-        changed: list[tuple[tuple[str, int, str], bytes, Channel, int]] = []
+        changed: list[_Changed] = []
+        fingerprints = self._fingerprints
         for topic in list(broker.topics.values()):
             if topic.ephemeral:
                 continue
@@ -339,12 +344,17 @@ class Storage:
                 for name, channel in partition.channels.items():
                     if is_ephemeral(name):
                         continue
+                    key = (topic.name, partition.index, name)
+                    fingerprint = channel.state_fingerprint()
+                    if key in fingerprints and fingerprints[key] == fingerprint:
+                        continue  # nothing it persists moved since it was found saved
                     state = channel_state(channel, now, wall)
                     data = encode_state(state)
-                    key = (topic.name, partition.index, name)
-                    if self._saved_states.get(key) != data:
-                        changed.append((key, data, channel, state.confirmed_id))
-                        writes.append((state_path(directory, *key), data))
+                    if self._saved_states.get(key) == data:
+                        fingerprints[key] = fingerprint
+                        continue
+                    changed.append(_Changed(key, data, channel, state.confirmed_id, fingerprint))
+                    writes.append((state_path(directory, *key), data))
         if not writes:
             return
         written, error = await trio.to_thread.run_sync(_write_all, writes)
@@ -358,10 +368,21 @@ class Storage:
             if written[0]:
                 self._saved_metadata = metadata
             written = written[1:]
-        for (key, data, channel, confirmed), ok in zip(changed, written, strict=True):
+        for change, ok in zip(changed, written, strict=True):
             if ok:
-                self._saved_states[key] = data
-                channel.saved_confirmed = confirmed
+                self._saved_states[change.key] = change.data
+                fingerprints[change.key] = change.fingerprint
+                change.channel.saved_confirmed = change.confirmed
+
+
+class _Changed(NamedTuple):
+    """A channel state to write, and what to remember once it is written."""
+
+    key: tuple[str, int, str]
+    data: bytes
+    channel: Channel
+    confirmed: int
+    fingerprint: tuple[object, ...] | None
 
 
 def channel_state(channel: Channel, now: float, wall: int) -> ChannelState:

@@ -111,6 +111,11 @@ class ChannelCursor:
             return self.log.next_offset
         return self.log.start_offset
 
+    @property
+    def finished_count(self) -> int:
+        """Ids finished out of order, past the confirmed one."""
+        return len(self._finished)
+
     def statistics(self) -> CursorStatistics:
         """A frozen snapshot."""
         return CursorStatistics(

@@ -31,6 +31,8 @@ class DeferredQueue(Generic[T]):
         self._items: dict[int, tuple[float, int, T]] = {}
         self._heap: list[tuple[float, int, int]] = []
         self._seq = itertools.count()
+        self.changes = 0
+        """Counts every push, pop and clear: a cheap "has it changed" for persisting."""
 
     def __len__(self) -> int:
         return len(self._items)
@@ -47,6 +49,7 @@ class DeferredQueue(Generic[T]):
         if key in self._items:
             raise ValueError(f"message {key} is already deferred")
         seq = next(self._seq)
+        self.changes += 1
         self._items[key] = (due, seq, item)
         heapq.heappush(self._heap, (due, seq, key))
 
@@ -71,6 +74,8 @@ class DeferredQueue(Generic[T]):
             if held is not None and held[1] == seq:
                 del self._items[key]
                 ready.append(held[2])
+        if ready:
+            self.changes += 1
         return ready
 
     def entries(self) -> list[tuple[float, int]]:
@@ -80,6 +85,7 @@ class DeferredQueue(Generic[T]):
     def clear(self) -> list[T]:
         """Channel empty: drop everything."""
         items = [item for _, _, item in self._items.values()]
+        self.changes += 1
         self._items.clear()
         self._heap.clear()
         return items
