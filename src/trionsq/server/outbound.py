@@ -29,6 +29,17 @@ __all__ = ["OutboundBuffer"]
 class OutboundBuffer:
     """Frames for one client, in order, with the flush policy it negotiated."""
 
+    __slots__ = (
+        "_buffer",
+        "_first_message_at",
+        "_urgent",
+        "binary_ids",
+        "buffer_size",
+        "buffer_timeout",
+        "detail",
+        "extended",
+    )
+
     def __init__(
         self,
         *,
