@@ -10,7 +10,8 @@ trionsq (a lookupd process has its own small tree, in lookupd/server.py). Branch
     │   │   └── expiry task    in-flight + deferred deadlines (ExpiryTimer)
     │   ├── storage: syncer (fsync by --sync-every/--sync-timeout)       broker/storage.py
     │   ├── storage: persister (metadata + channel states, atomic, 1 s)   broker/storage.py
-    │   ├── TCP listener (trio.serve_listeners) -> per connection nursery   server/tcp.py
+    │   ├── alarm clock: wakes idle connections' pumps at their due times  server/alarms.py
+    │   ├── TCP listener (listen.serve_connections) -> per connection nursery   server/tcp.py
     │       ├── reader task            bytes -> protocol events -> broker; writes replies
     │       └── messagePump task       message batches + heartbeats -> socket
     │   ├── HTTP listener -> per connection task: h11 loop, one request at a time   http/
@@ -31,6 +32,7 @@ nothing.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import time
@@ -46,7 +48,8 @@ from .broker.storage import Storage
 from .config import NsqdConfig
 from .dispatch.router import ChannelRunner
 from .http.connection import FdTransport, StreamTransport, serve_http_connection
-from .listen import open_listeners
+from .listen import open_listeners, serve_connections
+from .server.alarms import AlarmClock
 from .server.lookupd_peers import LookupdPeers, peer_identity
 from .server.nsqd_api import NsqdHttpApi, RuntimeOptions
 from .server.tcp import ClientSession
@@ -58,6 +61,8 @@ if TYPE_CHECKING:
     from .http.connection import Transport
 
 log = logging.getLogger("trionsq")
+CONNECTION_TASK: Final = "trionsq.server.tcp.ClientSession.run"
+"""Every TCP connection's task has this one name (not one string built per task)."""
 
 __all__ = ["TASKS", "TREE", "BoundAddresses", "open_nsqd", "serve_nsqd"]
 
@@ -115,7 +120,9 @@ async def serve_nsqd(
         def handle_tcp(stream: trio.SocketStream) -> Awaitable[None]:
             # the session's own coroutine, not an async wrapper awaiting it: one frame
             # fewer for each of many idle connections (issue 14)
-            return ClientSession(next(client_ids), stream, broker, settings, tls_context).run()
+            return ClientSession(
+                next(client_ids), stream, broker, settings, alarms, tls_context
+            ).run()
 
         identity = peer_identity(config, NSQD_RELEASE, tcp[1], http[1] if http else 0)
         peers = LookupdPeers(
@@ -126,7 +133,11 @@ async def serve_nsqd(
         runtime = RuntimeOptions(
             config.log_level, config.lookupd_tcp_addresses, lookupd_changed=peers.set_addresses
         )
-        await broker_nursery.start(trio.serve_listeners, handle_tcp, tcp_listeners)
+        alarms = AlarmClock()
+        await broker_nursery.start(alarms.run)
+        await broker_nursery.start(
+            functools.partial(serve_connections, handle_tcp, tcp_listeners, name=CONNECTION_TASK)
+        )
 
         def api(*, is_https: bool) -> NsqdHttpApi:
             return NsqdHttpApi(
@@ -194,6 +205,7 @@ TREE: Final = (
     ("channel runner", "broker nursery"),
     ("channel router", "channel runner"),
     ("channel expiry", "channel runner"),
+    ("alarm clock", "broker nursery"),
     ("tcp listener", "broker nursery"),
     ("connection nursery", "tcp listener"),
     ("connection reader", "connection nursery"),
@@ -218,8 +230,9 @@ TASKS: Final = {
     "serve_nsqd": "serve_nsqd",
     "channel runner": "ChannelRunner.run",  # the router loop runs in this task
     "channel expiry": "ExpiryTimer.run",
-    "tcp listener": "serve_listeners",
-    "connection nursery": "_run_handler",  # the reader runs in this task
+    "alarm clock": "AlarmClock.run",
+    "tcp listener": "serve_connections",
+    "connection nursery": "ClientSession.run",  # the reader runs in this task
     "connection message pump": "ClientSession._pump",
     "storage": "Storage.run",
     "storage syncer": "Storage._sync_forever",

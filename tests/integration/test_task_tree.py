@@ -21,8 +21,8 @@ if TYPE_CHECKING:
     from trionsq.lookupd.server import LookupdAddresses
     from trionsq.nursery_tree import BoundAddresses
 
-TRIO_INTERNAL = frozenset({"_serve_one_listener"})
-"""trio.serve_listeners' own accept loop, one per listener."""
+ACCEPT_LOOPS = frozenset({"_serve_one_listener", "_accept_forever"})
+"""The accept loops (trio.serve_listeners', listen.serve_connections'), one per listener."""
 NOT_RUNNING_HERE = frozenset({"https listener", "https connection", "channel pre-creation"})
 """Nodes this broker has no task for: HTTPS needs a certificate; pre-creation ends
 once the lookupds answered."""
@@ -86,7 +86,7 @@ async def test_every_task_of_a_running_broker_is_where_tree_says(
     )
 
     allowed = {(TASKS[node], TASKS[parent]) for node in TASKS if (parent := task_parent(node))}
-    seen = [pair for pair in tasks_under(root) if pair[0] not in TRIO_INTERNAL]
+    seen = [pair for pair in tasks_under(root) if pair[0] not in ACCEPT_LOOPS]
     assert [pair for pair in seen if pair not in allowed] == []
     seen_names = {qualname(root)} | {child for child, _ in seen}
     missing = {node for node, name in TASKS.items() if name not in seen_names}

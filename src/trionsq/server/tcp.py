@@ -89,6 +89,7 @@ if TYPE_CHECKING:
     from ..protocol.identify import IdentifyRequest, NegotiatedSettings
     from ..protocol.server import Event, PublishHeader
     from ..protocol.settings import ServerSettings
+    from .alarms import Alarm, AlarmClock
 
 __all__ = ["ClientSession"]
 
@@ -238,6 +239,7 @@ class ClientSession:
     """
 
     __slots__ = (
+        "_alarm",
         "_closes_at_next_delivery",
         "_finished",
         "_identify_request",
@@ -250,6 +252,7 @@ class ClientSession:
         "_upgrade_to",
         "_woken",
         "_writing",
+        "alarms",
         "auth",
         "broker",
         "client_id",
@@ -273,11 +276,16 @@ class ClientSession:
         stream: trio.SocketStream,
         broker: Broker,
         settings: ServerSettings,
+        alarms: AlarmClock,
         tls_context: ssl.SSLContext | None = None,
     ) -> None:
         """``tls_context``: the server's TLS (:func:`.tls.server_tls_context`), needed
-        when ``settings.tls_available`` lets IDENTIFY negotiate ``tls_v1``."""
+        when ``settings.tls_available`` lets IDENTIFY negotiate ``tls_v1``;
+        ``alarms``: the broker's clock that wakes idle pumps."""
         self.client_id = client_id
+        self.alarms = alarms
+        self._alarm: Alarm | None = None
+        """The pump's alarm in the clock, while it is set."""
         self.tls_context = tls_context
         self.stream = stream
         self.broker = broker
@@ -385,6 +393,11 @@ class ClientSession:
         else:
             self._woken = True
 
+    def alarm(self) -> None:
+        """The alarm clock: the pump's idle deadline (heartbeat, read deadline) came."""
+        self._alarm = None
+        self._wake()
+
     def _unpark(self, _: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
         """The pump's wait was cancelled (its deadline, or the connection ending)."""
         self._parked = None
@@ -468,6 +481,9 @@ class ClientSession:
             log.exception("client %d: connection handler failed", self.client_id)
         finally:
             self._scope = None
+            if self._alarm is not None:  # the clock's heap does not keep us alive
+                self.alarms.cancel(self._alarm)
+                self._alarm = None
             self.broker.unregister_client(self.client_id)
             if self.runner is not None:
                 self.broker.unsubscribe(self.runner, self.client_id)
@@ -544,10 +560,19 @@ class ClientSession:
             if self._woken:
                 self._woken = False
                 await trio.lowlevel.checkpoint()
-            else:
+            elif flush_at is not None and flush_at <= deadline:  # busy: a short wait
                 with trio.move_on_at(deadline):
                     self._parked = trio.lowlevel.current_task()
                     await trio.lowlevel.wait_task_rescheduled(self._unpark)
+            else:  # idle until a heartbeat or the read deadline: the clock wakes us
+                alarm = self._alarm
+                if deadline < math.inf and (alarm is None or alarm.due > deadline):
+                    if alarm is not None:
+                        self.alarms.cancel(alarm)
+                    self._alarm = self.alarms.set(deadline, self)
+                # parked here, not in a helper coroutine: a frame fewer while idle
+                self._parked = trio.lowlevel.current_task()
+                await trio.lowlevel.wait_task_rescheduled(self._unpark)
             now = trio.current_time()
             if interval != self.heartbeat_interval:  # IDENTIFY changed it
                 interval = self.heartbeat_interval
