@@ -1,11 +1,12 @@
-"""Go's ``time.ParseDuration`` syntax, which nsqd's flags and config files use."""
+"""Go's durations: ``time.ParseDuration`` syntax, which nsqd's flags and config files
+use, and ``Duration.String``, which its flags' defaults and /stats print."""
 
 from __future__ import annotations
 
 import re
 from typing import Final
 
-__all__ = ["format_duration", "parse_duration"]
+__all__ = ["format_duration", "go_duration_string", "parse_duration"]
 
 _UNITS: Final = {
     "ns": 1e-9,
@@ -53,3 +54,33 @@ def format_duration(seconds: float) -> str:
     if seconds >= 1:
         return f"{seconds:g}s"
     return f"{seconds * 1000:g}ms"
+
+
+def go_duration_string(nanoseconds: int) -> str:
+    """Go's ``time.Duration.String()``: ``0s``, ``1.5ms``, ``2m3.25s``, ``1h0m0s``."""
+    if nanoseconds == 0:
+        return "0s"
+    sign = "-" if nanoseconds < 0 else ""
+    magnitude = abs(nanoseconds)
+    if magnitude < 1_000:
+        return f"{sign}{magnitude}ns"
+    if magnitude < 1_000_000:
+        return f"{sign}{_decimal(magnitude, 3)}µs"
+    if magnitude < 1_000_000_000:
+        return f"{sign}{_decimal(magnitude, 6)}ms"
+    whole, fraction = divmod(magnitude, 1_000_000_000)
+    hours, rest = divmod(whole, 3600)
+    minutes, seconds = divmod(rest, 60)
+    text = _decimal(seconds * 1_000_000_000 + fraction, 9) + "s"
+    if hours:
+        return f"{sign}{hours}h{minutes}m{text}"
+    if minutes:
+        return f"{sign}{minutes}m{text}"
+    return sign + text
+
+
+def _decimal(value: int, digits: int) -> str:
+    """``value / 10**digits`` without trailing zeros in the fraction (Go's fmtFrac)."""
+    whole, fraction = divmod(value, 10**digits)
+    decimals = f"{fraction:0{digits}d}".rstrip("0")
+    return f"{whole}.{decimals}" if decimals else str(whole)

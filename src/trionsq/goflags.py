@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Final
 
 import attrs
 
-from .durations import parse_duration
+from .durations import go_duration_string, parse_duration
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -491,29 +491,7 @@ def parse_go_duration(text: str) -> float:
 
 def format_go_duration(seconds: float) -> str:
     """Go's ``Duration.String``: ``0s``, ``250ms``, ``1.5µs``, ``2s``, ``1m0s``, ``1h30m0s``."""
-    nanos = round(seconds * 1e9)
-    if nanos == 0:
-        return "0s"
-    sign = "-" if nanos < 0 else ""
-    nanos = abs(nanos)
-    if nanos < 1_000:
-        return f"{sign}{nanos}ns"
-    if nanos < 1_000_000:
-        return f"{sign}{_decimal(nanos, 1_000)}µs"
-    if nanos < 1_000_000_000:
-        return f"{sign}{_decimal(nanos, 1_000_000)}ms"
-    hours, rest = divmod(nanos, 3_600_000_000_000)
-    minutes, rest = divmod(rest, 60_000_000_000)
-    text = f"{hours}h{minutes}m" if hours else (f"{minutes}m" if minutes else "")
-    return f"{sign}{text}{_decimal(rest, 1_000_000_000)}s"
-
-
-def _decimal(value: int, unit: int) -> str:
-    whole, fraction = divmod(value, unit)
-    if not fraction:
-        return str(whole)
-    digits = str(fraction).rjust(len(str(unit)) - 1, "0").rstrip("0")
-    return f"{whole}.{digits}"
+    return go_duration_string(round(seconds * 1e9))
 
 
 _ESCAPES: Final = {

@@ -56,7 +56,8 @@ from .server.tcp import ClientSession
 from .version import NSQD_RELEASE
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable
+    import ssl
+    from collections.abc import AsyncIterator, Awaitable, Callable
 
     from .http.connection import Transport
 
@@ -89,7 +90,6 @@ async def serve_nsqd(
     Use as ``addresses = await nursery.start(serve_nsqd, config)``. Every listener is
     bound before ``started``, so a client may connect at once.
     """
-    host, port = config.tcp_host_port
     settings = config.server_settings(NSQD_RELEASE)
     started_at = time.time()
     async with trio.open_nursery() as broker_nursery:
@@ -97,15 +97,7 @@ async def serve_nsqd(
         broker = Broker(config, broker_nursery, storage, drive=ChannelRunner)
         storage.recover(broker)
         await broker_nursery.start(storage.run, broker)
-        tcp_listeners = await open_listeners(host, port)
-        http_listeners: list[trio.SocketListener] = []
-        if config.http_address:
-            http_host, http_port = config.http_host_port
-            http_listeners = await open_listeners(http_host, http_port)
-        https_listeners: list[trio.SocketListener] = []
-        if config.tls_enabled and config.https_address:
-            https_host, https_port = config.https_host_port
-            https_listeners = await open_listeners(https_host, https_port)
+        tcp_listeners, http_listeners, https_listeners = await _open_all_listeners(config)
         tcp = _bound(tcp_listeners)
         http = _bound(http_listeners) if http_listeners else None
         https = _bound(https_listeners) if https_listeners else None
@@ -129,17 +121,17 @@ async def serve_nsqd(
             broker, identity, config.lookupd_tcp_addresses, max_reply_size=config.max_body_size
         )
         await broker_nursery.start(peers.run)
-        # one set of runtime options for HTTP and HTTPS, as nsqd has one
-        runtime = RuntimeOptions(
-            config.log_level, config.lookupd_tcp_addresses, lookupd_changed=peers.set_addresses
-        )
         alarms = AlarmClock()
         await broker_nursery.start(alarms.run)
         await broker_nursery.start(
             functools.partial(serve_connections, handle_tcp, tcp_listeners, name=CONNECTION_TASK)
         )
+        # one set of runtime options for HTTP and HTTPS, as nsqd has one
+        runtime = RuntimeOptions(
+            config.log_level, config.lookupd_tcp_addresses, lookupd_changed=peers.set_addresses
+        )
 
-        def api(*, is_https: bool) -> NsqdHttpApi:
+        def api(is_https: bool) -> NsqdHttpApi:
             return NsqdHttpApi(
                 broker,
                 config,
@@ -150,26 +142,54 @@ async def serve_nsqd(
                 runtime=runtime,
             )
 
-        if http_listeners:
-            plain_api = api(is_https=False)
-
-            async def handle_http(stream: trio.SocketStream) -> None:
-                await _serve_http(FdTransport(stream), stream, plain_api)
-
-            await broker_nursery.start(trio.serve_listeners, handle_http, http_listeners)
-        if https_listeners and tls_context is not None:
-            tls_api = api(is_https=True)
-            ssl_listeners = [
-                trio.SSLListener(listener, tls_context, https_compatible=True)
-                for listener in https_listeners
-            ]
-
-            async def handle_https(stream: trio.SSLStream[trio.SocketStream]) -> None:
-                peer = peer_address(stream.transport_stream.socket)
-                await _serve_http(StreamTransport(stream, peer), stream, tls_api)
-
-            await broker_nursery.start(trio.serve_listeners, handle_https, ssl_listeners)
+        await _start_http(broker_nursery, api, http_listeners, https_listeners, tls_context)
         task_status.started(BoundAddresses(tcp=tcp, broker=broker, http=http, https=https))
+
+
+async def _open_all_listeners(
+    config: NsqdConfig,
+) -> tuple[list[trio.SocketListener], list[trio.SocketListener], list[trio.SocketListener]]:
+    """TCP, HTTP (none when disabled) and HTTPS (none without a certificate)."""
+    host, port = config.tcp_host_port
+    tcp_listeners = await open_listeners(host, port)
+    http_listeners: list[trio.SocketListener] = []
+    if config.http_address:
+        http_host, http_port = config.http_host_port
+        http_listeners = await open_listeners(http_host, http_port)
+    https_listeners: list[trio.SocketListener] = []
+    if config.tls_enabled and config.https_address:
+        https_host, https_port = config.https_host_port
+        https_listeners = await open_listeners(https_host, https_port)
+    return tcp_listeners, http_listeners, https_listeners
+
+
+async def _start_http(
+    broker_nursery: trio.Nursery,
+    api: Callable[[bool], NsqdHttpApi],
+    http_listeners: list[trio.SocketListener],
+    https_listeners: list[trio.SocketListener],
+    tls_context: ssl.SSLContext | None,
+) -> None:
+    """The HTTP and HTTPS listeners, each connection a task of its listener."""
+    if http_listeners:
+        plain_api = api(False)
+
+        async def handle_http(stream: trio.SocketStream) -> None:
+            await _serve_http(FdTransport(stream), stream, plain_api)
+
+        await broker_nursery.start(trio.serve_listeners, handle_http, http_listeners)
+    if https_listeners and tls_context is not None:
+        tls_api = api(True)
+        ssl_listeners = [
+            trio.SSLListener(listener, tls_context, https_compatible=True)
+            for listener in https_listeners
+        ]
+
+        async def handle_https(stream: trio.SSLStream[trio.SocketStream]) -> None:
+            peer = peer_address(stream.transport_stream.socket)
+            await _serve_http(StreamTransport(stream, peer), stream, tls_api)
+
+        await broker_nursery.start(trio.serve_listeners, handle_https, ssl_listeners)
 
 
 def _bound(listeners: list[trio.SocketListener]) -> tuple[str, int]:

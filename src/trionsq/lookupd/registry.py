@@ -97,12 +97,7 @@ class Peer:
         if self._json is None:
             info = self.info
             self._json = {
-                "remote_address": self.id,
-                "hostname": info.hostname,
-                "broadcast_address": info.broadcast_address,
-                "tcp_port": info.tcp_port,
-                "http_port": info.http_port,
-                "version": info.version,
+                **self._address_fields(),
                 "topology_zone": info.topology_zone,
                 "topology_region": info.topology_region,
             }
@@ -110,16 +105,22 @@ class Peer:
 
     def as_youzan_json(self) -> dict[str, str | int]:
         """Youzan's PeerY (``/lookup``'s ``partitions`` values): ``id`` first, no topology."""
-        info = self.info
         return {
             "id": self.id,
+            **self._address_fields(),
+            "distributed_id": self.info.distributed_id,
+        }
+
+    def _address_fields(self) -> dict[str, str | int]:
+        """Where and what the producer is, in the order both answers give it."""
+        info = self.info
+        return {
             "remote_address": self.id,
             "hostname": info.hostname,
             "broadcast_address": info.broadcast_address,
             "tcp_port": info.tcp_port,
             "http_port": info.http_port,
             "version": info.version,
-            "distributed_id": info.distributed_id,
         }
 
 
@@ -376,25 +377,24 @@ class RegistrationDB:
             ):
                 return left
         if channel:
-            key = Registration(CHANNEL, topic, channel)
-            removed, remaining = self.remove_producer(key, peer_id)
-            if removed:
-                left.append(key)
-            if remaining == 0 and is_ephemeral(channel):
-                self.remove_registration(key)
+            self._leave(Registration(CHANNEL, topic, channel), channel, peer_id, left)
             return left
         left.extend(
             key
             for key in self.find_registrations(CHANNEL, topic, WILDCARD)
             if self.remove_producer(key, peer_id)[0]
         )
-        key = Registration(TOPIC, topic)
+        self._leave(Registration(TOPIC, topic), topic, peer_id, left)
+        return left
+
+    def _leave(self, key: Registration, name: str, peer_id: str, left: list[Registration]) -> None:
+        """The peer leaves ``key`` (noted in ``left``); an ``#ephemeral`` ``name`` with no
+        producer left goes with it."""
         removed, remaining = self.remove_producer(key, peer_id)
         if removed:
             left.append(key)
-        if remaining == 0 and is_ephemeral(topic):
+        if remaining == 0 and is_ephemeral(name):
             self.remove_registration(key)
-        return left
 
     def remove_peer(self, peer_id: str) -> list[Registration]:
         """The peer's connection ended: it leaves every key (keys stay, even ephemeral)."""

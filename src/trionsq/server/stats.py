@@ -31,6 +31,7 @@ import attrs
 from ..broker.channel import ClientStatistics
 from ..broker.latency import LatencyResult, aggregate
 from ..broker.offsets import FIRST_ID
+from ..durations import go_duration_string
 from ..version import TRIONSQ_VERSION
 
 if TYPE_CHECKING:
@@ -216,7 +217,7 @@ def stats_text(
     out = [
         f"{version_line}\n",
         f"start_time {_rfc3339(started_at)}\n",
-        f"uptime {_go_duration(round((when - started_at) * 1e9))}\n",
+        f"uptime {go_duration_string(round((when - started_at) * 1e9))}\n",
         f"\nHealth: {health}\n",
     ]
     if include_mem:
@@ -520,7 +521,7 @@ def _client_json(s: ClientStatistics) -> dict[str, object]:
 
 def _client_text(s: ClientStatistics, now: float) -> str:
     """nsqd's ``ClientV2Stats.String()``: a producer line if it published, else a consumer's."""
-    connected = _go_duration(int(now - s.connect_ts) * 1_000_000_000)
+    connected = go_duration_string(int(now - s.connect_ts) * 1_000_000_000)
     port = s.remote_address.rpartition(":")[2] if ":" in s.remote_address else ""
     ident = f"{s.hostname}:{port} {s.user_agent}"
     if s.pub_counts:
@@ -565,36 +566,6 @@ def _rfc3339(unix_seconds: float) -> str:
         hours, rest = divmod(abs(minutes), 60)
         zone = f"{sign}{hours:02d}:{rest:02d}"
     return moment.strftime("%Y-%m-%dT%H:%M:%S") + zone
-
-
-def _go_duration(nanoseconds: int) -> str:
-    """Go's ``time.Duration.String()``: ``0s``, ``1.5ms``, ``2m3.25s``, ``1h0m0s``."""
-    if nanoseconds == 0:
-        return "0s"
-    sign = "-" if nanoseconds < 0 else ""
-    magnitude = abs(nanoseconds)
-    if magnitude < 1_000:
-        return f"{sign}{magnitude}ns"
-    if magnitude < 1_000_000:
-        return f"{sign}{_decimal(magnitude, 3)}µs"
-    if magnitude < 1_000_000_000:
-        return f"{sign}{_decimal(magnitude, 6)}ms"
-    whole, fraction = divmod(magnitude, 1_000_000_000)
-    hours, rest = divmod(whole, 3600)
-    minutes, seconds = divmod(rest, 60)
-    text = _decimal(seconds * 1_000_000_000 + fraction, 9) + "s"
-    if hours:
-        return f"{sign}{hours}h{minutes}m{text}"
-    if minutes:
-        return f"{sign}{minutes}m{text}"
-    return sign + text
-
-
-def _decimal(value: int, digits: int) -> str:
-    """``value / 10**digits`` without trailing zeros in the fraction (Go's fmtFrac)."""
-    whole, fraction = divmod(value, 10**digits)
-    decimals = f"{fraction:0{digits}d}".rstrip("0")
-    return f"{whole}.{decimals}" if decimals else str(whole)
 
 
 # ----------------------------------------------------------------------- memory

@@ -19,6 +19,7 @@ import trio
 import trio.testing
 
 from trionsq import NsqdConfig, serve_nsqd
+from trionsq.durations import go_duration_string
 from trionsq.protocol import Cls, Dpub, Fin, IdentifyRequest, Mpub, Pub, Req
 from trionsq.protocol.client import ErrorReply, Response, encode_identify
 from trionsq.server import stats
@@ -789,7 +790,7 @@ def test_start_time_is_rfc3339_in_the_local_zone(zone: Callable[[str], None]) ->
     ],
 )
 def test_go_duration(nanoseconds: int, expected: str) -> None:
-    assert stats._go_duration(nanoseconds) == expected
+    assert go_duration_string(nanoseconds) == expected
 
 
 @pytest.mark.parametrize(
