@@ -117,6 +117,9 @@ class NsqdConfig:
     retention: float = 0.0
     """trionsq's own: keep consumed segments this many seconds (0: delete when every
     durable channel has confirmed them)."""
+    shutdown_grace: float = 5.0
+    """trionsq's own: at SIGINT/SIGTERM, deliveries stop and consumers get this many
+    seconds to finish what they hold before the broker stops (nsqd: none)."""
     persist: bool = True
     """Keep messages, channel positions and metadata under ``data_path`` (nsqd always
     does). False: everything in memory, nothing written (tests, embedding)."""

@@ -118,16 +118,22 @@ async def run_until_signalled(config: NsqdConfig) -> None:
     """Run a broker, log where it listens, stop cleanly on SIGINT or SIGTERM."""
     from .nursery_tree import serve_nsqd
 
-    await _serve_until_signalled(serve_nsqd, config, listening_lines)
+    async def drain(addresses: BoundAddresses) -> None:
+        await addresses.broker.drain(config.shutdown_grace)
+
+    await _serve_until_signalled(serve_nsqd, config, listening_lines, before_stop=drain)
 
 
 async def _serve_until_signalled(
     serve_fn: Callable[[_Config], Awaitable[None]],
     config: _Config,
     listening: Callable[[_Addresses], list[str]],
+    *,
+    before_stop: Callable[[_Addresses], Awaitable[None]] | None = None,
 ) -> None:
     """Start ``serve_fn(config)`` (it reports its addresses through ``task_status``),
-    log ``listening(addresses)``, and stop it cleanly on SIGINT or SIGTERM."""
+    log ``listening(addresses)``, and stop it cleanly on SIGINT or SIGTERM: after
+    ``before_stop(addresses)`` (the broker's grace), or at once at a second signal."""
     import trio
 
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -136,10 +142,18 @@ async def _serve_until_signalled(
             _resume_garbage_collection()
             for line in listening(addresses):
                 log.info("%s", line)
+
+            async def stop_after(prepare: Callable[[_Addresses], Awaitable[None]]) -> None:
+                await prepare(addresses)
+                nursery.cancel_scope.cancel()
+
             async for signum in signals:
                 log.info("%s: shutting down", signal.Signals(signum).name)
-                nursery.cancel_scope.cancel()
-                break
+                if before_stop is None:
+                    nursery.cancel_scope.cancel()
+                    break
+                nursery.start_soon(stop_after, before_stop)
+                before_stop = None  # a second signal stops at once
 
 
 def _resume_garbage_collection() -> None:

@@ -160,6 +160,7 @@ NSQD_FLAGS: Final[tuple[FlagSpec, ...]] = (
     _flag("in-memory", BOOL, "keep everything in memory and write nothing under -data-path (lost at exit)",
           dest="persist", parse=_not, bool_flag=True),
     _flag("retention", DUR, "how long consumed log segments are kept (0: deleted once every channel is done)"),
+    _flag("shutdown-grace", DUR, "at SIGINT/SIGTERM, time consumers get to finish the messages they hold (a second signal stops at once)"),
     _flag("trace-log", BOOL, "log each traced message at publish and at each delivery (Youzan's trace log)"),
 )
 # fmt: on

@@ -9,6 +9,7 @@ announced to :meth:`Broker.add_listener` listeners (the lookupd peers), synchron
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import TYPE_CHECKING, Protocol
 
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
     from .topic import Partition
 
 __all__ = ["Broker", "ConnectedClient", "TopologyChange"]
+
+log = logging.getLogger("trionsq")
 
 RELEASE_EVERY = 4096
 """Records appended between attempts to release what every channel has confirmed."""
@@ -310,6 +313,29 @@ class Broker:
         runner.wake()
         if is_ephemeral(channel.name) and not channel.consumers:
             self.delete_channel(*key)
+
+    async def drain(self, grace: float) -> int:
+        """Stop delivering, then give consumers up to ``grace`` seconds to finish what
+        they hold; the number of messages still in flight after it (they are
+        delivered again after a restart). Publishing goes on meanwhile.
+
+        nsqd closes every connection at once, so a consumer's in-flight messages come
+        back as duplicates after the restart; a rolling restart with this grace
+        loses none of them.
+        """
+        runners = list(self.runners.values())
+        for runner in runners:
+            runner.channel.draining = True
+        holding = sum(len(runner.channel.in_flight) for runner in runners)
+        if holding and grace > 0:
+            log.info("stopping: waiting up to %gs for %d messages in flight", grace, holding)
+            with trio.move_on_after(grace):
+                for runner in runners:
+                    await runner.drained()
+        left = sum(len(runner.channel.in_flight) for runner in runners)
+        if holding:
+            log.info("stopping: %d of %d messages in flight finished", holding - left, holding)
+        return left
 
     def delete_channel(self, topic_name: str, partition: int, channel_name: str) -> Channel | None:
         """Remove a channel, stop its tasks and close its consumers' connections.

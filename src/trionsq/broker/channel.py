@@ -182,6 +182,9 @@ class Channel:
         self.max_batch: Final = max_batch
         self.redelivery_window: Final = redelivery_window
         self.paused = False
+        self.draining = False
+        """The broker is stopping (:meth:`Broker.drain`): nothing more goes out, what is
+        in flight may still be finished. Not persisted, unlike ``paused``."""
         self.intake_limit: int | None = None
         """Set while the topic is paused: records from this id on are not taken from the
         log. What was published before the pause had reached the channel in nsqd, so it
@@ -255,7 +258,12 @@ class Channel:
         connection then counts as not ready and flushes at once, instead of holding the
         message for the output buffer's timeout.
         """
-        if self.paused or consumer.closing or (self.ordered and len(self.in_flight)):
+        if (
+            self.paused
+            or self.draining
+            or consumer.closing
+            or (self.ordered and len(self.in_flight))
+        ):
             return 0
         return max(0, consumer.rdy - self.in_flight.count_for(consumer.client_id))
 

@@ -59,6 +59,9 @@ class ChannelDriver(Protocol):
     async def run(self, *, task_status: trio.TaskStatus[None] = ...) -> None:
         """Drive the channel until the cancel scope is cancelled."""
 
+    async def drained(self) -> None:
+        """Return once nothing is in flight on the channel, or its tasks have ended."""
+
 
 class DriverFactory(Protocol):
     """Builds the driver of a new channel (``dispatch.router.ChannelRunner``)."""

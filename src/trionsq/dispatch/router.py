@@ -57,6 +57,9 @@ class ChannelRunner:
         """Routing passes made (statistics, tests)."""
         self._wall_clock = wall_clock
         self._work = trio.Event()
+        self._drained: trio.Event | None = None
+        """Set by a routing pass that finds nothing in flight, while someone waits
+        in :meth:`drained` (the broker stopping)."""
 
     def wake(self) -> None:
         """Something changed that may let messages move. Not a checkpoint."""
@@ -70,11 +73,23 @@ class ChannelRunner:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run the router and the expiry timer until the cancel scope is cancelled."""
-        with self.cancel_scope:
-            async with trio.open_nursery() as nursery:
-                await nursery.start(self.timer.run, self.channel.next_deadline, self._expired)
-                task_status.started()
-                await self._route_forever()
+        try:
+            with self.cancel_scope:
+                async with trio.open_nursery() as nursery:
+                    await nursery.start(self.timer.run, self.channel.next_deadline, self._expired)
+                    task_status.started()
+                    await self._route_forever()
+        finally:
+            if self._drained is not None:  # deleted: nothing left to wait for
+                self._drained.set()
+
+    async def drained(self) -> None:
+        """Return once nothing is in flight (every FIN, REQ, timeout and departure
+        wakes the router, whose pass looks), or the channel's tasks have ended."""
+        while len(self.channel.in_flight) and not self.cancel_scope.cancel_called:
+            if self._drained is None:
+                self._drained = trio.Event()
+            await self._drained.wait()
 
     async def _read_cold(self, from_id: int) -> None:
         """A backlog only on disk: read a large chunk in a worker thread, then route it.
@@ -135,6 +150,9 @@ class ChannelRunner:
             if outbox is not None:
                 outbox.push(batch)
         self.deadline_changed()
+        if self._drained is not None and not len(channel.in_flight):
+            self._drained.set()
+            self._drained = None
         if (deliveries or channel.read_on) and channel.has_work():
             # a batch cap, not a lack of room, may have stopped us; or a batch that
             # all had to wait (tag dispatch) may have later messages behind it

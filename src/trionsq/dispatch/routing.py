@@ -31,7 +31,7 @@ TAG_KEY: Final = b"##client_dispatch_tag"
 def route(channel: Channel, now: float, wall_ns: int) -> dict[int, list[Delivery]]:
     """One routing pass: what each consumer gets now, recorded as in flight."""
     channel.read_on = False
-    if channel.paused:
+    if channel.paused or channel.draining:
         return {}
     slots = [
         ConsumerSlot(c.client_id, channel.room_for(c), c.tag) for c in channel.consumers.values()
