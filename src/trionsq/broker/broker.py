@@ -21,6 +21,7 @@ from . import trace_log
 from .health import APPEND, CREATE, READ, StorageFault
 from .latency import LatencySettings
 from .offsets import OffsetError, resolve_offset
+from .subscription import Subscription
 from .topic import Topic
 
 if TYPE_CHECKING:
@@ -272,9 +273,9 @@ class Broker:
         *,
         partition: int = 0,
         ordered: bool = False,
-    ) -> ChannelDriver:
+    ) -> Subscription:
         """Add a consumer to one partition's channel, creating topic, channel and runner
-        as needed (a partition beyond the first must exist).
+        as needed (a partition beyond the first must exist); the consumer's handle.
 
         ``ordered`` (SUB_ORDERED) makes the channel ordered from now on: one message in
         flight at a time.
@@ -285,7 +286,7 @@ class Broker:
         runner.channel.subscribe(consumer)
         runner.outboxes[consumer.client_id] = outbox
         runner.wake()
-        return runner
+        return Subscription(runner, consumer, self.unsubscribe)
 
     async def _runner(self, topic_name: str, partition: int, channel_name: str) -> ChannelDriver:
         """The channel's runner, creating channel and runner (in the broker nursery)."""

@@ -75,7 +75,7 @@ if TYPE_CHECKING:
     from ..auth.session import AuthSession
     from ..broker.broker import Broker
     from ..broker.channel import Delivery
-    from ..broker.driver import ChannelDriver
+    from ..broker.subscription import Subscription
     from ..protocol.commands import ExtMessage
     from ..protocol.identify import IdentifyRequest, NegotiatedSettings
     from ..protocol.server import Event
@@ -178,14 +178,13 @@ class CommandLayer:
         "broker",
         "client_id",
         "connected_at",
-        "consumer",
         "heartbeat_interval",
         "outbound",
         "protocol",
         "pub_counts",
         "remote_address",
-        "runner",
         "settings",
+        "subscription",
     )
 
     def __init__(
@@ -209,8 +208,8 @@ class CommandLayer:
             buffer_timeout=_seconds(settings.output_buffer_timeout_ms),
         )
         self.heartbeat_interval = _seconds(settings.default_heartbeat_interval_ms)
-        self.consumer: Consumer | None = None
-        self.runner: ChannelDriver | None = None
+        self.subscription: Subscription | None = None
+        """The consumer's hold on its channel, after SUB."""
         self.connected_at = time.time()
         """Unix seconds (nsqd's ConnectTime)."""
         self.pub_counts: dict[str, int] | None = None
@@ -247,8 +246,8 @@ class CommandLayer:
             return
         self.outbound.add_deliveries(deliveries, trio.current_time())
         self._wake()
-        if self.broker.trace_log and self.runner is not None:
-            channel = self.runner.channel
+        if self.broker.trace_log and self.subscription is not None:
+            channel = self.subscription.channel
             trace_log.delivered(
                 channel.topic, channel.partition, channel.name, deliveries, self.remote_address
             )
@@ -274,8 +273,8 @@ class CommandLayer:
         self.outbound.add_response(frame_bytes)
 
     def _ready(self) -> bool:
-        consumer, runner = self.consumer, self.runner
-        return consumer is not None and runner is not None and runner.channel.room_for(consumer) > 0
+        subscription = self.subscription
+        return subscription is not None and subscription.room() > 0
 
     # ------------------------------------------------------------- one turn
 
@@ -602,8 +601,7 @@ class CommandLayer:
         self.outbound.binary_ids = self.protocol.binary_ids
         self.outbound.extended = ext
         self.outbound.detail = youzan_verb
-        self.consumer = consumer
-        self.runner = await self.broker.subscribe(
+        self.subscription = await self.broker.subscribe(
             event.topic, event.channel, consumer, self, partition=partition or 0, ordered=ordered
         )
         if isinstance(event, SubAdvanced) and event.offset is not None:
@@ -626,60 +624,40 @@ class CommandLayer:
         return parse_hex_id(message_id)
 
     def _rdy(self, event: Rdy) -> None:
-        if self.runner is not None:
-            self.runner.channel.set_rdy(self.client_id, event.count)
-            self.runner.wake()
+        if self.subscription is not None:
+            self.subscription.ready(event.count)
             self._wake()  # readiness changed: the pump may need to flush
 
     def _fin(self, event: Fin) -> None:
-        runner = self.runner
-        if runner is None:
+        if self.subscription is None:
             return
-        channel = runner.channel
         try:
-            record = channel.finish(self.client_id, self._internal_id(event.message_id))
+            self.subscription.finish(self._internal_id(event.message_id))
         except InFlightError as error:
             self._reply(error_frame(broker_errors.fin_failed(event.message_id, error.reason)))
-            return
-        if channel.latency is not None:  # only with e2e percentiles configured
-            channel.record_latency(record, time.time_ns())
-        if channel.ordered:
-            runner.route_now()  # its one slot is free: the next message goes in this write
-        else:
-            runner.wake()
 
     def _req(self, event: Req) -> None:
-        runner = self.runner
-        if runner is None:
+        if self.subscription is None:
             return
-        if event.timeout_ms > 0 and runner.channel.ordered:
-            return  # Youzan ignores it, no answer: the message stays in flight (§8.6)
-        max_ms = self.settings.max_req_timeout_ms
-        delay = min(max(event.timeout_ms, 0), max_ms) / 1000
+        delay_ms = min(max(event.timeout_ms, 0), self.settings.max_req_timeout_ms)
         try:
-            runner.channel.requeue(
-                self.client_id, self._internal_id(event.message_id), delay, trio.current_time()
+            self.subscription.requeue(
+                self._internal_id(event.message_id), delay_ms / 1000, timed=event.timeout_ms > 0
             )
         except InFlightError as error:
             self._reply(error_frame(broker_errors.req_failed(event.message_id, error.reason)))
-            return
-        runner.deadline_changed()
-        runner.wake()
 
     def _touch(self, event: Touch) -> None:
-        runner = self.runner
-        if runner is None:
+        if self.subscription is None:
             return
         try:
-            runner.channel.touch(
-                self.client_id, self._internal_id(event.message_id), trio.current_time()
-            )
+            self.subscription.touch(self._internal_id(event.message_id))
         except InFlightError as error:
             self._reply(error_frame(broker_errors.touch_failed(event.message_id, error.reason)))
 
     def _cls(self, event: Cls) -> None:
-        if self.runner is not None:
-            self.runner.channel.start_close(self.client_id)
+        if self.subscription is not None:
+            self.subscription.close()
         self._reply(CLOSE_WAIT_FRAME)
 
     def _nop(self, event: Nop) -> None:
@@ -725,8 +703,9 @@ class CommandLayer:
         else:
             client_id, hostname = negotiated.client_id, negotiated.hostname
             zone, region = request.topology_zone, request.topology_region
-        consumer, runner = self.consumer, self.runner
-        in_flight = runner.channel.in_flight.count_for(self.client_id) if runner else 0
+        subscription = self.subscription
+        consumer = subscription.consumer if subscription is not None else None
+        in_flight = subscription.in_flight() if subscription is not None else 0
         tls = self._tls()
         return ClientStatistics(
             client_id=client_id,

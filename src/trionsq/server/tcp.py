@@ -226,8 +226,8 @@ class ClientSession(CommandLayer):
                 self.alarms.cancel(self._alarm)
                 self._alarm = None
             self.broker.unregister_client(self.client_id)
-            if self.runner is not None:
-                self.broker.unsubscribe(self.runner, self.client_id)
+            if self.subscription is not None:
+                self.subscription.leave()
             await trio.aclose_forcefully(self.stream)
 
     async def _process_all(self, data: bytes) -> None:

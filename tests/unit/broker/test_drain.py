@@ -3,6 +3,8 @@ consumers hold (an event per channel, no polling) and no longer than the grace."
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import trio
 import trio.testing
 
@@ -11,6 +13,9 @@ from trionsq.broker.channel import Consumer, Delivery
 from trionsq.broker.driver import Outbox
 from trionsq.config import NsqdConfig
 from trionsq.dispatch.router import ChannelRunner
+
+if TYPE_CHECKING:
+    from trionsq.broker.subscription import Subscription
 
 
 class Inbox(Outbox):
@@ -29,24 +34,22 @@ class Inbox(Outbox):
         pass
 
 
-async def holding_broker(nursery: trio.Nursery, inbox: Inbox) -> tuple[Broker, ChannelRunner]:
+async def holding_broker(nursery: trio.Nursery, inbox: Inbox) -> tuple[Broker, Subscription]:
     """A broker whose one consumer holds two messages in flight (RDY 2)."""
     broker = Broker(NsqdConfig.loopback(), nursery, drive=ChannelRunner)
-    consumer = Consumer(1, msg_timeout=60.0)
-    runner = await broker.subscribe("t", "c", consumer, inbox)
-    runner.channel.set_rdy(1, 2)
+    subscription = await broker.subscribe("t", "c", Consumer(1, msg_timeout=60.0), inbox)
+    subscription.ready(2)
     broker.publish("t", [b"a", b"b", b"c"], 0)
     await trio.testing.wait_all_tasks_blocked()
     assert len(inbox.received) == 2
-    assert isinstance(runner, ChannelRunner)
-    return broker, runner
+    return broker, subscription
 
 
 async def test_drain_waits_for_the_fins_and_delivers_nothing_new(
     nursery: trio.Nursery, autojump_clock: trio.testing.MockClock
 ) -> None:
     inbox = Inbox()
-    broker, runner = await holding_broker(nursery, inbox)
+    broker, subscription = await holding_broker(nursery, inbox)
     left: list[int] = []
     finished_at: list[float] = []
 
@@ -57,13 +60,11 @@ async def test_drain_waits_for_the_fins_and_delivers_nothing_new(
     start = trio.current_time()
     nursery.start_soon(stop)
     await trio.sleep(1)
-    runner.channel.finish(1, inbox.received[0])
-    runner.wake()
+    subscription.finish(inbox.received[0])
     await trio.sleep(1)
     assert not left  # one still held
     assert len(inbox.received) == 2  # the freed slot got nothing new (3 published)
-    runner.channel.finish(1, inbox.received[1])
-    runner.wake()
+    subscription.finish(inbox.received[1])
     await trio.testing.wait_all_tasks_blocked()
     assert left == [0]
     assert finished_at == [start + 2]  # at the last FIN, not at the grace

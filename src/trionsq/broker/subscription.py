@@ -1,0 +1,92 @@
+"""A consumer's hold on its channel: the one handle its connection keeps.
+
+RDY, FIN, REQ, TOUCH, CLS and leaving each change the channel and then tell the task
+that drives it (wake it, re-aim its timer, or route at once for an ordered channel's
+FIN). Written here once, the connection never reaches into the channel or its driver
+(issue 15), and the rules of those commands that are the channel's (Youzan's ordered
+REQ) sit beside the channel's other rules.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import trio
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from .channel import Channel, Consumer
+    from .driver import ChannelDriver
+
+__all__ = ["Subscription"]
+
+
+class Subscription:
+    """What ``Broker.subscribe`` hands a connection for its consumer."""
+
+    __slots__ = ("_driver", "_unsubscribe", "channel", "consumer")
+
+    def __init__(
+        self,
+        driver: ChannelDriver,
+        consumer: Consumer,
+        unsubscribe: Callable[[ChannelDriver, int], None],
+    ) -> None:
+        """``unsubscribe``: the broker's, which also drops an ephemeral channel."""
+        self._driver = driver
+        self._unsubscribe = unsubscribe
+        self.channel: Channel = driver.channel
+        """Read it (names for the trace log, counts for /stats); change it only here."""
+        self.consumer = consumer
+
+    def ready(self, count: int) -> None:
+        """RDY: the consumer may hold ``count`` messages."""
+        self.channel.set_rdy(self.consumer.client_id, count)
+        self._driver.wake()
+
+    def finish(self, internal_id: int) -> None:
+        """FIN. Raises ``InFlightError`` (not in flight, or another consumer's)."""
+        channel = self.channel
+        record = channel.finish(self.consumer.client_id, internal_id)
+        if channel.latency is not None:  # only with e2e percentiles configured
+            channel.record_latency(record, time.time_ns())
+        if channel.ordered:
+            self._driver.route_now()  # its one slot is free: the next goes in this write
+        else:
+            self._driver.wake()
+
+    def requeue(self, internal_id: int, delay: float, *, timed: bool) -> None:
+        """REQ after ``delay`` seconds. Raises ``InFlightError``.
+
+        Youzan ignores a timed REQ on an ordered channel, with no answer: the message
+        stays in flight until its timeout (spec §8.6).
+        """
+        channel = self.channel
+        if timed and channel.ordered:
+            return
+        channel.requeue(self.consumer.client_id, internal_id, delay, trio.current_time())
+        self._driver.deadline_changed()
+        self._driver.wake()
+
+    def touch(self, internal_id: int) -> None:
+        """TOUCH: the message's timeout starts again. Raises ``InFlightError``."""
+        self.channel.touch(self.consumer.client_id, internal_id, trio.current_time())
+
+    def close(self) -> None:
+        """CLS: nothing more is sent; what is in flight may still be finished."""
+        self.channel.start_close(self.consumer.client_id)
+
+    def room(self) -> int:
+        """How many more messages the consumer may receive now."""
+        return self.channel.room_for(self.consumer)
+
+    def in_flight(self) -> int:
+        """Messages the consumer holds."""
+        return self.channel.in_flight.count_for(self.consumer.client_id)
+
+    def leave(self) -> None:
+        """The connection ended: its messages are requeued (and an ephemeral channel
+        left empty goes)."""
+        self._unsubscribe(self._driver, self.consumer.client_id)
