@@ -17,7 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from trionsq.queues import topic_log as topic_log_module
+from trionsq.queues import record_codec as record_codec_module
+from trionsq.queues import recovery as recovery_module
+from trionsq.queues import segment_walk as segment_walk_module
 from trionsq.queues.memory_log import MemoryLog
 from trionsq.queues.record import Record, decode_records, encode_record
 from trionsq.queues.topic_log import HEADER_SIZE, RecoveryReport, TopicLog, segment_name
@@ -148,9 +150,9 @@ def test_append_matches_memory_log(tmp_path: Path) -> None:
 def test_plain_batches_build_the_same_records_either_way(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fast: bool
 ) -> None:
-    assert topic_log_module._SETTERS is not None  # Record is still recognised
+    assert record_codec_module._SETTERS is not None  # Record is still recognised
     if not fast:
-        monkeypatch.setattr(topic_log_module, "_SETTERS", None)
+        monkeypatch.setattr(record_codec_module, "_SETTERS", None)
     log, _ = open_log(tmp_path)
     bodies = [b"a", b"bb" * 50, b"c"]
     memory = MemoryLog()
@@ -534,13 +536,13 @@ def test_open_reads_only_the_last_segment(tmp_path: Path, monkeypatch: pytest.Mo
     files = segment_files(tmp_path)
     firsts = [ids_in(path)[0] for path in files]
     walked: list[int] = []
-    real_walk = topic_log_module._walk_records
+    real_walk = segment_walk_module._walk_records
 
     def walk(fd: int, position: int, end: int, first_id: int, *rest: int) -> object:
         walked.append(first_id)
         return real_walk(fd, position, end, first_id, *rest)
 
-    monkeypatch.setattr(topic_log_module, "_walk_records", walk)
+    monkeypatch.setattr(recovery_module, "_walk_records", walk)
     log, report = open_log(tmp_path, max_bytes_per_file=1000, cache_records=5)
     assert walked == [firsts[-1]]
     assert report.lossless
@@ -909,14 +911,14 @@ def test_threads_first_reading_a_sealed_segment_verify_it_once(
     data[HEADER_SIZE + victim.offset + 4] ^= 0xFF
     files[0].write_bytes(bytes(data))
     walked: list[int] = []
-    real_walk = topic_log_module._walk_records
+    real_walk = segment_walk_module._walk_records
 
     def slow_walk(fd: int, position: int, end: int, first_id: int, *rest: int) -> object:
         walked.append(first_id)
         time.sleep(0.02)  # the other threads arrive meanwhile
         return real_walk(fd, position, end, first_id, *rest)
 
-    monkeypatch.setattr(topic_log_module, "_walk_records", slow_walk)
+    monkeypatch.setattr(recovery_module, "_walk_records", slow_walk)
     caplog.set_level(logging.WARNING, "trionsq.storage")
     log, _ = open_log(tmp_path, max_bytes_per_file=1000)
     walked.clear()

@@ -1,0 +1,228 @@
+"""Appending to the active segment: writing a batch all or nothing, rolling, syncing.
+
+An acknowledged publish must survive ``kill -9``: :meth:`_SegmentWriter.append`
+hands the whole batch to the kernel with one ``os.write`` before it returns, and
+undoes a partial write; :meth:`_SegmentWriter.sync` adds fsync for power loss.
+Only the appending thread writes; ``sync`` may run in a worker thread meanwhile.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from bisect import bisect_left
+from typing import TYPE_CHECKING
+
+from .log_state import _LogState
+from .record_codec import _encode_general, _encode_plain
+from .segment_format import (
+    _O_CLOEXEC,
+    HEADER_SIZE,
+    _Check,
+    _encode_header,
+    _fsync_directory,
+    _Segment,
+    segment_name,
+    storage_log,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from .record import Record
+
+
+class _SegmentWriter(_LogState):
+    """The write side of :class:`~trionsq.queues.topic_log.TopicLog`."""
+
+    # -- writing --------------------------------------------------------------------
+
+    def append(
+        self,
+        bodies: Sequence[bytes],
+        timestamp: int,
+        *,
+        trace_ids: Sequence[int] | None = None,
+        ext_version: int = 0,
+        exts: Sequence[bytes] | None = None,
+        deliver_at: int = 0,
+    ) -> list[Record]:
+        """Append a batch (one PUB, or all of an MPUB) and return its records.
+
+        The batch is in the kernel (one ``os.write``) when this returns, so it survives
+        the broker being killed; :meth:`sync` makes it survive a power loss. On an
+        error nothing is appended (the partial write is truncated off).
+        """
+        count = len(bodies)
+        if not count:
+            return []
+        if self._closed:
+            raise ValueError(f"TOPICLOG({self.name}) is closed")
+        if (trace_ids is not None and len(trace_ids) < count) or (
+            ext_version and exts is not None and len(exts) < count
+        ):
+            raise ValueError("trace_ids and exts need one entry per body")
+        first_id = self.next_id
+        offset = self.next_offset
+        if ext_version or deliver_at:
+            data, records, offsets = _encode_general(
+                bodies, timestamp, first_id, offset, trace_ids, ext_version, exts, deliver_at
+            )
+        else:
+            data, records, offsets = _encode_plain(bodies, timestamp, first_id, offset, trace_ids)
+        segment = self._active
+        check = self._active_check
+        if (
+            segment is None
+            or self._force_roll
+            or (segment.end > HEADER_SIZE and segment.end + len(data) > self.max_bytes_per_file)
+        ):
+            segment = self._roll()
+            check = self._active_check
+        if segment.end == 0:
+            data = _encode_header(segment.first_offset, segment.first_id) + data
+        self._write(segment, data)
+        # Committed: readers in other threads go by ``end``, so it moves first.
+        segment.end += len(data)
+        segment.next_id = first_id + count
+        if offsets[-2] >= self._mark:
+            self._index(segment, check, offsets, first_id, timestamp)
+        if timestamp > check.timestamp_max:
+            check.timestamp_max = timestamp
+        self.next_id = first_id + count
+        self.next_offset = offsets[-1]
+        self._disk_bytes += len(data)
+        self._cache_append(records)
+        with self._lock:
+            self.unsynced += count
+        return records
+
+    def _index(
+        self, segment: _Segment, check: _Check, offsets: list[int], first_id: int, timestamp: int
+    ) -> None:
+        """Add the sparse index entries due in a batch just written (``offsets``: the
+        batch's record offsets, then its end)."""
+        last = len(offsets) - 1
+        position_base = HEADER_SIZE - segment.first_offset
+        mark = self._mark
+        at = bisect_left(offsets, mark, 0, last)
+        index = check.index
+        while at < last:
+            before = check.timestamp_max if at == 0 else max(check.timestamp_max, timestamp)
+            index.append((first_id + at, offsets[at] + position_base, before))
+            mark = offsets[at] + self.index_interval
+            at = bisect_left(offsets, mark, at + 1, last)
+        self._mark = mark
+
+    def _write(self, segment: _Segment, data: bytes) -> None:
+        """All of ``data`` to the active segment, or nothing (then re-raise)."""
+        fd = self._fd
+        assert fd is not None  # noqa: S101 - set together with _active
+        try:
+            written = os.write(fd, data)
+            if written != len(data):
+                view = memoryview(data)
+                while written < len(data):
+                    step = os.write(fd, view[written:])
+                    if step <= 0:
+                        raise OSError("os.write wrote nothing")
+                    written += step
+        except OSError as error:
+            if error.errno is not None and error.filename is None:
+                error.filename = segment.path
+            try:
+                os.ftruncate(fd, segment.end)
+            except OSError as undo:
+                # The file may end in part of this batch: never write after it.
+                self._force_roll = True
+                storage_log.error(
+                    "TOPICLOG(%s) could not undo a failed write to %s: %s",
+                    self.name,
+                    segment.path,
+                    undo.strerror or undo,
+                )
+            raise
+
+    def _roll(self) -> _Segment:
+        """Start a new segment at ``next_id`` / ``next_offset``; its header goes out
+        with the first batch."""
+        seq = self._next_seq
+        path = str(self.directory / segment_name(self.name, seq))
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | _O_CLOEXEC, 0o644)
+        self._next_seq = seq + 1
+        check = _Check([])
+        segment = _Segment(
+            seq, path, self.next_id, self.next_offset, next_id=self.next_id, check=check
+        )
+        old = self._active
+        with self._lock:
+            if self._fd is not None:
+                self._pending_fds.append(self._fd)
+            self._fd = fd
+            self._directory_dirty = True
+        if old is not None:
+            old.closed_at = self._clock()
+        self._segments = (*self._segments, segment)
+        self._active = segment
+        self._active_check = check
+        self._mark = segment.first_offset
+        self._force_roll = False
+        return segment
+
+    def sync(self) -> None:
+        """fsync what was written: rolled segments, the active one, the directory.
+
+        Blocks (milliseconds): may run in a worker thread while the event loop
+        appends, but not at the same time as another ``sync`` or ``close``.
+        """
+        with self._lock:
+            pending = self._pending_fds
+            self._pending_fds = []
+            fd = self._fd
+            directory_dirty = self._directory_dirty
+            self._directory_dirty = False
+            self.unsynced = 0
+        failure: OSError | None = None
+        for old in pending:  # each is closed, even after a failed fsync
+            try:
+                os.fsync(old)
+            except OSError as error:
+                failure = failure or error
+            finally:
+                os.close(old)
+        try:
+            if fd is not None:
+                os.fsync(fd)
+            if directory_dirty:
+                _fsync_directory(self.directory)
+        except OSError as error:
+            failure = failure or error
+        if failure is not None:
+            with self._lock:  # the directory entry may not be durable yet
+                self._directory_dirty = self._directory_dirty or directory_dirty
+            if failure.errno is not None and failure.filename is None:
+                failure.filename = self.name
+            raise failure
+
+    def close(self, *, sync: bool = True) -> None:
+        """Stop taking writes; fsync first unless ``sync`` is False."""
+        if self._closed:
+            return
+        if sync:
+            self.sync()
+        self._closed = True
+        with self._lock:
+            fds = [*self._pending_fds, *([self._fd] if self._fd is not None else [])]
+            self._pending_fds = []
+            self._fd = None
+        for fd in fds:
+            os.close(fd)
+
+    def delete_files(self) -> None:
+        """Close and remove every segment file (topic or channel deleted)."""
+        self.close(sync=False)
+        for segment in self._segments:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(segment.path)
+        self._segments = ()
+        self._disk_bytes = 0
