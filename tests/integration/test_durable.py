@@ -249,3 +249,46 @@ async def test_a_channel_state_is_written_only_when_it_changed(
     saved = load_state(path)
     assert saved is not None
     assert saved.paused is False
+
+
+async def test_an_idle_broker_persists_nothing_and_a_fin_is_written_within_a_second(
+    clients: Clients,
+    nursery: trio.Nursery,
+    tmp_path: Path,
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The persister waits for a change (a routing pass, an admin change) instead of
+    looking every second: idle, it does not run at all; a FIN is on disk a second
+    after it."""
+    autojump_clock.autojump_threshold = 0.1  # real sockets and file threads
+    addresses: BoundAddresses = await nursery.start(
+        serve_nsqd, NsqdConfig.loopback(data_path=str(tmp_path))
+    )
+    storage = addresses.broker.storage
+    assert storage is not None
+    persisted: list[float] = []
+    persist = storage.persist
+
+    async def counted(broker: object) -> None:
+        persisted.append(trio.current_time())
+        await persist(broker)  # type: ignore[arg-type]
+
+    storage.persist = counted  # type: ignore[method-assign]
+    consumer = await clients.connect(addresses.tcp)
+    await consumer.send(Sub("t", "c"), Rdy(1))
+    await quiet(consumer, 1)
+    producer = await clients.connect(addresses.tcp)
+    await publish(producer, Mpub("t", (b"one",)))
+    message = await next_message(consumer)
+    await trio.sleep(3 * PERSIST_INTERVAL)
+    persisted.clear()
+    await trio.sleep(30 * PERSIST_INTERVAL)
+    assert persisted == []  # thirty idle seconds: the persister never ran
+    await consumer.send(Fin(message.id))
+    fin_at = trio.current_time()
+    await trio.sleep(2 * PERSIST_INTERVAL)
+    assert len(persisted) == 1
+    assert fin_at < persisted[0] <= fin_at + PERSIST_INTERVAL + 0.2
+    saved = load_state(state_path(tmp_path, "t", 0, "c"))
+    assert saved is not None
+    assert saved.confirmed_id >= 1  # the one message is confirmed on disk

@@ -113,6 +113,7 @@ class Broker:
             self._listeners.remove(listener)
 
     def _announce(self, topic: str, channel: str | None, exists: bool) -> None:
+        self._state_changed()
         if self._listeners:
             change = TopologyChange(topic, channel, exists)
             for listener in list(self._listeners):
@@ -298,7 +299,9 @@ class Broker:
             channel = partitions[partition].channel(channel_name)
             if is_new:
                 self._announce(topic_name, channel_name, True)
-            runner = self._drive(channel, {}, read_outcome=self._cold_read_outcome)
+            runner = self._drive(
+                channel, {}, read_outcome=self._cold_read_outcome, changed=self._state_changed
+            )
             self.runners[key] = runner
             await self._nursery.start(runner.run)
         return runner
@@ -423,9 +426,15 @@ class Broker:
         if topic is None:
             return False
         topic.set_paused(paused)
+        self._state_changed()
         if not paused:
             self._wake_topic(topic_name)
         return True
+
+    def _state_changed(self) -> None:
+        """Something the persister writes may have changed."""
+        if self.storage is not None:
+            self.storage.changed()
 
     def empty_channel(self, topic_name: str, channel_name: str) -> bool:
         """Drop a channel's queued, in-flight and deferred messages; False if none."""
@@ -492,6 +501,8 @@ class Broker:
         return bool(channels)
 
     def _wake(self, channel: Channel) -> None:
+        """An admin change to ``channel`` (empty, pause, offset): route, and persist."""
+        self._state_changed()
         runner = self.runners.get((channel.topic, channel.partition, channel.name))
         if runner is not None:
             runner.wake()

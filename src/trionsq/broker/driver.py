@@ -72,6 +72,8 @@ class DriverFactory(Protocol):
         outboxes: dict[int, Outbox],
         *,
         read_outcome: Callable[[OSError | None], None] | None = None,
+        changed: Callable[[], None] | None = None,
     ) -> ChannelDriver:
-        """A driver for ``channel``; ``read_outcome`` hears of failed disk reads."""
+        """A driver for ``channel``; ``read_outcome`` hears of failed disk reads,
+        ``changed`` of each pass that may have changed the channel's state."""
         ...

@@ -83,6 +83,9 @@ class Storage:
         self._unsynced: set[TopicLog] = set()
         self._appended = trio.Event()
         self._sync_due = trio.Event()
+        self._changed = trio.Event()
+        """Set when a channel or the metadata may have changed: the persister waits on
+        it instead of waking every second for nothing."""
         self._unsynced_count = 0
         self.health = StorageHealth()
         """Whether writes succeed (``/ping``, ``/stats`` health)."""
@@ -313,15 +316,27 @@ class Storage:
         if failure is not None:
             raise failure
 
+    def changed(self) -> None:
+        """A channel's state or the metadata may have changed (the broker and every
+        channel's driver say so): the persister writes within a second."""
+        self._changed.set()
+
     async def _persist_forever(self, broker: Topics) -> None:
+        """Write what changed a second after the first change, so what follows in that
+        second goes in the same write; an idle broker does not wake at all, unless
+        ``--retention`` needs the ticks to expire segments by age."""
+        retention = self.config.retention
         while True:
+            if retention <= 0:
+                await self._changed.wait()
             await trio.sleep(PERSIST_INTERVAL)
+            self._changed = trio.Event()
             await self.persist(broker)
             # what channels confirmed (and persisted) can go, even with no new publishes
             for topic in list(broker.topics.values()):
                 for partition in topic.partitions:
                     partition.release()
-            if self.config.retention > 0:  # age alone deletes nothing: look each tick
+            if retention > 0:  # age alone deletes nothing: look each tick
                 for topic_log in self.logs.values():
                     topic_log.expire()
 

@@ -43,10 +43,14 @@ class ChannelRunner:
         *,
         wall_clock: Callable[[], int] = time.time_ns,
         read_outcome: Callable[[OSError | None], None] | None = None,
+        changed: Callable[[], None] | None = None,
     ) -> None:
         self.channel = channel
         self.outboxes = outboxes
         self._read_outcome = read_outcome
+        self._changed = changed
+        """Told after each pass: FINs, REQs, timeouts and deliveries all end in one,
+        so the persister hears of every change of the channel's state."""
         """Told of each failed cold read, and of the first success after one."""
         self._read_failing = False
         """client id -> outbox; whoever subscribes and unsubscribes consumers keeps it."""
@@ -150,6 +154,8 @@ class ChannelRunner:
             if outbox is not None:
                 outbox.push(batch)
         self.deadline_changed()
+        if self._changed is not None:
+            self._changed()
         if self._drained is not None and not len(channel.in_flight):
             self._drained.set()
             self._drained = None

@@ -1,12 +1,13 @@
 """One TCP client connection: a nursery with a reader task and a messagePump task.
 
 The reader turns bytes into protocol events (``receive_data`` on each read, up to
-:data:`MAX_COMMANDS_PER_TURN` complete commands at once) and applies them to the broker; replies go into the
-connection's :class:`OutboundBuffer`. The pump owns the socket's write side: it
-writes the buffer with one ``send_all`` when nsqd's rules say so, and sends
-heartbeats. The router pushes message batches in through :meth:`push`; nothing on
-that path awaits per message. A session registers itself with the broker for
-``/stats`` (:meth:`ClientSession.statistics`) while it runs.
+:data:`MAX_COMMANDS_PER_TURN` complete commands at once) and hands them to the
+command layer it extends (:class:`~.commands.CommandLayer`), whose replies go into
+the connection's :class:`OutboundBuffer`; then it answers them all with one write.
+The pump owns the rest of the write side: it writes the buffer when nsqd's rules say
+so, sends heartbeats and closes a silent connection; while idle it is parked, woken
+by the broker's alarm clock (:mod:`.alarms`). The router pushes message batches in
+through ``push``; nothing on that path awaits per message.
 
 An IDENTIFY that negotiates TLS, snappy or deflate puts a :class:`Transport` between
 the descriptor and the protocol (spec §4.1 upgrade sequence); without one, reads and
