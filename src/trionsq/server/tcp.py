@@ -176,11 +176,12 @@ class ClientSession(CommandLayer):
 
         The descriptor is read directly: trio's socket methods add a scheduler pass
         after every successful call, which design §8 measured as the cost that bounds
-        one PUB per round trip. Each turn yields once: it waits for the socket after
-        a read that emptied it (one shorter than asked), and only checkpoints after
-        a full one, so a client that keeps the buffer full cannot starve the others.
-        Waiting first, rather than reading until ``EAGAIN``, saves a failed read per
-        round trip, and an idle connection keeps no exception's frame (0.25 KB).
+        one PUB per round trip. After each read it yields once (a checkpoint) and
+        reads again, and waits for the socket only when that read finds nothing: in
+        a PUB round trip the next command has often arrived by then, and a read that
+        gets it costs far less than registering with epoll and being woken (PUB round
+        trips 42k/s against 28k/s when it waited first). The wait happens outside the
+        ``BlockingIOError`` handler, so an idle connection keeps no exception (0.25 KB).
         """
         self.broker.register_client(self.client_id, self)
         self._last_read = trio.current_time()
@@ -191,21 +192,22 @@ class ClientSession(CommandLayer):
                 async with trio.open_nursery() as nursery:
                     self._scope = nursery.cancel_scope
                     nursery.start_soon(self._pump, name=_PUMP_TASK_NAME)
-                    drained = True  # nothing read yet: wait for the magic
+                    waited = True  # nothing read yet: no need to yield first
                     while not protocol.closed:
-                        if drained:
-                            await trio.lowlevel.wait_readable(fd)
-                        else:  # the last read filled the buffer: more is waiting
+                        if not waited:
                             await trio.lowlevel.checkpoint()
                         try:
-                            data = os.read(fd, READ_SIZE)
-                        except BlockingIOError:  # woken with nothing to read after all
-                            drained = True
-                            continue
+                            data: bytes | None = os.read(fd, READ_SIZE)
+                        except BlockingIOError:
+                            data = None
                         except OSError as error:  # reset: gone, as a failed read in nsqd
                             self._gone(error)
                             break
-                        drained = len(data) < READ_SIZE
+                        if data is None:  # outside the handler: no exception kept
+                            await trio.lowlevel.wait_readable(fd)
+                            waited = True
+                            continue
+                        waited = False
                         self._last_read = trio.current_time()
                         transport = self._transport
                         if transport is None or not data:
