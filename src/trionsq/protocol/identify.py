@@ -184,47 +184,11 @@ def negotiate(
     Raises:
         ProtocolError: ``E_BAD_BODY IDENTIFY <reason>`` or ``E_IDENTIFY_FAILED``.
     """
-    heartbeat = request.heartbeat_interval
-    if heartbeat == -1:
-        heartbeat_ms = 0
-    elif heartbeat == 0:
-        heartbeat_ms = settings.default_heartbeat_interval_ms
-    elif 1000 <= heartbeat <= settings.max_heartbeat_interval_ms:
-        heartbeat_ms = heartbeat
-    else:
-        raise _invalid(f"heartbeat interval ({heartbeat}) is invalid")
-
-    timeout = request.output_buffer_timeout
-    if timeout == -1:
-        timeout_ms = 0
-    elif timeout == 0:
-        timeout_ms = settings.output_buffer_timeout_ms
-    elif settings.min_output_buffer_timeout_ms <= timeout <= settings.max_output_buffer_timeout_ms:
-        timeout_ms = timeout  # the floor defaults to Youzan's 10 ms, not nsqd's 25 (config.py)
-    else:
-        raise _invalid(f"output buffer timeout ({timeout}) is invalid")
-
-    size = request.output_buffer_size
-    if size == -1:
-        buffer_size, timeout_ms = 1, 0
-    elif size == 0:
-        buffer_size = settings.output_buffer_size
-    elif 64 <= size <= settings.max_output_buffer_size:
-        buffer_size = size
-    else:
-        raise _invalid(f"output buffer size ({size}) is invalid")
-
+    heartbeat_ms = _heartbeat_ms(request.heartbeat_interval, settings)
+    buffer_size, timeout_ms = _output_buffer(request, settings)
     if not 0 <= request.sample_rate <= 99:
         raise _invalid(f"sample rate ({request.sample_rate}) is invalid")
-
-    msg_timeout = request.msg_timeout
-    if msg_timeout == 0:
-        msg_timeout_ms = settings.msg_timeout_ms
-    elif 1000 <= msg_timeout <= settings.max_msg_timeout_ms:
-        msg_timeout_ms = msg_timeout
-    else:
-        raise _invalid(f"msg timeout ({msg_timeout}) is invalid")
-
+    msg_timeout_ms = _msg_timeout_ms(request.msg_timeout, settings)
     tag_length = len(request.desired_tag.encode("utf-8"))
     if tag_length > MAX_TAG_LENGTH:
         raise _invalid(f"invalid tag len {tag_length}, exceed limit {MAX_TAG_LENGTH}")
@@ -258,22 +222,68 @@ def negotiate(
     )
     if not request.feature_negotiation:
         return negotiated, None
-    response = IdentifyResponse(
+    return negotiated, _response(negotiated, settings)
+
+
+def _heartbeat_ms(asked: int, settings: ServerSettings) -> int:
+    """-1 turns heartbeats off, 0 takes the default, else 1 s up to the maximum."""
+    if asked == -1:
+        return 0
+    if asked == 0:
+        return settings.default_heartbeat_interval_ms
+    if 1000 <= asked <= settings.max_heartbeat_interval_ms:
+        return asked
+    raise _invalid(f"heartbeat interval ({asked}) is invalid")
+
+
+def _output_buffer(request: IdentifyRequest, settings: ServerSettings) -> tuple[int, int]:
+    """(size, timeout ms): -1 turns either off (a size of -1 also means no timeout)."""
+    timeout = request.output_buffer_timeout
+    if timeout == -1:
+        timeout_ms = 0
+    elif timeout == 0:
+        timeout_ms = settings.output_buffer_timeout_ms
+    elif settings.min_output_buffer_timeout_ms <= timeout <= settings.max_output_buffer_timeout_ms:
+        timeout_ms = timeout  # the floor defaults to Youzan's 10 ms, not nsqd's 25 (config.py)
+    else:
+        raise _invalid(f"output buffer timeout ({timeout}) is invalid")
+
+    size = request.output_buffer_size
+    if size == -1:
+        return 1, 0
+    if size == 0:
+        return settings.output_buffer_size, timeout_ms
+    if 64 <= size <= settings.max_output_buffer_size:
+        return size, timeout_ms
+    raise _invalid(f"output buffer size ({size}) is invalid")
+
+
+def _msg_timeout_ms(asked: int, settings: ServerSettings) -> int:
+    """0 takes the default, else 1 s up to the maximum."""
+    if asked == 0:
+        return settings.msg_timeout_ms
+    if 1000 <= asked <= settings.max_msg_timeout_ms:
+        return asked
+    raise _invalid(f"msg timeout ({asked}) is invalid")
+
+
+def _response(negotiated: NegotiatedSettings, settings: ServerSettings) -> IdentifyResponse:
+    """The JSON reply to a ``feature_negotiation`` IDENTIFY."""
+    return IdentifyResponse(
         max_rdy_count=settings.max_rdy_count,
         version=settings.version,
         max_msg_timeout=settings.max_msg_timeout_ms,
-        msg_timeout=msg_timeout_ms,
-        tls_v1=tls_v1,
-        deflate=deflate,
-        deflate_level=level,
+        msg_timeout=negotiated.msg_timeout_ms,
+        tls_v1=negotiated.tls_v1,
+        deflate=negotiated.deflate,
+        deflate_level=negotiated.deflate_level,
         max_deflate_level=settings.max_deflate_level,
-        snappy=snappy,
-        sample_rate=request.sample_rate,
+        snappy=negotiated.snappy,
+        sample_rate=negotiated.sample_rate,
         auth_required=settings.auth_enabled,
-        output_buffer_size=buffer_size,
-        output_buffer_timeout=timeout_ms,
+        output_buffer_size=negotiated.output_buffer_size,
+        output_buffer_timeout=negotiated.output_buffer_timeout_ms,
         topology_region=settings.topology_region,
         topology_zone=settings.topology_zone,
-        desired_tag=request.desired_tag,
+        desired_tag=negotiated.desired_tag,
     )
-    return negotiated, response

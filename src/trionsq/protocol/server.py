@@ -20,62 +20,54 @@ size is checked against its limit before any of its body is kept.
 
 from __future__ import annotations
 
-import enum
 import functools
-import struct
-from collections.abc import Callable, Generator
 from types import GeneratorType
-from typing import ClassVar, Final
+from typing import TYPE_CHECKING, ClassVar
 
-import attrs
-
-from .broker_errors import topic_not_exist
 from .commands import (
     Auth,
     Cls,
-    Command,
-    Dpub,
-    ExtMessage,
     Fin,
     Identify,
     InternalCreateTopic,
     Mpub,
-    MpubExt,
-    MpubTrace,
     Nop,
     OffsetSpec,
     Pub,
-    PubExt,
-    PubTrace,
     Rdy,
     Req,
     Sub,
     SubAdvanced,
     SubOrdered,
     Touch,
-    TracedMessage,
 )
 from .errors import ProtocolError
-from .ext_header import check_ext_header
 from .frames import MAGIC_V2
 from .identify import NegotiatedSettings, decode_identify_request, negotiate
 from .names import go_quote, is_valid_name
+from .parsing import (
+    _INT32,
+    _MESSAGE_ID_LENGTH,
+    _NO_NAMES,
+    _NO_PIECES,
+    ConnectionState,
+    Event,
+    PublishGate,
+    PublishHeader,
+    _EofError,
+    _fatal,
+    _invalid,
+    _Reader,
+    _text,
+)
+from .publish_readers import PublishReaders
 from .settings import ServerSettings
 from .strconv import go_atoi, go_parse_bool, parse_base10, to_int64
 
-__all__ = ["ConnectionState", "Event", "PublishHeader", "ServerConnection"]
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
-Event = Command | ProtocolError
-
-_INT32: Final = struct.Struct(">i")
-_UINT16: Final = struct.Struct(">H")
-_UINT64: Final = struct.Struct(">Q")
-_MESSAGE_ID_LENGTH: Final = 16
-_NO_NAMES: Final[dict[bytes, str]] = {}
-"""A connection's name cache until its first name: never written to."""
-_NO_PIECES: Final[list[memoryview]] = []
-"""A connection's pieces until its first parked reader (which brings its own list):
-never written to."""
+__all__ = ["ConnectionState", "Event", "PublishGate", "PublishHeader", "ServerConnection"]
 
 
 @functools.lru_cache(maxsize=16)
@@ -85,63 +77,7 @@ def _defaults(settings: ServerSettings) -> NegotiatedSettings:
     return NegotiatedSettings.defaults(settings)
 
 
-class ConnectionState(enum.IntEnum):
-    """nsqd's client states; the number is what /stats reports."""
-
-    INIT = 0
-    SUBSCRIBED = 3
-    CLOSING = 4
-
-
-@attrs.frozen
-class PublishHeader:
-    """What the broker sees of a publish before its body is read."""
-
-    verb: str
-    """The command, e.g. ``PUB``, ``MPUB_EXT``."""
-    topic: str
-    partition: int | None
-    body_size: int | None
-    """``None`` for MPUB, which nsqd authorizes before it reads the body size."""
-
-
-PublishGate = Callable[[PublishHeader], ProtocolError | None]
-"""Broker checks placed before a publish body is read; a fatal error stops the
-command there, a non-fatal one is answered after the body has been skipped."""
-
-# A body reader yields (bytes wanted, error to send if the stream ends first) and
-# is sent exactly that many bytes; it returns its event, or raises ProtocolError.
-# The EOF error may be a zero-argument factory, so the hot path builds no errors.
-_EofError = ProtocolError | Callable[[], ProtocolError]
-_Request = tuple[int, _EofError]
-_Reader = Generator[_Request, bytes, Event | None]
-
-
-def _text(raw: bytes) -> str:
-    """Bytes as text that encodes back to the same bytes (names, args in errors)."""
-    return raw.decode("utf-8", "surrogateescape")
-
-
-def _fatal(code: str, description: str) -> ProtocolError:
-    return ProtocolError(code, description, fatal=True)
-
-
-def _invalid(description: str) -> ProtocolError:
-    return ProtocolError("E_INVALID", description, fatal=True)
-
-
-_EOF_BODY_SIZE: Final = {
-    verb: _fatal("E_BAD_MESSAGE", f"{verb} failed to read message body size")
-    for verb in ("PUB", "DPUB")
-}
-_EOF_YOUZAN_BODY: Final = _fatal("E_BAD_MESSAGE", "failed to read message body")
-_EOF_MPUB_BODY: Final = _fatal("E_BAD_MESSAGE", "MPUB failed to read message body")
-_EOF_BODY: Final = {
-    verb: _fatal("E_BAD_MESSAGE", f"{verb} failed to read message body") for verb in ("PUB", "DPUB")
-}
-
-
-class ServerConnection:
+class ServerConnection(PublishReaders):
     """One client connection's protocol state, from the magic to the last command.
 
     One per connection, so kept small (slots, shared defaults until IDENTIFY, no
@@ -154,7 +90,6 @@ class ServerConnection:
         "_eof_error",
         "_have",
         "_magic",
-        "_names",
         "_partial_line",
         "_pieces",
         "_reader",
@@ -183,9 +118,9 @@ class ServerConnection:
         """``gated_verbs``: the publish commands ``publish_gate`` sees (None: all), so
         a gate for some commands costs the others nothing; any publish naming a
         partition is gated too (the topic-partition must exist, spec §8.3 step 5)."""
-        self.settings: Final = settings if settings is not None else ServerSettings()
-        self.publish_gate: Final = publish_gate
-        self.gated_verbs: Final = gated_verbs
+        self.settings = settings if settings is not None else ServerSettings()
+        self.publish_gate = publish_gate
+        self.gated_verbs = gated_verbs
         self.state = ConnectionState.INIT
         self.negotiated = _defaults(self.settings)
         """The client's settings; replaced by each successful IDENTIFY."""
@@ -209,7 +144,7 @@ class ServerConnection:
         self._reader: _Reader | None = None
         self._want = 0
         self._eof_error: _EofError | None = None
-        self._names = _NO_NAMES
+        self._names: dict[bytes, str] = _NO_NAMES
         self._pieces = _NO_PIECES
         self._have = 0
 
@@ -477,72 +412,6 @@ class ServerConnection:
             raise event
         events.append(event)
 
-    def _size_field(self, eof: _EofError) -> Generator[_Request, bytes, int]:
-        raw = yield 4, eof
-        size: int = _INT32.unpack(raw)[0]
-        return size
-
-    def _gate(
-        self, verb: str, topic: str, partition: int | None, size: int | None
-    ) -> ProtocolError | None:
-        if self.publish_gate is None:
-            return None
-        if self.gated_verbs is not None and verb not in self.gated_verbs and partition is None:
-            return None
-        verdict = self.publish_gate(PublishHeader(verb, topic, partition, size))
-        if verdict is not None and verdict.fatal:
-            raise verdict
-        return verdict
-
-    # ------------------------------------------------------------------ argument checks
-
-    def _check_topic(self, raw: bytes, verb: str, prefix: str = "") -> str:
-        name = self._names.get(raw)
-        if name is not None:
-            return name
-        if not is_valid_name(raw):
-            raise _fatal("E_BAD_TOPIC", f"{prefix}{verb} topic name {go_quote(raw)} is not valid")
-        return self._remember_name(raw)
-
-    def _remember_name(self, raw: bytes) -> str:
-        """Cache a valid name's text, so the next command with it skips the regex."""
-        names = self._names
-        if names is _NO_NAMES or len(names) >= 1024:  # bounded: a client rarely uses many
-            names = self._names = {}
-        name = names[raw] = _text(raw)
-        return name
-
-    def _partition(self, raw: bytes) -> int | None:
-        value = go_atoi(raw)
-        if isinstance(value, str):
-            raise _fatal("E_BAD_PARTITION", f"topic partition is not valid: {value}")
-        if value == -1:
-            return None
-        if value < 0:
-            raise _fatal("E_BAD_PARTITION", "partition should not less than 0")
-        return value
-
-    def _require_existable(self, topic: str) -> None:
-        """Youzan publishes never auto-create, and a name that is not valid cannot exist."""
-        raw = topic.encode("utf-8", "surrogateescape")
-        if raw not in self._names:
-            if not is_valid_name(raw):
-                raise topic_not_exist()
-            self._remember_name(raw)
-
-    def _require_auth(self, verb: str) -> None:
-        if self.settings.auth_enabled and not self.authenticated:
-            raise _fatal("E_AUTH_FIRST", f"AUTH required before {verb}")
-
-    def _check_message_id(self, raw: bytes) -> bytes:
-        if len(raw) != _MESSAGE_ID_LENGTH:
-            raise _invalid("invalid message ID")
-        return raw
-
-    def _require_consuming(self, verb: str) -> None:
-        if self.state not in (ConnectionState.SUBSCRIBED, ConnectionState.CLOSING):
-            raise _invalid(f"cannot {verb} in current state")
-
     # ------------------------------------------------------------------ commands
 
     def _identify(self, params: list[bytes]) -> _Reader:
@@ -697,209 +566,6 @@ class ServerConnection:
     def _nop(self, params: list[bytes]) -> Event:
         return Nop()
 
-    # ---- upstream publishes
-
-    def _pub(self, params: list[bytes]) -> _Reader:
-        if len(params) < 2:
-            raise _invalid("PUB insufficient number of parameters")
-        topic = self._check_topic(params[1], "PUB")
-        partition = self._partition(params[2]) if len(params) > 2 else None
-        return self._read_pub("PUB", topic, partition)
-
-    def _read_pub(self, verb: str, topic: str, partition: int | None) -> _Reader:
-        size = yield from self._size_field(_EOF_BODY_SIZE[verb])
-        if size <= 0:
-            raise _fatal("E_BAD_MESSAGE", f"{verb} invalid message body size {size}")
-        if size > self.settings.max_msg_size:
-            raise _fatal(
-                "E_BAD_MESSAGE", f"{verb} message too big {size} > {self.settings.max_msg_size}"
-            )
-        auth = self.settings.auth_enabled
-        # With AUTH on, nothing about the topic is told before the auth check
-        refusal = None if auth else self._gate(verb, topic, partition, size)
-        body = yield size, _EOF_BODY[verb]
-        self._require_auth(verb)
-        if auth:
-            refusal = self._gate(verb, topic, partition, size)
-        return refusal if refusal is not None else Pub(topic, body, partition)
-
-    def _dpub(self, params: list[bytes]) -> _Reader:
-        if len(params) < 3:
-            raise _invalid("DPUB insufficient number of parameters")
-        topic = self._check_topic(params[1], "DPUB")
-        parsed = parse_base10(params[2])
-        if parsed is None:
-            raise _invalid(f"DPUB could not parse timeout {_text(params[2])}")
-        defer_ms = to_int64(parsed)
-        max_ms = self.settings.max_req_timeout_ms
-        if not 0 <= defer_ms <= max_ms:
-            # nsqd prints the parsed uint64, not its int64 reading
-            raise _invalid(f"DPUB timeout {parsed} out of range 0-{max_ms}")
-        return self._read_dpub(topic, defer_ms)
-
-    def _read_dpub(self, topic: str, defer_ms: int) -> _Reader:
-        event = yield from self._read_pub("DPUB", topic, None)
-        if isinstance(event, Pub):
-            return Dpub(topic, defer_ms, event.body)
-        return event
-
-    def _mpub(self, params: list[bytes]) -> _Reader:
-        if len(params) < 2:
-            raise _invalid("MPUB insufficient number of parameters")
-        topic = self._check_topic(params[1], "MPUB", prefix="E_BAD_TOPIC ")
-        partition = self._partition(params[2]) if len(params) > 2 else None
-        self._require_auth("MPUB")
-        refusal = self._gate("MPUB", topic, partition, None)
-        return self._read_mpub(topic, partition, refusal)
-
-    def _read_mpub_head(self) -> Generator[_Request, bytes, tuple[int, int]]:
-        """Body size and message count, checked as nsqd's MPUB checks them."""
-        max_body = self.settings.max_body_size
-        size = yield from self._size_field(_fatal("E_BAD_BODY", "MPUB failed to read body size"))
-        if size <= 0:
-            raise _fatal("E_BAD_BODY", f"MPUB invalid body size {size}")
-        if size > max_body:
-            raise _fatal("E_BAD_BODY", f"MPUB body too big {size} > {max_body}")
-        count = yield from self._read_message_count()
-        return size, count
-
-    def _read_message_count(self) -> Generator[_Request, bytes, int]:
-        count = yield from self._size_field(
-            _fatal("E_BAD_BODY", "MPUB failed to read message count")
-        )
-        if count <= 0 or count > (self.settings.max_body_size - 4) // 5:
-            raise _fatal("E_BAD_BODY", f"MPUB invalid message count {count}")
-        return count
-
-    def _read_mpub_part_size(
-        self, index: int, body_size: int, budget: int
-    ) -> Generator[_Request, bytes, int]:
-        """One part's size: nsqd's checks, plus our bound of the parts by the body size.
-
-        nsqd reads the parts without holding them to the declared body size; we refuse
-        parts that would overrun it, so a lying header cannot make us buffer more than
-        max-body-size.
-        """
-        size = yield from self._size_field(
-            lambda: _fatal("E_BAD_MESSAGE", f"MPUB failed to read message({index}) body size")
-        )
-        if size <= 0:
-            raise _fatal("E_BAD_MESSAGE", f"MPUB invalid message({index}) body size {size}")
-        if size > self.settings.max_msg_size:
-            raise _fatal(
-                "E_BAD_MESSAGE", f"MPUB message too big {size} > {self.settings.max_msg_size}"
-            )
-        if size + 4 > budget:
-            raise _fatal("E_BAD_BODY", f"MPUB body size {body_size} is smaller than its messages")
-        return size
-
-    def _read_mpub(
-        self, topic: str, partition: int | None, refusal: ProtocolError | None
-    ) -> _Reader:
-        body_size, count = yield from self._read_mpub_head()
-        budget = body_size - 4
-        bodies: list[bytes] = []
-        eof_body = _EOF_MPUB_BODY
-        for index in range(count):
-            size = yield from self._read_mpub_part_size(index, body_size, budget)
-            budget -= size + 4
-            bodies.append((yield size, eof_body))
-        return refusal if refusal is not None else Mpub(topic, tuple(bodies), partition)
-
-    # ---- Youzan publishes
-
-    def _youzan_args(self, params: list[bytes]) -> tuple[str, int | None]:
-        if len(params) < 2:
-            raise _invalid("insufficient number of parameters")
-        partition = self._partition(params[2]) if len(params) > 2 else None
-        return _text(params[1]), partition
-
-    def _pub_youzan(self, params: list[bytes]) -> _Reader:
-        topic, partition = self._youzan_args(params)
-        return self._read_pub_youzan(_text(params[0]), topic, partition)
-
-    def _read_pub_youzan(self, verb: str, topic: str, partition: int | None) -> _Reader:
-        size = yield from self._size_field(_fatal("E_BAD_BODY", "failed to read body size"))
-        if size <= 0:
-            raise _fatal("E_BAD_BODY", f"invalid body size {size}")
-        if size > self.settings.max_msg_size:
-            raise _fatal("E_BAD_MESSAGE", f"message too big {size} > {self.settings.max_msg_size}")
-        self._require_auth("PUB")  # before anything that tells whether the topic exists
-        self._require_existable(topic)
-        refusal = self._gate(verb, topic, partition, size)
-        eof_body = _EOF_YOUZAN_BODY
-        if verb == "PUB_TRACE":
-            if size <= 8:
-                raise _fatal("E_BAD_BODY", f"invalid body size {size} with trace id enabled")
-            trace_id: int = _UINT64.unpack((yield 8, eof_body))[0]
-            body = yield size - 8, eof_body
-            return refusal if refusal is not None else PubTrace(topic, trace_id, body, partition)
-        if size <= 2:
-            raise _fatal("E_BAD_BODY", f"invalid body size {size} with ext json header enabled")
-        message = yield from self._read_ext_message(size, eof_body)
-        if refusal is not None:
-            return refusal
-        if isinstance(message, ProtocolError):
-            return message
-        return PubExt(topic, message, partition)
-
-    def _read_ext_message(
-        self, size: int, eof_body: ProtocolError
-    ) -> Generator[_Request, bytes, ExtMessage | ProtocolError]:
-        """``[2 json_len][json][body]`` filling ``size`` bytes; bad JSON is non-fatal."""
-        header_length: int = _UINT16.unpack((yield 2, eof_body))[0]
-        if 2 + header_length >= size:
-            raise _fatal(
-                "E_BAD_BODY", f"invalid body size {size} in ext json header content length"
-            )
-        header = yield header_length, eof_body
-        body = yield size - 2 - header_length, eof_body
-        return _ext_message(header, body)
-
-    def _mpub_youzan(self, params: list[bytes]) -> _Reader:
-        topic, partition = self._youzan_args(params)
-        return self._read_mpub_youzan(_text(params[0]), topic, partition)
-
-    def _read_mpub_youzan(self, verb: str, topic: str, partition: int | None) -> _Reader:
-        max_body = self.settings.max_body_size
-        size = yield from self._size_field(_fatal("E_BAD_BODY", "failed to read body size"))
-        if size <= 0:
-            raise _fatal("E_BAD_BODY", f"invalid body size {size}")
-        if size > max_body:
-            raise _fatal("E_BAD_BODY", f"body too big {size} > {max_body}")
-        self._require_auth("PUB")  # before anything that tells whether the topic exists
-        self._require_existable(topic)
-        refusal = self._gate(verb, topic, partition, size)
-        count = yield from self._read_message_count()
-        budget = size - 4
-        eof_body = _EOF_MPUB_BODY
-        traced = verb == "MPUB_TRACE"
-        minimum = 8 if traced else 2
-        traces: list[TracedMessage] = []
-        exts: list[ExtMessage] = []
-        soft_error: ProtocolError | None = None
-        for index in range(count):
-            part = yield from self._read_mpub_part_size(index, size, budget)
-            budget -= part + 4
-            if part <= minimum:
-                raise _fatal("E_BAD_MESSAGE", f"MPUB invalid message({index}) body size {part}")
-            if traced:
-                trace_id: int = _UINT64.unpack((yield 8, eof_body))[0]
-                traces.append(TracedMessage(trace_id, (yield part - 8, eof_body)))
-                continue
-            message = yield from self._read_ext_message(part, eof_body)
-            if isinstance(message, ProtocolError):
-                soft_error = soft_error or message
-            else:
-                exts.append(message)
-        if refusal is not None:
-            return refusal
-        if traced:
-            return MpubTrace(topic, tuple(traces), partition)
-        if soft_error is not None:
-            return soft_error
-        return MpubExt(topic, tuple(exts), partition)
-
     def _internal_create_topic(self, params: list[bytes]) -> Event:
         if len(params) < 3:
             raise _invalid("CREATE_TOPIC insufficient number of parameters")
@@ -931,13 +597,13 @@ class ServerConnection:
         b"TOUCH": _touch,
         b"CLS": _cls,
         b"NOP": _nop,
-        b"PUB": _pub,
-        b"MPUB": _mpub,
-        b"DPUB": _dpub,
-        b"PUB_TRACE": _pub_youzan,
-        b"PUB_EXT": _pub_youzan,
-        b"MPUB_TRACE": _mpub_youzan,
-        b"MPUB_EXT": _mpub_youzan,
+        b"PUB": PublishReaders._pub,
+        b"MPUB": PublishReaders._mpub,
+        b"DPUB": PublishReaders._dpub,
+        b"PUB_TRACE": PublishReaders._pub_youzan,
+        b"PUB_EXT": PublishReaders._pub_youzan,
+        b"MPUB_TRACE": PublishReaders._mpub_youzan,
+        b"MPUB_EXT": PublishReaders._mpub_youzan,
         b"INTERNAL_CREATE_TOPIC": _internal_create_topic,
     }
     """Each verb's parser, by its word. A class attribute of plain functions: a dict of
@@ -951,14 +617,3 @@ def _offset_spec(raw: bytes) -> OffsetSpec:
     if spec is None:
         raise _invalid(f"invalid consume offset: {_text(raw)}")
     return spec
-
-
-def _ext_message(header: bytes, body: bytes) -> ExtMessage | ProtocolError:
-    """Check a JSON header the way Youzan's PUB_EXT does; its errors are non-fatal.
-
-    The header is kept as the client sent it; the rules are :func:`check_ext_header`'s.
-    """
-    checked = check_ext_header(header)
-    if isinstance(checked, ProtocolError):
-        return checked
-    return ExtMessage(header, body, checked.trace_id, checked.tag)
