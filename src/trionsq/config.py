@@ -73,8 +73,28 @@ def split_host_port(address: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", int(port)  # noqa: S104 - nsqd's default
 
 
+class Listeners:
+    """The TCP and HTTP addresses of a broker's or a lookupd's configuration, split."""
+
+    __slots__ = ()
+
+    tcp_address: str
+    http_address: str
+
+    @property
+    def tcp_host_port(self) -> tuple[str, int]:
+        """``tcp_address`` split; an empty host means every interface."""
+        return split_host_port(self.tcp_address)
+
+    @property
+    def http_host_port(self) -> tuple[str, int]:
+        """``http_address`` split; an empty host means every interface (nsqd: check
+        ``http_address`` first, ``""`` disables HTTP)."""
+        return split_host_port(self.http_address)
+
+
 @attrs.frozen
-class NsqdConfig:
+class NsqdConfig(Listeners):
     """Options of ``nsqd`` / ``trionsq serve`` / ``serve_nsqd``; field = flag with ``_``.
 
     Three fields are named after their flag, not their config-file key:
@@ -208,16 +228,6 @@ class NsqdConfig:
         }
         options.update(changes)
         return cls.from_options(options)
-
-    @property
-    def tcp_host_port(self) -> tuple[str, int]:
-        """``tcp_address`` split; an empty host means every interface."""
-        return split_host_port(self.tcp_address)
-
-    @property
-    def http_host_port(self) -> tuple[str, int]:
-        """``http_address`` split; check ``http_address`` first (``""`` disables HTTP)."""
-        return split_host_port(self.http_address)
 
     @property
     def https_host_port(self) -> tuple[str, int]:

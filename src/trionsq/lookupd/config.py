@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from ..config import LOG_LEVELS, ConfigError, split_host_port
+from ..config import LOG_LEVELS, ConfigError, Listeners, split_host_port
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -16,7 +16,7 @@ __all__ = ["LookupdConfig"]
 
 
 @attrs.frozen
-class LookupdConfig:
+class LookupdConfig(Listeners):
     """Options of ``nsqlookupd`` / ``trionsq lookupd`` / ``serve_lookupd``.
 
     Field = flag name with ``_``; durations are seconds.
@@ -55,16 +55,6 @@ class LookupdConfig:
         }
         options.update(changes)
         return cls.from_options(options)
-
-    @property
-    def tcp_host_port(self) -> tuple[str, int]:
-        """``tcp_address`` split; an empty host means every interface."""
-        return split_host_port(self.tcp_address)
-
-    @property
-    def http_host_port(self) -> tuple[str, int]:
-        """``http_address`` split; an empty host means every interface."""
-        return split_host_port(self.http_address)
 
     def validate(self) -> None:
         """Refuse what cannot run, before anything listens.

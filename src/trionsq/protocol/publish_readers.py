@@ -107,14 +107,21 @@ class PublishReaders(CommandArguments):
 
     def _read_mpub_head(self) -> Generator[_Request, bytes, tuple[int, int]]:
         """Body size and message count, checked as nsqd's MPUB checks them."""
-        max_body = self.settings.max_body_size
-        size = yield from self._size_field(_fatal("E_BAD_BODY", "MPUB failed to read body size"))
-        if size <= 0:
-            raise _fatal("E_BAD_BODY", f"MPUB invalid body size {size}")
-        if size > max_body:
-            raise _fatal("E_BAD_BODY", f"MPUB body too big {size} > {max_body}")
+        size = yield from self._read_batch_size("MPUB ")
         count = yield from self._read_message_count()
         return size, count
+
+    def _read_batch_size(self, prefix: str) -> Generator[_Request, bytes, int]:
+        """A batch's body size, within the limit; errors start with ``prefix``
+        (nsqd's MPUB says ``MPUB``, Youzan's batches say nothing)."""
+        max_body = self.settings.max_body_size
+        eof = _fatal("E_BAD_BODY", f"{prefix}failed to read body size")
+        size = yield from self._size_field(eof)
+        if size <= 0:
+            raise _fatal("E_BAD_BODY", f"{prefix}invalid body size {size}")
+        if size > max_body:
+            raise _fatal("E_BAD_BODY", f"{prefix}body too big {size} > {max_body}")
+        return size
 
     def _read_message_count(self) -> Generator[_Request, bytes, int]:
         count = yield from self._size_field(
@@ -214,12 +221,7 @@ class PublishReaders(CommandArguments):
         return self._read_mpub_youzan(_text(params[0]), topic, partition)
 
     def _read_mpub_youzan(self, verb: str, topic: str, partition: int | None) -> _Reader:
-        max_body = self.settings.max_body_size
-        size = yield from self._size_field(_fatal("E_BAD_BODY", "failed to read body size"))
-        if size <= 0:
-            raise _fatal("E_BAD_BODY", f"invalid body size {size}")
-        if size > max_body:
-            raise _fatal("E_BAD_BODY", f"body too big {size} > {max_body}")
+        size = yield from self._read_batch_size("")
         self._require_auth("PUB")  # before anything that tells whether the topic exists
         self._require_existable(topic)
         refusal = self._gate(verb, topic, partition, size)
