@@ -292,3 +292,36 @@ async def test_an_idle_broker_persists_nothing_and_a_fin_is_written_within_a_sec
     saved = load_state(state_path(tmp_path, "t", 0, "c"))
     assert saved is not None
     assert saved.confirmed_id >= 1  # the one message is confirmed on disk
+
+
+async def test_a_failed_state_write_is_tried_again_with_nothing_else_changing(
+    clients: Clients,
+    nursery: trio.Nursery,
+    tmp_path: Path,
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The persister waits for changes, but a write the file system refused stays
+    due: it is retried every second until it works, and health comes back to OK."""
+    autojump_clock.autojump_threshold = 0.1  # real sockets and file threads
+    addresses: BoundAddresses = await nursery.start(
+        serve_nsqd, NsqdConfig.loopback(data_path=str(tmp_path))
+    )
+    consumer = await clients.connect(addresses.tcp)
+    await consumer.send(Sub("t", "c"), Rdy(2))
+    await quiet(consumer, 1)
+    producer = await clients.connect(addresses.tcp)
+    await publish(producer, Mpub("t", (b"one", b"two")))
+    first = await next_message(consumer)
+    await trio.sleep(2 * PERSIST_INTERVAL)
+    path = state_path(tmp_path, "t", 0, "c")
+    path.unlink()
+    path.mkdir()  # the state can no longer be written over it
+    await consumer.send(Fin(first.id))
+    await trio.sleep(2 * PERSIST_INTERVAL)
+    assert addresses.broker.health != "OK"
+    path.rmdir()  # the file system works again; no command follows
+    await trio.sleep(3 * PERSIST_INTERVAL)
+    assert addresses.broker.health == "OK"
+    saved = load_state(path)
+    assert saved is not None
+    assert saved.confirmed_id >= 1  # the FIN made during the fault is on disk

@@ -377,8 +377,10 @@ class Storage:
             if not self.health.healthy:
                 self.health.succeeded(PERSIST)
         else:
-            # what was not written stays "changed", so the next tick tries it again
+            # what was not written stays "changed", and the persister comes back for
+            # it after a second even if nothing else changes (health stays NOK until then)
             self.health.failed(PERSIST, error)
+            self._changed.set()
         if metadata != self._saved_metadata:
             if written[0]:
                 self._saved_metadata = metadata
