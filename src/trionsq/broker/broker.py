@@ -299,8 +299,12 @@ class Broker:
             channel = partitions[partition].channel(channel_name)
             if is_new:
                 self._announce(topic_name, channel_name, True)
+            persisted = self.storage is not None and self.storage.enabled
             runner = self._drive(
-                channel, {}, read_outcome=self._cold_read_outcome, changed=self._state_changed
+                channel,
+                {},
+                read_outcome=self._cold_read_outcome,
+                changed=self._state_changed if persisted else None,  # nothing to tell in memory
             )
             self.runners[key] = runner
             await self._nursery.start(runner.run)
@@ -433,7 +437,7 @@ class Broker:
 
     def _state_changed(self) -> None:
         """Something the persister writes may have changed."""
-        if self.storage is not None:
+        if self.storage is not None and self.storage.enabled:
             self.storage.changed()
 
     def empty_channel(self, topic_name: str, channel_name: str) -> bool:

@@ -7,8 +7,9 @@ caller's ``async with`` owns:
 - the reader parses every complete frame of each read at once; replies go to the
   commands waiting for them in order, messages to the ``on_messages`` callback as a
   list per read, and heartbeats are answered with NOP;
-- the writer sends everything queued since its last write with one ``send_all``, so
-  the FINs of a burst of handled messages, or many pipelined PUBs, cost one write.
+- the writer writes everything queued since its last write at once, straight to the
+  descriptor, so the FINs of a burst of handled messages, or many pipelined PUBs,
+  cost one write.
 
 Nothing here awaits per message: :meth:`Connection.send` only queues bytes.
 """

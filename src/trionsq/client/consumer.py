@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Final
 
 import trio
 
+from ..protocol.client import encode_fin, encode_req, encode_touch
 from ..protocol.commands import Rdy, Sub
 from .connection import Connection, ConnectionClosedError, NsqError, open_connection
 
@@ -59,15 +60,15 @@ class ClientMessage:
 
     def finish(self) -> None:
         """FIN: done with it. Queued, not awaited."""
-        self._respond(b"FIN " + self.message.id + b"\n")
+        self._respond(encode_fin(self.message.id))
 
     def requeue(self, delay: float = 0.0) -> None:
         """REQ: deliver it again after ``delay`` seconds."""
-        self._respond(b"REQ %s %d\n" % (self.message.id, round(delay * 1000)))
+        self._respond(encode_req(self.message.id, round(delay * 1000)))
 
     def touch(self) -> None:
         """TOUCH: more time before the broker redelivers it (may be repeated)."""
-        self._connection.send_bytes(b"TOUCH " + self.message.id + b"\n")
+        self._connection.send_bytes(encode_touch(self.message.id))
 
     def _respond(self, command: bytes) -> None:
         if self.responded:

@@ -60,7 +60,10 @@ __all__ = [
     "decode_traced_reply",
     "encode_command",
     "encode_commands",
+    "encode_fin",
     "encode_identify",
+    "encode_req",
+    "encode_touch",
     "is_fatal_error_code",
 ]
 
@@ -219,16 +222,32 @@ def _encode_rdy(cmd: Rdy) -> bytes:
     return b"RDY %d\n" % cmd.count
 
 
+def encode_fin(message_id: bytes) -> bytes:
+    """FIN for one message id, without building a :class:`Fin` first (a consumer's
+    hot path: one per message)."""
+    return b"FIN " + message_id + b"\n"
+
+
+def encode_req(message_id: bytes, timeout_ms: int) -> bytes:
+    """REQ for one message id and delay."""
+    return b"REQ " + message_id + b" %d\n" % timeout_ms
+
+
+def encode_touch(message_id: bytes) -> bytes:
+    """TOUCH for one message id."""
+    return b"TOUCH " + message_id + b"\n"
+
+
 def _encode_fin(cmd: Fin) -> bytes:
-    return b"FIN " + cmd.message_id + b"\n"
+    return encode_fin(cmd.message_id)
 
 
 def _encode_req(cmd: Req) -> bytes:
-    return b"REQ " + cmd.message_id + b" %d\n" % cmd.timeout_ms
+    return encode_req(cmd.message_id, cmd.timeout_ms)
 
 
 def _encode_touch(cmd: Touch) -> bytes:
-    return b"TOUCH " + cmd.message_id + b"\n"
+    return encode_touch(cmd.message_id)
 
 
 def _encode_cls(cmd: Cls) -> bytes:

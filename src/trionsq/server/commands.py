@@ -361,9 +361,9 @@ class CommandLayer:
     def _identify(self, event: Identify) -> None:
         settings = event.settings
         self._identify_request = event.request
-        self.heartbeat_interval = settings.heartbeat_interval_ms / 1000
+        self.heartbeat_interval = _seconds(settings.heartbeat_interval_ms)
         self.outbound.buffer_size = settings.output_buffer_size
-        self.outbound.buffer_timeout = settings.output_buffer_timeout_ms / 1000
+        self.outbound.buffer_timeout = _seconds(settings.output_buffer_timeout_ms)
         self._wake()  # the pump re-reads the heartbeat interval
         if settings.tls_v1 or settings.snappy or settings.deflate:
             self._upgrade_to = settings  # after this read's events (parsing stopped here)
