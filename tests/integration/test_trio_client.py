@@ -11,7 +11,7 @@ import trio
 import trio.testing
 
 from trionsq import NsqdConfig, serve_nsqd
-from trionsq.client import NsqError, open_consumer, open_producer
+from trionsq.client import ConnectionOptions, NsqError, open_consumer, open_producer
 from trionsq.protocol.commands import ExtMessage
 from trionsq.protocol.identify import IdentifyRequest
 
@@ -97,11 +97,11 @@ async def test_traced_publishes_report_where_each_message_went(nsqd: BoundAddres
 
 async def test_ext_headers_and_desired_tag_end_to_end(nsqd: BoundAddresses) -> None:
     nsqd.broker.topic("ext", ext=True)
-    tagged = IdentifyRequest(feature_negotiation=True, extend_support=True, desired_tag="red")
-    async with open_producer(tcp(nsqd), identify=tagged) as producer:
+    tagged = ConnectionOptions(IdentifyRequest(extend_support=True, desired_tag="red"))
+    async with open_producer(tcp(nsqd), options=tagged) as producer:
         await producer.publish_ext("ext", ExtMessage(b'{"##client_dispatch_tag":"blue"}', b"b"))
         await producer.publish_ext("ext", ExtMessage(b'{"##client_dispatch_tag":"red"}', b"r"))
-    async with open_consumer("ext", "c", tcp(nsqd), identify=tagged) as consumer:
+    async with open_consumer("ext", "c", tcp(nsqd), options=tagged) as consumer:
         message = await consumer.__anext__()
         message.finish()
     assert message.body == b"r"  # the blue one waits for a blue consumer

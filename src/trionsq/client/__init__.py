@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from .connection import Connection, ConnectionClosedError, NsqError, open_connection
 from .consumer import ClientMessage, Consumer, open_consumer
+from .options import ConnectionOptions
 from .producer import Producer, open_producer
 
 __all__ = [
     "ClientMessage",
     "Connection",
     "ConnectionClosedError",
+    "ConnectionOptions",
     "Consumer",
     "NsqError",
     "Producer",

@@ -36,7 +36,8 @@ from ..protocol.client import (
 from ..protocol.commands import Auth, Nop
 from ..protocol.errors import ProtocolError
 from ..protocol.frames import MAGIC_V2
-from ..protocol.identify import IdentifyRequest, IdentifyResponse, decode_identify_response
+from ..protocol.identify import IdentifyResponse, decode_identify_response
+from .options import ConnectionOptions
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
@@ -218,9 +219,8 @@ class Connection:
 @asynccontextmanager
 async def open_connection(
     address: str,
-    identify: IdentifyRequest | None = None,
+    options: ConnectionOptions | None = None,
     *,
-    auth_secret: bytes | None = None,
     on_messages: Callable[[list[Message]], None] | None = None,
     extended: bool = False,
     detail: bool = False,
@@ -235,8 +235,9 @@ async def open_connection(
         NsqError: IDENTIFY or AUTH refused.
         OSError: the broker cannot be reached.
     """
+    options = options if options is not None else ConnectionOptions()
     host, port = split_host_port(address)
-    request = identify if identify is not None else IdentifyRequest(feature_negotiation=True)
+    request = options.identify
     stream = await trio.open_tcp_stream(host or "127.0.0.1", port)
     try:
         parser = ClientConnection(extended=extended, detail=detail)
@@ -247,9 +248,9 @@ async def open_connection(
             identified = decode_identify_response(first.data)
         connection = Connection(stream, parser, identified, on_messages, address)
         if identified is not None and identified.auth_required:
-            if auth_secret is None:
+            if options.auth_secret is None:
                 raise NsqError(ErrorReply(AUTH_NEEDED))
-            await stream.send_all(encode_command(Auth(auth_secret)))
+            await stream.send_all(encode_command(Auth(options.auth_secret)))
             await _one_reply(stream, parser)
         try:
             async with trio.open_nursery() as nursery:

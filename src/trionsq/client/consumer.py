@@ -22,11 +22,11 @@ import trio
 from ..protocol.client import encode_fin, encode_req, encode_touch
 from ..protocol.commands import Rdy, Sub
 from .connection import Connection, ConnectionClosedError, NsqError, open_connection
+from .options import ConnectionOptions
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Sequence
 
-    from ..protocol.identify import IdentifyRequest
     from ..protocol.message import Message
 
 __all__ = ["ClientMessage", "Consumer", "open_consumer"]
@@ -108,8 +108,7 @@ class Consumer:
         address: str,
         partition: int | None,
         rdy: int,
-        identify: IdentifyRequest | None,
-        auth_secret: bytes | None,
+        options: ConnectionOptions,
         *,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
@@ -123,10 +122,9 @@ class Consumer:
             try:
                 async with open_connection(
                     address,
-                    identify,
-                    auth_secret=auth_secret,
+                    options,
                     on_messages=lambda messages: self._received(connection, messages),
-                    extended=identify is not None and identify.extend_support,
+                    extended=options.identify.extend_support,
                 ) as connection:
                     await connection.request(Sub(self.topic, self.channel, partition))
                     connection.send(Rdy(rdy))
@@ -156,8 +154,7 @@ async def open_consumer(
     *,
     max_in_flight: int = 200,
     partitions: Sequence[int] | None = None,
-    identify: IdentifyRequest | None = None,
-    auth_secret: bytes | None = None,
+    options: ConnectionOptions | None = None,
 ) -> AsyncIterator[Consumer]:
     """``async with open_consumer("t", "c", "127.0.0.1:4150") as consumer:`` then
     ``async for message in consumer: ...; message.finish()``.
@@ -180,7 +177,9 @@ async def open_consumer(
     rdy = max(1, max_in_flight // len(targets))
     async with trio.open_nursery() as nursery:
         for address, partition in targets:
-            await nursery.start(consumer._serve, address, partition, rdy, identify, auth_secret)
+            await nursery.start(
+                consumer._serve, address, partition, rdy, options or ConnectionOptions()
+            )
         try:
             yield consumer
         finally:

@@ -18,13 +18,13 @@ import trio
 
 from ..protocol.commands import Dpub, Mpub, Pub, PubExt, PubTrace
 from .connection import Connection, ConnectionClosedError, open_connection
+from .options import ConnectionOptions
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Sequence
 
     from ..protocol.client import Response, TracedReply
     from ..protocol.commands import Command, ExtMessage
-    from ..protocol.identify import IdentifyRequest
 
 __all__ = ["Producer", "open_producer"]
 
@@ -36,13 +36,11 @@ class Producer:
         self,
         addresses: Sequence[str],
         nursery: trio.Nursery,
-        identify: IdentifyRequest | None,
-        auth_secret: bytes | None,
+        options: ConnectionOptions,
     ) -> None:
         self._addresses = list(addresses)
         self._nursery = nursery
-        self._identify = identify
-        self._auth_secret = auth_secret
+        self._options = options
         self._connections: dict[str, Connection] = {}
         self._connecting: dict[str, trio.Event] = {}
         self._turn = itertools.cycle(self._addresses)
@@ -108,9 +106,7 @@ class Producer:
     async def _serve(
         self, address: str, *, task_status: trio.TaskStatus[Connection] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        async with open_connection(
-            address, self._identify, auth_secret=self._auth_secret
-        ) as connection:
+        async with open_connection(address, self._options) as connection:
             task_status.started(connection)
             await trio.sleep_forever()
 
@@ -119,8 +115,7 @@ class Producer:
 async def open_producer(
     addresses: Sequence[str] | str,
     *,
-    identify: IdentifyRequest | None = None,
-    auth_secret: bytes | None = None,
+    options: ConnectionOptions | None = None,
 ) -> AsyncIterator[Producer]:
     """``async with open_producer("127.0.0.1:4150") as producer:``; every connection
     is a task of this block's nursery and ends with it."""
@@ -128,7 +123,7 @@ async def open_producer(
     if not chosen:
         raise ValueError("open_producer needs at least one nsqd address")
     async with trio.open_nursery() as nursery:
-        producer = Producer(chosen, nursery, identify, auth_secret)
+        producer = Producer(chosen, nursery, options or ConnectionOptions())
         try:
             yield producer
         finally:
