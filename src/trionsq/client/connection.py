@@ -1,7 +1,8 @@
 """One client connection to an nsqd: the Trio edge of :mod:`trionsq.protocol.client`.
 
-:func:`open_connection` connects, sends the magic and IDENTIFY (and AUTH when the
-broker asks for it), then runs the connection's two tasks in a nursery that the
+:func:`open_connection` connects, sends the magic and IDENTIFY, applies the upgrades
+the broker agreed to (TLS, then snappy or deflate: :mod:`.layers`), sends AUTH when
+the broker asks for it, then runs the connection's two tasks in a nursery that the
 caller's ``async with`` owns:
 
 - the reader parses every complete frame of each read at once; replies go to the
@@ -9,7 +10,8 @@ caller's ``async with`` owns:
   list per read, and heartbeats are answered with NOP;
 - the writer writes everything queued since its last write at once, straight to the
   descriptor, so the FINs of a burst of handled messages, or many pipelined PUBs,
-  cost one write.
+  cost one write; on an upgraded connection that write is one encode and one
+  ``send_all`` through the layers instead.
 
 Nothing here awaits per message: :meth:`Connection.send` only queues bytes.
 """
@@ -17,17 +19,21 @@ Nothing here awaits per message: :meth:`Connection.send` only queues bytes.
 from __future__ import annotations
 
 import logging
+import math
 import os
+import ssl
 from collections import deque
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Final
 
 import trio
 
+from ..addresses import join_host_port
 from ..config import split_host_port
 from ..protocol.client import (
     ClientConnection,
     ErrorReply,
+    Frame,
     MessageFrame,
     Response,
     encode_command,
@@ -37,6 +43,8 @@ from ..protocol.commands import Auth, Nop
 from ..protocol.errors import ProtocolError
 from ..protocol.frames import MAGIC_V2
 from ..protocol.identify import IdentifyResponse, decode_identify_response
+from .groups import single_errors
+from .layers import Codec, Layers
 from .options import ConnectionOptions
 
 if TYPE_CHECKING:
@@ -62,7 +70,7 @@ class NsqError(Exception):
     """An error frame from the broker, as the answer to a command."""
 
     def __init__(self, reply: ErrorReply) -> None:
-        super().__init__(f"{reply.code} {reply.error.text}".strip())
+        super().__init__(reply.error.text)  # "CODE description", as the frame says
         self.code = reply.code
         self.fatal = reply.fatal
 
@@ -86,7 +94,7 @@ class Connection:
 
     def __init__(
         self,
-        stream: trio.SocketStream,
+        layers: Layers,
         parser: ClientConnection,
         identified: IdentifyResponse | None,
         on_messages: Callable[[list[Message]], None] | None,
@@ -99,12 +107,39 @@ class Connection:
         self.closed = False
         self.async_errors = 0
         """E_FIN_FAILED, E_REQ_FAILED and E_TOUCH_FAILED received."""
-        self._stream = stream
+        self._socket = layers.socket
+        self._stream = layers.stream
+        self._codec = layers.codec
+        self._upgraded = layers.upgraded
+        self._lost = layers.lost
+        """The exceptions that mean the connection is gone."""
+        self._broken = False
+        """A layered send was cut short: the stream cannot go on."""
+        self._sending: trio.CancelScope | None = None
+        self._send_deadline = math.inf
+        self._leftover = layers.held.take_rest()
+        """Read during the handshake, after its last frame: the reader starts with it."""
         self._on_messages = on_messages
         self._waiters: deque[_Waiter] = deque()
         self._outgoing = bytearray()
         self._has_output = trio.Event()
         self._closed_event = trio.Event()
+
+    @property
+    def local_address(self) -> str:
+        """This end's ``host:port`` (for trace logs)."""
+        try:
+            return _host_port(self._socket.socket.getsockname())
+        except OSError:
+            return "?"
+
+    @property
+    def remote_address(self) -> str:
+        """The broker's ``host:port`` as connected (for trace logs)."""
+        try:
+            return _host_port(self._socket.socket.getpeername())
+        except OSError:
+            return "?"
 
     async def wait_closed(self) -> None:
         """Return once the broker has closed the connection (or it was lost)."""
@@ -143,10 +178,11 @@ class Connection:
         return reply
 
     async def _write_forever(self) -> None:
+        write = self._send_layered if self._upgraded else self._write_queued
         while True:
             await self._has_output.wait()
             self._has_output = trio.Event()
-            await self._write_queued()
+            await write()
 
     async def _write_queued(self) -> None:
         """Write what is queued straight to the descriptor, waiting only when the
@@ -154,7 +190,7 @@ class Connection:
         front of the queue, so nothing is half-written or lost."""
         data = bytes(self._outgoing)
         self._outgoing.clear()
-        fd = self._stream.socket.fileno()
+        fd = self._socket.socket.fileno()
         sent = 0
         try:
             with memoryview(data) as view:
@@ -167,37 +203,79 @@ class Connection:
             if sent < len(data):
                 self._outgoing[0:0] = data[sent:]
 
+    async def _send_layered(self) -> None:
+        """Through TLS and/or compression: one encode and one send per write.
+
+        Neither a TLS record nor a compressed stream resumes from the middle of a
+        write, and a cancelled ``send_all`` may have sent any part of it, so the send
+        is shielded: closing gives it :data:`FLUSH_TIMEOUT` (:meth:`_stop_sending`),
+        and one cut short then leaves the connection broken."""
+        data = bytes(self._outgoing)
+        self._outgoing.clear()
+        if self._codec is not None:
+            data = self._codec.encode(data)
+        self._broken = True
+        with trio.CancelScope(shield=True, deadline=self._send_deadline) as self._sending:
+            await self._stream.send_all(data)
+            self._broken = False
+        self._sending = None
+
+    def _stop_sending(self) -> None:
+        """The connection is closing: a layered send gets :data:`FLUSH_TIMEOUT` more."""
+        if self._send_deadline == math.inf:
+            self._send_deadline = trio.current_time() + FLUSH_TIMEOUT
+            if self._sending is not None:
+                self._sending.deadline = self._send_deadline
+
     async def _write_last(self) -> None:
         """At the end, what is still queued (the FINs of the last messages handled);
         called after the writer task has stopped."""
-        if self._outgoing and not self.closed:
+        if not self._outgoing or self.closed or self._broken:
+            return
+        if not self._upgraded:
             with trio.move_on_after(FLUSH_TIMEOUT, shield=True):
                 await self._write_queued()
+            return
+        self._stop_sending()
+        try:
+            await self._send_layered()
+        except self._lost as error:
+            log.info("%s: last write lost: %s", self.address, error)
 
     async def _read_forever(self) -> None:
-        stream, parser = self._stream, self.parser
+        stream, parser, codec, route = self._stream, self.parser, self._codec, self._route
+        if self._leftover:
+            route(parser.receive_data(self._leftover))
+            self._leftover = b""
         while True:
             data = await stream.receive_some(READ_SIZE)
-            frames = parser.receive_data(data)
-            messages: list[Message] = []
-            for frame in frames:
-                if type(frame) is MessageFrame:
-                    messages.append(frame.message)
-                elif type(frame) is Response:
-                    if frame.is_heartbeat:
-                        self.send_bytes(NOP_BYTES)
-                    else:
-                        self._answer(frame)
-                elif type(frame) is ErrorReply:
-                    if frame.code in ASYNC_ERRORS:
-                        self.async_errors += 1
-                        log.warning("%s: %s", self.address, frame.error.text)
-                    else:
-                        self._answer(frame)
-            if messages and self._on_messages is not None:
-                self._on_messages(messages)
+            if codec is None or not data:
+                route(parser.receive_data(data))
+            else:
+                for plain in codec.decode(data):
+                    route(parser.receive_data(plain))
             if not data:
                 return
+
+    def _route(self, frames: list[Frame]) -> None:
+        """One read's frames: replies to their waiters, messages to ``on_messages``."""
+        messages: list[Message] = []
+        for frame in frames:
+            if type(frame) is MessageFrame:
+                messages.append(frame.message)
+            elif type(frame) is Response:
+                if frame.is_heartbeat:
+                    self.send_bytes(NOP_BYTES)
+                else:
+                    self._answer(frame)
+            elif type(frame) is ErrorReply:
+                if frame.code in ASYNC_ERRORS:
+                    self.async_errors += 1
+                    log.warning("%s: %s", self.address, frame.error.text)
+                else:
+                    self._answer(frame)
+        if messages and self._on_messages is not None:
+            self._on_messages(messages)
 
     def _answer(self, reply: Response | ErrorReply) -> None:
         if type(reply) is ErrorReply and reply.fatal:
@@ -225,63 +303,105 @@ async def open_connection(
     extended: bool = False,
     detail: bool = False,
 ) -> AsyncIterator[Connection]:
-    """Connect to ``address`` (``host:port``), identify, and serve the connection
-    until the block ends or the broker closes it (then waiting commands fail with
-    :class:`ConnectionClosedError` and ``connection.closed`` is set).
+    """Connect to ``address`` (``host:port``), identify, upgrade, and serve the
+    connection until the block ends or the broker closes it (then waiting commands
+    fail with :class:`ConnectionClosedError` and ``connection.closed`` is set).
 
     ``extended``/``detail``: the message layout the SUB that follows asks for.
 
     Raises:
-        NsqError: IDENTIFY or AUTH refused.
+        NsqError: IDENTIFY, an upgrade or AUTH refused.
         OSError: the broker cannot be reached.
+        trio.BrokenResourceError: the TLS handshake failed (its ``__cause__`` is the
+            :class:`ssl.SSLError`, e.g. a certificate that does not verify).
     """
     options = options if options is not None else ConnectionOptions()
     host, port = split_host_port(address)
-    request = options.identify
-    stream = await trio.open_tcp_stream(host or "127.0.0.1", port)
+    host = host or "127.0.0.1"
+    stream = await trio.open_tcp_stream(host, port)
+    parser = ClientConnection(extended=extended, detail=detail)
+    layers = Layers(stream, parser.max_frame_size)
     try:
-        parser = ClientConnection(extended=extended, detail=detail)
-        await stream.send_all(MAGIC_V2 + encode_identify(request))
-        first = await _one_reply(stream, parser)
-        identified = None
-        if first.data != b"OK":
-            identified = decode_identify_response(first.data)
-        connection = Connection(stream, parser, identified, on_messages, address)
-        if identified is not None and identified.auth_required:
-            if options.auth_secret is None:
-                raise NsqError(ErrorReply(AUTH_NEEDED))
-            await stream.send_all(encode_command(Auth(options.auth_secret)))
-            await _one_reply(stream, parser)
+        identified = await _handshake(layers, parser, options, host)
+        connection = Connection(layers, parser, identified, on_messages, address)
         try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(connection._write_forever)
+            with single_errors():
+                async with trio.open_nursery() as nursery:
 
-                async def read() -> None:
+                    async def write() -> None:
+                        try:
+                            await connection._write_forever()
+                        except (trio.BrokenResourceError, trio.ClosedResourceError) as error:
+                            log.info("%s: connection lost: %s", address, error)  # a layered send
+                            connection._fail_waiters()
+
+                    async def read() -> None:
+                        try:
+                            await connection._read_forever()
+                        except connection._lost as error:
+                            log.info("%s: connection lost: %s", address, error)
+                        connection._fail_waiters()  # the broker closed it (not our cancel)
+
+                    nursery.start_soon(write)
+                    nursery.start_soon(read)
                     try:
-                        await connection._read_forever()
-                    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as error:
-                        log.info("%s: connection lost: %s", address, error)
-                    connection._fail_waiters()  # the broker closed it (not our cancel)
-
-                nursery.start_soon(read)
-                try:
-                    yield connection
-                finally:
-                    nursery.cancel_scope.cancel()
+                        yield connection
+                    finally:
+                        connection._stop_sending()
+                        nursery.cancel_scope.cancel()
         finally:
             await connection._write_last()
     finally:
-        await trio.aclose_forcefully(stream)
+        await trio.aclose_forcefully(layers.stream)
 
 
-async def _one_reply(stream: trio.SocketStream, parser: ClientConnection) -> Response:
-    """The answer to IDENTIFY or AUTH, before the reader task runs."""
-    while True:
-        data = await stream.receive_some(READ_SIZE)
-        for frame in parser.receive_data(data):
-            if isinstance(frame, ErrorReply):
-                raise NsqError(frame)
-            if isinstance(frame, Response) and not frame.is_heartbeat:
-                return frame
-        if not data:
-            raise ConnectionClosedError("closed before answering")
+async def _handshake(
+    layers: Layers, parser: ClientConnection, options: ConnectionOptions, host: str
+) -> IdentifyResponse | None:
+    """MAGIC and IDENTIFY; the upgrades the broker agreed to, in nsqd's order, each
+    confirmed by an ``OK`` through its new layer; then AUTH, through them all."""
+    await layers.send(MAGIC_V2 + encode_identify(options.identify))
+    first = await _one_reply(layers, parser)
+    if first.data == b"OK":
+        return None
+    identified = decode_identify_response(first.data)
+    if identified.tls_v1:
+        context = options.tls or ssl.create_default_context()
+        await layers.start_tls(context, options.tls_server_name or host)
+        await _expect_ok(layers, parser, "TLS")
+    codec = Codec.negotiated(identified)
+    if codec is not None:
+        layers.start_codec(codec)
+        await _expect_ok(layers, parser, codec.name)
+    if identified.auth_required:
+        if options.auth_secret is None:
+            raise NsqError(ErrorReply(AUTH_NEEDED))
+        await layers.send(encode_command(Auth(options.auth_secret)))
+        await _one_reply(layers, parser)
+    return identified
+
+
+async def _one_reply(layers: Layers, parser: ClientConnection) -> Response:
+    """The answer to IDENTIFY or AUTH, or an upgrade's OK, before the reader task runs."""
+    while (frame := await layers.next_frame()) is not None:
+        for reply in parser.receive_data(frame):
+            if isinstance(reply, ErrorReply):
+                raise NsqError(reply)
+            if isinstance(reply, Response) and not reply.is_heartbeat:
+                return reply
+    raise ConnectionClosedError("closed before answering")
+
+
+async def _expect_ok(layers: Layers, parser: ClientConnection, upgrade: str) -> None:
+    """nsqd confirms each upgrade with an ``OK`` that already went through it."""
+    reply = await _one_reply(layers, parser)
+    if reply.data != b"OK":
+        text = f"{upgrade} upgrade answered {reply.data[:40]!r}, not OK"
+        raise NsqError(ErrorReply(ProtocolError("E_IDENTIFY_FAILED", text)))
+
+
+def _host_port(name: object) -> str:
+    """A socket name as ``host:port`` (``[v6]:port``)."""
+    if isinstance(name, tuple) and len(name) >= 2:
+        return join_host_port(str(name[0]), int(name[1]))
+    return "?"
