@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
     from trionsq.client import Consumer
     from trionsq.nursery_tree import BoundAddresses
+    from trionsq.testing import ClientKit
 
 
 def tcp(addresses: BoundAddresses) -> str:
@@ -162,3 +163,13 @@ async def test_a_broker_restart_mid_stream_loses_nothing(
     assert consumer.reconnects >= 1
     duplicates = len(received) - len(set(received))
     assert duplicates <= 10  # at most what was in flight when the broker stopped
+
+
+async def test_the_client_fixture_publishes_and_takes(client: ClientKit) -> None:
+    await client.publish("fixture", b"a", b"b")
+    await client.producer.publish("fixture", b"c")
+    taken = await client.take("fixture", "c", 3)
+    assert sorted(message.body for message in taken) == [b"a", b"b", b"c"]
+    async with client.consumer("fixture", "c", max_in_flight=1) as consumer:
+        await client.publish("fixture", b"d")
+        assert (await consumer.__anext__()).body == b"d"

@@ -1,18 +1,22 @@
 """The Trio client: :func:`open_producer` and :func:`open_consumer` over the
-project's sans-IO protocol core (:mod:`trionsq.protocol.client`).
-
-Built in steps (issue 16): connections with IDENTIFY and AUTH, a pipelined producer
-(PUB, MPUB, DPUB, PUB_EXT, PUB_TRACE, partitions) and a consumer of one or more
-nsqd and partitions with reconnects. Discovery through lookupd, ordered consumption
-checks, TLS/compression and the blocking client come next.
+project's sans-IO protocol core (:mod:`trionsq.protocol.client`), implementing
+Youzan's smart-client design (seed 003): discovery through nsqlookupd, one
+connection per partition, ordered consumption, tracing, ext headers and tags,
+with go-nsq's RDY, backoff and retry rules where the design is silent.
+:mod:`trionsq.client.blocking` offers the same for code that is not Trio.
+See docs/client.md.
 """
 
 from __future__ import annotations
 
 from .connection import Connection, ConnectionClosedError, NsqError, open_connection
-from .consumer import ClientMessage, Consumer, open_consumer
+from .consumer import Consumer, ConsumerSettings, open_consumer
+from .discovery import LookupError_, Placement, Target
+from .message import ClientMessage
 from .options import ConnectionOptions
-from .producer import Producer, open_producer
+from .ordering import OffsetSkip
+from .partitioning import partition_for_key
+from .producer import Producer, ProducerSettings, open_producer
 
 __all__ = [
     "ClientMessage",
@@ -20,9 +24,16 @@ __all__ = [
     "ConnectionClosedError",
     "ConnectionOptions",
     "Consumer",
+    "ConsumerSettings",
+    "LookupError_",
     "NsqError",
+    "OffsetSkip",
+    "Placement",
     "Producer",
+    "ProducerSettings",
+    "Target",
     "open_connection",
     "open_consumer",
     "open_producer",
+    "partition_for_key",
 ]

@@ -1,93 +1,127 @@
-"""Consuming from Trio: one connection per nsqd (and partition), messages as an async
-iterator, acknowledgements that only queue bytes.
+"""Consuming from Trio: one connection per nsqd and partition, found directly or
+through nsqlookupd, messages as an async iterator or handed to a handler.
 
-Each connection subscribes, sets its share of ``max_in_flight`` as RDY (as go-nsq
-divides it, at least 1 each), and hands every message of a read to the consumer in
-one list. Iterating takes them from one queue without a scheduler pass while any
-are waiting, so a burst is handled in one turn and its FINs leave in one write. A
-lost connection is opened again after a jittered, capped backoff; what it held is
-redelivered by the broker (at-least-once).
+Each connection subscribes (SUB, SUB_ORDERED or SUB_ADVANCED) and gets its share of
+``max_in_flight`` as RDY from :class:`~.readiness.ReadyControl`. Every message of a
+read is handed over in one list; iterating takes them from one queue without a
+scheduler pass while any are waiting, so a burst is handled in one turn and its
+FINs leave in one write. A lost connection is opened again after a jittered,
+capped backoff (with lookupd: only while lookupd still lists it, and the lookup is
+refreshed at once); what it held is redelivered by the broker (at-least-once).
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 import random
 from collections import deque
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Final
 
+import attrs
 import trio
 
-from ..protocol.client import encode_fin, encode_req, encode_touch
-from ..protocol.commands import Rdy, Sub
-from .connection import Connection, ConnectionClosedError, NsqError, open_connection
+from ..protocol.commands import OffsetSpec, Sub, SubAdvanced, SubOrdered
+from .connection import ConnectionClosedError, NsqError, open_connection
+from .discovery import Discovery, Placement, Target
+from .groups import single_errors
+from .message import ClientMessage
 from .options import ConnectionOptions
+from .ordering import OffsetCheck
+from .readiness import Link, ReadyControl
+from .tracing import trace_consumed
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Sequence
+    from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
+    from ..protocol.commands import Command
     from ..protocol.message import Message
 
-__all__ = ["ClientMessage", "Consumer", "open_consumer"]
+    Handler = Callable[[ClientMessage], Awaitable[object]]
+    GiveUp = Callable[[ClientMessage], Awaitable[object] | object]
+
+__all__ = ["ClientMessage", "Consumer", "ConsumerSettings", "open_consumer"]
 
 log = logging.getLogger("trionsq.client")
 BACKOFF_FIRST: Final = 0.1
 BACKOFF_MAX: Final = 10.0
+REFRESH_ERRORS: Final = frozenset(
+    {"E_FAILED_ON_NOT_LEADER", "E_FAILED_ON_NOT_WRITABLE", "E_TOPIC_NOT_EXIST"}
+)
+"""Answers that mean the lookup is out of date (seed 003's error table)."""
 
 
-class ClientMessage:
-    """A delivered message and what its consumer may answer (each at most once)."""
+@attrs.frozen
+class ConsumerSettings:
+    """How a consumer behaves; the defaults are go-nsq's where it has one."""
 
-    __slots__ = ("_connection", "message", "responded")
-
-    def __init__(self, message: Message, connection: Connection) -> None:
-        self.message = message
-        self._connection = connection
-        self.responded = False
+    max_in_flight: int = 200
+    ordered: bool = False
+    """SUB_ORDERED: one message in flight per partition, offsets checked."""
+    start_at: OffsetSpec | None = None
+    """SUB_ADVANCED from here (first subscription only; reconnects go on)."""
+    max_attempts: int = 5
+    """Handler mode: past this many deliveries the give-up hook gets the message (0: never)."""
+    requeue_delay: float = 90.0
+    """Handler mode: a failed message comes back after this times its attempts..."""
+    max_requeue_delay: float = 900.0
+    """...but not later than this."""
+    backoff_unit: float = 1.0
+    max_backoff: float = 120.0
+    redistribute_interval: float = 5.0
+    """With more connections than ``max_in_flight``: how often RDY moves on."""
+    idle_before_redistribute: float = 10.0
+    lookup_interval: float = 60.0
+    trace: bool = False
+    """Log each message's ids, offsets, time and addresses (logger ``trionsq.client.trace``)."""
 
     @property
-    def body(self) -> bytes:
-        return self.message.body
-
-    @property
-    def id(self) -> bytes:
-        return self.message.id
-
-    @property
-    def attempts(self) -> int:
-        return self.message.attempts
-
-    def finish(self) -> None:
-        """FIN: done with it. Queued, not awaited."""
-        self._respond(encode_fin(self.message.id))
-
-    def requeue(self, delay: float = 0.0) -> None:
-        """REQ: deliver it again after ``delay`` seconds."""
-        self._respond(encode_req(self.message.id, round(delay * 1000)))
-
-    def touch(self) -> None:
-        """TOUCH: more time before the broker redelivers it (may be repeated)."""
-        self._connection.send_bytes(encode_touch(self.message.id))
-
-    def _respond(self, command: bytes) -> None:
-        if self.responded:
-            raise RuntimeError("this message was already finished or requeued")
-        self.responded = True
-        if not self._connection.closed:  # else the broker redelivers it anyway
-            self._connection.send_bytes(command)
+    def detail(self) -> bool:
+        """Messages carry their offset and size."""
+        return self.ordered or self.start_at is not None
 
 
 class Consumer:
     """Messages of one topic's channel (see :func:`open_consumer`)."""
 
-    def __init__(self, topic: str, channel: str, max_in_flight: int) -> None:
+    def __init__(
+        self,
+        topic: str,
+        channel: str,
+        settings: ConsumerSettings,
+        options: ConnectionOptions,
+        nursery: trio.Nursery,
+    ) -> None:
+        if settings.ordered and settings.start_at is not None:
+            raise ValueError("SUB_ORDERED takes no start offset: set it with /channel/setoffset")
         self.topic = topic
         self.channel = channel
-        self.max_in_flight = max_in_flight
+        self.settings = settings
+        self.readiness = ReadyControl(
+            settings.max_in_flight,
+            backoff_unit=settings.backoff_unit,
+            max_backoff=settings.max_backoff,
+        )
+        self.offsets = OffsetCheck()
+        """Ordered and SUB_ADVANCED consumers: offsets per partition, and what skipped."""
+        self.backing_off = False
         self.reconnects = 0
+        self.received = 0
+        self.failed = 0
+        self.given_up = 0
+        self.discovery: Discovery | None = None
+        self._options = options
+        self._nursery = nursery
+        self._serving: set[Target] = set()
         self._waiting: deque[ClientMessage] = deque()
         self._arrived = trio.Event()
+        self._crowded = trio.Event()
+
+    @property
+    def connections(self) -> int:
+        """Subscribed connections now."""
+        return len(self.readiness.links)
 
     def __aiter__(self) -> Consumer:
         return self
@@ -99,88 +133,294 @@ class Consumer:
             self._arrived = trio.Event()
         return waiting.popleft()
 
-    def _received(self, connection: Connection, messages: list[Message]) -> None:
-        self._waiting.extend(ClientMessage(message, connection) for message in messages)
-        self._arrived.set()
+    async def next_batch(self) -> list[ClientMessage]:
+        """Every message waiting now (at least one: waits for it), for callers that
+        hand messages on in bulk, as the blocking client does."""
+        waiting = self._waiting
+        while not waiting:
+            await self._arrived.wait()
+            self._arrived = trio.Event()
+        batch = list(waiting)
+        waiting.clear()
+        return batch
+
+    # --------------------------------------------------------------- handler mode
+
+    async def handle(
+        self, handler: Handler, *, concurrency: int = 1, on_give_up: GiveUp | None = None
+    ) -> None:
+        """Run ``handler`` on every message until cancelled, ``concurrency`` at a time.
+
+        A handler that returns finishes the message (unless it answered itself); one
+        that raises requeues it with a delay growing with its attempts, and the
+        consumer backs off. A message delivered more than ``max_attempts`` times goes
+        to ``on_give_up`` (default: a warning) and is finished, except on an ordered
+        consumer, where skipping it would break the order: there it is only
+        reported, and handled as usual.
+        """
+        with single_errors():
+            async with trio.open_nursery() as nursery:
+                for _ in range(concurrency):
+                    nursery.start_soon(self._handle_forever, handler, on_give_up)
+
+    async def _handle_forever(self, handler: Handler, on_give_up: GiveUp | None) -> None:
+        limit = self.settings.max_attempts
+        async for message in self:
+            if limit and message.attempts > limit:
+                self.given_up += 1
+                await self._give_up(message, on_give_up)
+                if not self.settings.ordered:
+                    if not message.responded:
+                        message.finish()
+                    continue
+            try:
+                await handler(message)
+            except Exception:
+                self.failed += 1
+                log.warning(
+                    "handler failed on %r (attempt %d)", message.id, message.attempts, exc_info=True
+                )
+                if not message.responded:
+                    message.requeue(self._requeue_delay(message.attempts))
+            else:
+                if not message.responded:
+                    message.finish()
+
+    async def _give_up(self, message: ClientMessage, on_give_up: GiveUp | None) -> None:
+        if on_give_up is None:
+            log.warning(
+                "giving up on %r after %d attempts: %r",
+                message.id,
+                message.attempts,
+                message.body[:200],
+            )
+            return
+        result = on_give_up(message)
+        if inspect.isawaitable(result):
+            await result
+
+    def _requeue_delay(self, attempts: int) -> float:
+        settings = self.settings
+        return min(settings.requeue_delay * attempts, settings.max_requeue_delay)
+
+    # --------------------------------------------------------------- backoff
+
+    def outcome(self, succeeded: bool) -> None:
+        """A message finished or was requeued with backoff (see :class:`ReadyControl`)."""
+        control = self.readiness
+        wait = control.succeeded() if succeeded else control.failed()
+        self.backing_off = bool(control.level or control.stopped)
+        if wait is not None:
+            self._nursery.start_soon(self._backoff_wait, wait)
+
+    async def _backoff_wait(self, seconds: float) -> None:
+        await trio.sleep(seconds)
+        self.readiness.resume()
+
+    async def _redistribute_forever(self) -> None:
+        """While connections outnumber ``max_in_flight``, move RDY on every few seconds."""
+        settings = self.settings
+        while True:
+            await self._crowded.wait()
+            await trio.sleep(settings.redistribute_interval)
+            if not self.readiness.crowded:
+                self._crowded = trio.Event()
+                continue
+            self.readiness.redistribute(trio.current_time(), settings.idle_before_redistribute)
+
+    # --------------------------------------------------------------- connections
+
+    def adopt(self, placement: Placement) -> None:
+        """Lookupd says the topic is an ext topic: identify as extend_support, or
+        every SUB would be refused with E_SUB_EXTEND_NEED."""
+        if placement.extend_support and not self._options.identify.extend_support:
+            identify = attrs.evolve(self._options.identify, extend_support=True)
+            self._options = attrs.evolve(self._options, identify=identify)
+
+    def placed(self, placement: Placement) -> None:
+        """Lookupd's answer changed: subscribe wherever it lists that is new."""
+        self.adopt(placement)
+        for target in placement.targets:
+            if target not in self._serving:
+                self._serving.add(target)
+                self._nursery.start_soon(self._serve, target, False)
+
+    async def start(self, target: Target, *, strict: bool) -> None:
+        """Subscribe to ``target`` and keep it subscribed; with ``strict`` a first
+        failure is raised here."""
+        if target not in self._serving:
+            self._serving.add(target)
+            await self._nursery.start(self._serve, target, strict)
+
+    def _sub(self, target: Target, again: bool) -> Command:
+        settings = self.settings
+        if settings.ordered:
+            return SubOrdered(self.topic, self.channel, target.partition)
+        if settings.start_at is not None:
+            start = None if again else settings.start_at
+            return SubAdvanced(self.topic, self.channel, target.partition, start)
+        return Sub(self.topic, self.channel, target.partition)
 
     async def _serve(
         self,
-        address: str,
-        partition: int | None,
-        rdy: int,
-        options: ConnectionOptions,
+        target: Target,
+        strict: bool,
         *,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Keep one subscribed connection to ``address`` open, reconnecting on loss.
+        """Keep one subscribed connection to ``target``, reconnecting on loss.
 
-        ``started`` once the first SUB is answered; a refused first SUB is raised.
+        ``started`` once the first SUB is answered (or, unless ``strict``, failed).
         """
         backoff = BACKOFF_FIRST
         first: trio.TaskStatus[None] | None = task_status
-        while True:
+        subscribed = False
+        try:
+            while True:
+                try:
+                    await self._subscribed(target, subscribed, first)
+                    subscribed, first, backoff = True, None, BACKOFF_FIRST
+                except (OSError, ConnectionClosedError, trio.BrokenResourceError) as error:
+                    if first is not None and strict:
+                        raise
+                    log.info("%s: consumer connection lost: %s", target.address, error)
+                except NsqError as error:
+                    if first is not None and strict:
+                        raise
+                    log.warning("%s: %s", target.address, error)
+                if first is not None:
+                    first.started()
+                    first = None
+                self.reconnects += 1
+                if self.discovery is not None:
+                    self.discovery.refresh()
+                await trio.sleep(backoff * random.uniform(0.5, 1.0))  # noqa: S311 - jitter
+                backoff = min(backoff * 2, BACKOFF_MAX)
+                if self.discovery is not None and target not in self.discovery.placement.targets:
+                    return  # lookupd no longer lists it: go-nsq lets it go too
+        finally:
+            self._serving.discard(target)
+
+    async def _subscribed(
+        self, target: Target, again: bool, first: trio.TaskStatus[None] | None
+    ) -> None:
+        """One connection's life: subscribe, take part in RDY, wait for its end."""
+        settings = self.settings
+
+        def deliver(messages: list[Message]) -> None:
+            self._received(link, messages)
+
+        async with open_connection(
+            target.address,
+            self._options,
+            on_messages=deliver,
+            extended=self._options.identify.extend_support,
+            detail=settings.detail,
+        ) as connection:
+            await connection.request(self._sub(target, again))
+            link = Link(connection, target, trio.current_time())
+            self.readiness.add(link)
+            if self.readiness.crowded:
+                self._crowded.set()
+            if first is not None:
+                first.started()
             try:
-                async with open_connection(
-                    address,
-                    options,
-                    on_messages=lambda messages: self._received(connection, messages),
-                    extended=options.identify.extend_support,
-                ) as connection:
-                    await connection.request(Sub(self.topic, self.channel, partition))
-                    connection.send(Rdy(rdy))
-                    if first is not None:
-                        first.started()
-                        first = None
-                    backoff = BACKOFF_FIRST
-                    await connection.wait_closed()
-            except (OSError, ConnectionClosedError) as error:
-                if first is not None:
-                    raise
-                log.info("%s: consumer connection lost: %s", address, error)
-            except NsqError as error:
-                if first is not None:
-                    raise
-                log.warning("%s: %s", address, error)
-            self.reconnects += 1
-            await trio.sleep(backoff * random.uniform(0.5, 1.0))  # noqa: S311 - jitter
-            backoff = min(backoff * 2, BACKOFF_MAX)
+                await connection.wait_closed()
+            finally:
+                self.readiness.remove(link)
+
+    def _received(self, link: Link, messages: list[Message]) -> None:
+        link.last_message = trio.current_time()
+        self.received += len(messages)
+        settings = self.settings
+        if settings.detail:
+            where = (link.target.address, link.target.partition)
+            for message in messages:
+                skip = self.offsets.check(where, message)
+                if skip is not None:
+                    log.warning("%s %s/%s: %s", link.target.address, self.topic, self.channel, skip)
+        if settings.trace:
+            trace_consumed(link.connection, link.target.partition, messages)
+        connection, partition = link.connection, link.target.partition
+        self._waiting.extend(
+            ClientMessage(message, connection, self, partition) for message in messages
+        )
+        self._arrived.set()
 
 
 @asynccontextmanager
 async def open_consumer(
     topic: str,
     channel: str,
-    addresses: Sequence[str] | str,
+    nsqd: Sequence[str] | str = (),
     *,
-    max_in_flight: int = 200,
+    lookupd: Sequence[str] | str = (),
     partitions: Sequence[int] | None = None,
     options: ConnectionOptions | None = None,
+    settings: ConsumerSettings | None = None,
+    max_in_flight: int | None = None,
+    ordered: bool | None = None,
+    start_at: OffsetSpec | None = None,
+    trace: bool | None = None,
 ) -> AsyncIterator[Consumer]:
     """``async with open_consumer("t", "c", "127.0.0.1:4150") as consumer:`` then
-    ``async for message in consumer: ...; message.finish()``.
+    ``async for message in consumer: ...; message.finish()``, or
+    ``await consumer.handle(handler)``.
 
-    One connection per address, or per address and partition when ``partitions``
-    names Youzan partitions; ``max_in_flight`` is shared among them as RDY.
+    Connects to each ``nsqd`` TCP address (per partition when ``partitions`` names
+    Youzan partitions) and to whatever the ``lookupd`` HTTP addresses list for the
+    topic (one connection per partition leader, or per nsqd upstream), refreshed
+    every ``lookup_interval``. ``max_in_flight``, ``ordered``, ``start_at`` and
+    ``trace`` override the same fields of ``settings``.
 
     Raises:
-        NsqError: the first SUB was refused (a bad name, an ordered topic, ...).
+        NsqError: a first SUB to a given nsqd was refused (a bad name, an ordered
+            topic subscribed without ``ordered``, ...).
+        OSError: a given nsqd cannot be reached.
+        LookupError_: no lookupd answered.
     """
-    chosen = [addresses] if isinstance(addresses, str) else list(addresses)
-    targets: list[tuple[str, int | None]] = [
-        (address, partition)
-        for address in chosen
-        for partition in (partitions if partitions is not None else [None])
-    ]
-    if not targets:
-        raise ValueError("open_consumer needs at least one nsqd address")
-    consumer = Consumer(topic, channel, max_in_flight)
-    rdy = max(1, max_in_flight // len(targets))
-    async with trio.open_nursery() as nursery:
-        for address, partition in targets:
-            await nursery.start(
-                consumer._serve, address, partition, rdy, options or ConnectionOptions()
-            )
-        try:
-            yield consumer
-        finally:
-            nursery.cancel_scope.cancel()
+    chosen = settings or ConsumerSettings()
+    if max_in_flight is not None:
+        chosen = attrs.evolve(chosen, max_in_flight=max_in_flight)
+    if ordered is not None:
+        chosen = attrs.evolve(chosen, ordered=ordered)
+    if start_at is not None:
+        chosen = attrs.evolve(chosen, start_at=start_at)
+    if trace is not None:
+        chosen = attrs.evolve(chosen, trace=trace)
+    addresses = [nsqd] if isinstance(nsqd, str) else list(nsqd)
+    lookupds = [lookupd] if isinstance(lookupd, str) else list(lookupd)
+    if not addresses and not lookupds:
+        raise ValueError("open_consumer needs nsqd TCP addresses or lookupd HTTP addresses")
+    with single_errors():  # a refused first SUB comes out as the NsqError itself
+        async with trio.open_nursery() as nursery:
+            consumer = Consumer(topic, channel, chosen, options or ConnectionOptions(), nursery)
+            nursery.start_soon(consumer._redistribute_forever)
+            try:
+                await _subscribe_first(consumer, addresses, partitions, lookupds)
+                yield consumer
+            finally:
+                nursery.cancel_scope.cancel()
+
+
+async def _subscribe_first(
+    consumer: Consumer,
+    addresses: Sequence[str],
+    partitions: Sequence[int] | None,
+    lookupds: Sequence[str],
+) -> None:
+    """The connections ``open_consumer`` returns with: the given nsqds (a refusal is
+    raised), then whatever lookupd lists (refusals are retried in the background)."""
+    for address in addresses:
+        for partition in partitions if partitions is not None else [None]:
+            await consumer.start(Target(address, partition), strict=True)
+    if lookupds:
+        settings = consumer.settings
+        discovery = Discovery(lookupds, consumer.topic, "r", interval=settings.lookup_interval)
+        consumer.discovery = discovery
+        placement = await discovery.lookup()
+        consumer.adopt(placement)
+        for target in placement.targets:
+            await consumer.start(target, strict=False)
+        discovery.on_change = consumer.placed
+        consumer._nursery.start_soon(discovery.run)

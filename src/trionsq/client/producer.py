@@ -1,106 +1,285 @@
-"""Publishing from Trio: one pipelined connection per nsqd, chosen round robin.
+"""Publishing from Trio: pipelined connections per nsqd, targets found directly or
+through nsqlookupd, concurrent publishes batched into MPUBs.
 
-Concurrent publishes share the connection: each queues its command and waits for its
+Concurrent requests share a connection: each queues its command and waits for its
 own answer (replies come back in order), and the connection's writer sends every
-command queued meanwhile in one write, so many tasks publishing at once cost few
-writes and no lock. A lost connection is opened again once and the publish retried
-(at-least-once: a PUB whose answer was lost may be stored twice); an error frame is
-raised as :class:`~.connection.NsqError`.
+command queued meanwhile in one write. Plain :meth:`Producer.publish` calls go
+further: those for the same topic and partition wait in a bounded queue
+(:mod:`.batching`) while one MPUB is out, and leave together in the next, so many
+tasks publishing one message each cost one round trip per batch.
+
+Retries follow seed 003's table: a lost connection is opened again and the
+request retried; E_FAILED_ON_NOT_LEADER, E_FAILED_ON_NOT_WRITABLE and
+E_TOPIC_NOT_EXIST look the topic up again first; an error about the message
+itself is raised at once (:class:`~.connection.NsqError`). At-least-once: a
+publish whose answer was lost may be stored twice.
 """
 
 from __future__ import annotations
 
 import itertools
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
+import attrs
 import trio
 
 from ..protocol.commands import Dpub, Mpub, Pub, PubExt, PubTrace
-from .connection import Connection, ConnectionClosedError, open_connection
+from .batching import Batcher
+from .connection import Connection, ConnectionClosedError, NsqError, open_connection
+from .discovery import Discovery, LookupError_, Placement, Target
+from .groups import single_errors
 from .options import ConnectionOptions
+from .partitioning import partition_for_key
+from .tracing import trace_published
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Sequence
+    from collections.abc import AsyncIterator, Callable, Sequence
 
     from ..protocol.client import Response, TracedReply
     from ..protocol.commands import Command, ExtMessage
 
-__all__ = ["Producer", "open_producer"]
+__all__ = ["Producer", "ProducerSettings", "open_producer"]
+
+ATTEMPTS: Final = 3
+REFRESH_ERRORS: Final = frozenset(
+    {"E_FAILED_ON_NOT_LEADER", "E_FAILED_ON_NOT_WRITABLE", "E_TOPIC_NOT_EXIST"}
+)
+
+
+@attrs.frozen
+class ProducerSettings:
+    """How a producer behaves."""
+
+    batching: bool = True
+    """Gather concurrent :meth:`Producer.publish` calls into MPUBs."""
+    max_batch: int = 200
+    """Most bodies in one gathered MPUB."""
+    max_waiting: int = 10_000
+    """Bodies that may wait per topic and partition; more publishers wait for room."""
+    connections_per_nsqd: int = 1
+    lookup_interval: float = 60.0
+    partition_count: int | None = None
+    """Publishing by key without lookupd: how many partitions the topics have."""
+    trace: bool = False
+    """Publish with PUB_TRACE and log where each message went (``trionsq.client.trace``)."""
 
 
 class Producer:
-    """Publishes to the nsqd addresses it was opened with (see :func:`open_producer`)."""
+    """Publishes to the nsqd addresses or lookupds it was opened with (see
+    :func:`open_producer`)."""
 
     def __init__(
         self,
-        addresses: Sequence[str],
+        nsqd: Sequence[str],
+        lookupd: Sequence[str],
         nursery: trio.Nursery,
         options: ConnectionOptions,
+        settings: ProducerSettings,
     ) -> None:
-        self._addresses = list(addresses)
+        self._nsqd = [Target(address) for address in nsqd]
+        self._lookupd = list(lookupd)
         self._nursery = nursery
         self._options = options
-        self._connections: dict[str, Connection] = {}
-        self._connecting: dict[str, trio.Event] = {}
-        self._turn = itertools.cycle(self._addresses)
+        self.settings = settings
+        self.retries = 0
+        self._connections: dict[tuple[str, int], Connection] = {}
+        self._connecting: dict[tuple[str, int], trio.Event] = {}
+        self._slots = itertools.cycle(range(settings.connections_per_nsqd))
+        self._turns: dict[str, itertools.count[int]] = {}
+        self._discoveries: dict[str, Discovery] = {}
+        self._batchers: dict[tuple[str, Target], Batcher] = {}
 
-    async def publish(self, topic: str, body: bytes, *, partition: int | None = None) -> None:
-        """PUB (to ``partition`` with Youzan's extension)."""
-        await self._request(Pub(topic, body, partition))
+    # ---------------------------------------------------------------- publishing
+
+    async def publish(
+        self,
+        topic: str,
+        body: bytes,
+        *,
+        partition: int | None = None,
+        key: bytes | str | None = None,
+    ) -> None:
+        """PUB one message (to ``partition``, or the partition ``key`` hashes to).
+
+        Concurrent calls for the same place are sent together as one MPUB.
+        """
+        if self.settings.trace:
+            await self.publish_traced(topic, body, 0, partition=partition, key=key)
+            return
+        if not self.settings.batching:
+            await self._request(topic, partition, key, lambda t: Pub(topic, body, t.partition))
+            return
+        target = await self._target(topic, partition, key)
+        batcher = self._batchers.get((topic, target))
+        if batcher is None:
+            batcher = self._batcher(topic, target)
+        await batcher.publish(body)
 
     async def publish_many(
-        self, topic: str, bodies: Sequence[bytes], *, partition: int | None = None
+        self,
+        topic: str,
+        bodies: Sequence[bytes],
+        *,
+        partition: int | None = None,
+        key: bytes | str | None = None,
     ) -> None:
         """MPUB: all stored, or none."""
-        await self._request(Mpub(topic, tuple(bodies), partition))
+        batch = tuple(bodies)
+        await self._request(topic, partition, key, lambda t: Mpub(topic, batch, t.partition))
 
     async def publish_deferred(self, topic: str, body: bytes, delay: float) -> None:
         """DPUB: delivered ``delay`` seconds from now."""
-        await self._request(Dpub(topic, round(delay * 1000), body))
+        await self._request(topic, None, None, lambda t: Dpub(topic, round(delay * 1000), body))
 
     async def publish_ext(
-        self, topic: str, message: ExtMessage, *, partition: int | None = None
+        self,
+        topic: str,
+        message: ExtMessage,
+        *,
+        partition: int | None = None,
+        key: bytes | str | None = None,
     ) -> None:
         """PUB_EXT: a body with Youzan's JSON header (an ext topic)."""
-        await self._request(PubExt(topic, message, partition))
+        await self._request(topic, partition, key, lambda t: PubExt(topic, message, t.partition))
 
     async def publish_traced(
-        self, topic: str, body: bytes, trace_id: int, *, partition: int | None = None
+        self,
+        topic: str,
+        body: bytes,
+        trace_id: int,
+        *,
+        partition: int | None = None,
+        key: bytes | str | None = None,
     ) -> TracedReply:
         """PUB_TRACE: where the message went (its id, trace id, offset and size)."""
-        reply = await self._request(PubTrace(topic, trace_id, body, partition))
-        return reply.traced()
+        where: list[tuple[Connection, Target]] = []
 
-    async def _request(self, command: Command) -> Response:
-        address = next(self._turn)
-        for attempt in range(2):
-            connection = await self._connection(address)
+        def command(target: Target) -> Command:
+            return PubTrace(topic, trace_id, body, target.partition)
+
+        reply = await self._request(topic, partition, key, command, where)
+        traced = reply.traced()
+        if self.settings.trace:
+            connection, target = where[-1]
+            trace_published(connection, topic, target.partition, traced)
+        return traced
+
+    # ---------------------------------------------------------------- where to
+
+    def _batcher(self, topic: str, target: Target) -> Batcher:
+        settings = self.settings
+
+        async def send(bodies: tuple[bytes, ...]) -> None:
+            command: Command = (
+                Pub(topic, bodies[0], target.partition)
+                if len(bodies) == 1
+                else Mpub(topic, bodies, target.partition)
+            )
+            await self._request(topic, target.partition, None, lambda _: command, pinned=target)
+
+        batcher = Batcher(send, max_batch=settings.max_batch, max_waiting=settings.max_waiting)
+        self._batchers[(topic, target)] = batcher
+        self._nursery.start_soon(batcher.run)
+        return batcher
+
+    async def _placement(self, topic: str) -> Placement:
+        discovery = self._discoveries.get(topic)
+        if discovery is None:
+            discovery = Discovery(self._lookupd, topic, "w", interval=self.settings.lookup_interval)
+            await discovery.lookup()
+            self._discoveries[topic] = discovery
+            self._nursery.start_soon(discovery.run)
+        return discovery.placement
+
+    async def _target(self, topic: str, partition: int | None, key: bytes | str | None) -> Target:
+        """Where the next request for ``topic`` goes."""
+        targets: Sequence[Target] = self._nsqd
+        count = self.settings.partition_count
+        if self._lookupd:
+            placement = await self._placement(topic)
+            if placement.targets:
+                targets = placement.targets
+                partitioned = [t.partition for t in targets if t.partition is not None]
+                count = placement.partition_count or (max(partitioned) + 1 if partitioned else None)
+            elif not targets:  # upstream: a new topic lives wherever it is first published
+                targets = await self._discoveries[topic].nodes()
+        if not targets:
+            raise LookupError_(f"no nsqd to publish {topic!r} to")
+        if key is not None:
+            if count is None:
+                raise ValueError(
+                    "publishing by key needs the partition count: use lookupd, "
+                    "or ProducerSettings(partition_count=...)"
+                )
+            partition = partition_for_key(key, count)
+        if partition is not None:
+            owners = [t for t in targets if t.partition == partition]
+            if owners:
+                return owners[0]
+            targets = [Target(t.address, partition) for t in targets if t.partition is None]
+            if not targets:
+                raise LookupError_(f"no nsqd leads partition {partition} of {topic!r}")
+        turn = self._turns.setdefault(topic, itertools.count())
+        return targets[next(turn) % len(targets)]
+
+    async def _request(
+        self,
+        topic: str,
+        partition: int | None,
+        key: bytes | str | None,
+        command: Callable[[Target], Command],
+        where: list[tuple[Connection, Target]] | None = None,
+        *,
+        pinned: Target | None = None,
+    ) -> Response:
+        """Send a request where it belongs, retrying as the error table says."""
+        for attempt in range(ATTEMPTS):
+            last = attempt == ATTEMPTS - 1
+            target = pinned or await self._target(topic, partition, key)
+            slot = next(self._slots)
+            connection = await self._connection(target.address, slot)
             try:
-                return await connection.request(command)
+                reply = await connection.request(command(target))
             except ConnectionClosedError:
-                self._connections.pop(address, None)
-                if attempt:
+                self._connections.pop((target.address, slot), None)
+                if last:
                     raise
+            except NsqError as error:
+                if last or error.code not in REFRESH_ERRORS:
+                    raise
+                if error.fatal:
+                    self._connections.pop((target.address, slot), None)
+                discovery = self._discoveries.get(topic)
+                if discovery is not None:
+                    await discovery.lookup()
+                    pinned = None  # the refreshed lookup decides again
+            else:
+                if where is not None:
+                    where.append((connection, target))
+                return reply
+            self.retries += 1
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _connection(self, address: str) -> Connection:
-        """The open connection to ``address``; one task opens it, the others wait."""
+    async def _connection(self, address: str, slot: int) -> Connection:
+        """The open connection to ``address`` (pool ``slot``); one task opens it,
+        the others wait for it."""
+        key = (address, slot)
         while True:
-            connection = self._connections.get(address)
+            connection = self._connections.get(key)
             if connection is not None and not connection.closed:
                 return connection
-            opening = self._connecting.get(address)
+            opening = self._connecting.get(key)
             if opening is None:
                 break
             await opening.wait()
-        opening = self._connecting[address] = trio.Event()
+        opening = self._connecting[key] = trio.Event()
         try:
             opened: Connection = await self._nursery.start(self._serve, address)
-            self._connections[address] = opened
+            self._connections[key] = opened
             return opened
         finally:
-            del self._connecting[address]
+            del self._connecting[key]
             opening.set()
 
     async def _serve(
@@ -108,23 +287,35 @@ class Producer:
     ) -> None:
         async with open_connection(address, self._options) as connection:
             task_status.started(connection)
-            await trio.sleep_forever()
+            await connection.wait_closed()
 
 
 @asynccontextmanager
 async def open_producer(
-    addresses: Sequence[str] | str,
+    nsqd: Sequence[str] | str = (),
     *,
+    lookupd: Sequence[str] | str = (),
     options: ConnectionOptions | None = None,
+    settings: ProducerSettings | None = None,
+    trace: bool | None = None,
 ) -> AsyncIterator[Producer]:
-    """``async with open_producer("127.0.0.1:4150") as producer:``; every connection
-    is a task of this block's nursery and ends with it."""
-    chosen = [addresses] if isinstance(addresses, str) else list(addresses)
-    if not chosen:
-        raise ValueError("open_producer needs at least one nsqd address")
-    async with trio.open_nursery() as nursery:
-        producer = Producer(chosen, nursery, options or ConnectionOptions())
-        try:
-            yield producer
-        finally:
-            nursery.cancel_scope.cancel()
+    """``async with open_producer("127.0.0.1:4150") as producer:``, or
+    ``open_producer(lookupd="127.0.0.1:4161")`` to publish wherever lookupd says
+    each topic's partitions are led. Every connection is a task of this block's
+    nursery and ends with it."""
+    addresses = [nsqd] if isinstance(nsqd, str) else list(nsqd)
+    lookupds = [lookupd] if isinstance(lookupd, str) else list(lookupd)
+    if not addresses and not lookupds:
+        raise ValueError("open_producer needs nsqd TCP addresses or lookupd HTTP addresses")
+    chosen = settings or ProducerSettings()
+    if trace is not None:
+        chosen = attrs.evolve(chosen, trace=trace)
+    with single_errors():
+        async with trio.open_nursery() as nursery:
+            producer = Producer(
+                addresses, lookupds, nursery, options or ConnectionOptions(), chosen
+            )
+            try:
+                yield producer
+            finally:
+                nursery.cancel_scope.cancel()

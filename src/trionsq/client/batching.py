@@ -1,0 +1,116 @@
+"""Many publishers, one MPUB: concurrent single publishes to one topic and
+partition wait in a bounded queue while the previous batch is out, then leave
+together, up to ``max_batch`` bodies per MPUB.
+
+A lone publish goes at once (as a PUB), so batching adds no latency when idle;
+under load the batch grows with the round trip. Memory is bounded: past
+``max_waiting`` queued bodies a publisher waits for room (back-pressure), never
+queues more. An MPUB refused for a message's own fault (an empty or oversized body)
+is sent again one message at a time, so only the bad one fails.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING, Final
+
+import trio
+
+from .connection import NsqError
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+__all__ = ["Batcher"]
+
+MESSAGE_ERRORS: Final = frozenset({"E_BAD_MESSAGE", "E_BAD_BODY"})
+
+
+class _Slot:
+    """One publish's outcome."""
+
+    __slots__ = ("done", "error")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.error: BaseException | None = None
+
+
+class Batcher:
+    """The queue and sender task for one topic and partition."""
+
+    def __init__(
+        self,
+        send: Callable[[tuple[bytes, ...]], Awaitable[None]],
+        *,
+        max_batch: int,
+        max_waiting: int,
+    ) -> None:
+        if max_batch < 1 or max_waiting < max_batch:
+            raise ValueError("need 1 <= max_batch <= max_waiting")
+        self._send = send
+        self.max_batch = max_batch
+        self.max_waiting = max_waiting
+        self.batches = 0
+        """MPUBs (or PUBs) sent: published / batches is the mean batch."""
+        self.split_batches = 0
+        """Batches refused for one message's fault and sent again one by one."""
+        self.peak_waiting = 0
+        """The most bodies that ever waited at once (never over ``max_waiting``)."""
+        self._bodies: deque[bytes] = deque()
+        self._slots: deque[_Slot] = deque()
+        self._work = trio.Event()
+        self._room = trio.Event()
+
+    @property
+    def waiting(self) -> int:
+        return len(self._bodies)
+
+    async def publish(self, body: bytes) -> None:
+        """Queue ``body`` and return once the broker stored it (or raise its error)."""
+        while len(self._bodies) >= self.max_waiting:
+            await self._room.wait()
+        slot = _Slot()
+        self._bodies.append(body)
+        self._slots.append(slot)
+        self.peak_waiting = max(self.peak_waiting, len(self._bodies))
+        self._work.set()
+        await slot.done.wait()
+        if slot.error is not None:
+            raise slot.error
+
+    async def run(self) -> None:
+        """Send what waits, a batch at a time, for as long as the producer is open."""
+        bodies, slots = self._bodies, self._slots
+        while True:
+            await self._work.wait()
+            self._work = trio.Event()
+            while bodies:
+                count = min(len(bodies), self.max_batch)
+                batch = tuple(bodies.popleft() for _ in range(count))
+                taken = [slots.popleft() for _ in range(count)]
+                self._room.set()
+                self._room = trio.Event()
+                await self._send_batch(batch, taken)
+
+    async def _send_batch(self, batch: tuple[bytes, ...], slots: list[_Slot]) -> None:
+        self.batches += 1
+        try:
+            await self._send(batch)
+        except NsqError as error:
+            if len(batch) > 1 and error.code in MESSAGE_ERRORS:
+                self.split_batches += 1
+                for body, slot in zip(batch, slots, strict=True):
+                    await self._send_batch((body,), [slot])
+                return
+            _settle(slots, error)
+        except Exception as error:
+            _settle(slots, error)
+        else:
+            _settle(slots, None)
+
+
+def _settle(slots: list[_Slot], error: BaseException | None) -> None:
+    for slot in slots:
+        slot.error = error
+        slot.done.set()

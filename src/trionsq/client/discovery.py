@@ -1,0 +1,289 @@
+"""Where a topic lives: nsqlookupd's answers read into targets, and the task that
+keeps them fresh (seed 003 §2).
+
+Reading the answers is pure (:func:`parse_lookup`, :func:`parse_listlookup`): both
+Youzan's ``/lookup?...&metainfo=true`` shape (``partitions`` with one leader each,
+``meta`` with the partition count) and upstream's (``producers`` only) are accepted,
+with or without the ``{"status_code","data"}`` envelope. A :class:`Target` is where
+one connection goes: an nsqd's TCP address and, for a partitioned topic, the
+partition.
+
+:class:`Discovery` asks every lookupd it knows (``/listlookup`` first, the
+configured list when that fails), merges what they say, and looks again every
+``interval`` seconds or at once when :meth:`Discovery.refresh` is called (an nsqd
+said it is not the leader, not writable, has no such topic, or a connection was
+lost).
+"""
+
+from __future__ import annotations
+
+import logging
+import urllib.parse
+from typing import TYPE_CHECKING, Final
+
+import attrs
+import orjson
+import trio
+
+from ..http.client import HttpClientError, http_get
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+__all__ = [
+    "Discovery",
+    "LookupError_",
+    "Placement",
+    "Target",
+    "parse_listlookup",
+    "parse_lookup",
+    "parse_nodes",
+]
+
+log = logging.getLogger("trionsq.client")
+LOOKUP_INTERVAL: Final = 60.0
+"""go-nsq's ``lookupd_poll_interval``."""
+HTTP_TIMEOUT: Final = 5.0
+REFRESH_FLOOR: Final = 1.0
+"""Least seconds between two lookups asked for by errors, so a broker that keeps
+refusing does not turn discovery into a flood."""
+
+
+@attrs.frozen(order=True)
+class Target:
+    """One connection's destination: an nsqd and, for Youzan's partitions, which."""
+
+    address: str
+    partition: int | None = None
+
+
+@attrs.frozen
+class Placement:
+    """What the lookupds said about a topic."""
+
+    targets: tuple[Target, ...] = ()
+    partition_count: int | None = None
+    """``meta.partition_num`` (Youzan with ``metainfo``), else None."""
+    ordered: bool = False
+    extend_support: bool = False
+
+
+class LookupError_(Exception):
+    """No lookupd answered about the topic."""
+
+
+def _data(body: bytes) -> dict[str, object]:
+    document = orjson.loads(body)
+    if not isinstance(document, dict):
+        raise ValueError("a lookupd answer is a JSON object")
+    inner = document.get("data", document) if "status_code" in document else document
+    return inner if isinstance(inner, dict) else {}
+
+
+def _peer_address(peer: object) -> str | None:
+    if not isinstance(peer, dict):
+        return None
+    host, port = peer.get("broadcast_address"), peer.get("tcp_port")
+    if not isinstance(host, str) or not isinstance(port, int) or not host:
+        return None
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def parse_lookup(body: bytes) -> Placement:
+    """A ``/lookup`` answer: one target per partition when partitions are listed,
+    else one per producer (upstream nsqd, no partitions).
+
+    Raises:
+        ValueError: not JSON, or not an object.
+    """
+    data = _data(body)
+    targets: list[Target] = []
+    partitions = data.get("partitions")
+    if isinstance(partitions, dict) and partitions:
+        for key, peer in partitions.items():
+            address = _peer_address(peer)
+            if address is not None and str(key).lstrip("-").isdigit() and int(key) >= 0:
+                targets.append(Target(address, int(key)))
+    else:
+        producers = data.get("producers")
+        for peer in producers if isinstance(producers, list) else []:
+            address = _peer_address(peer)
+            if address is not None:
+                targets.append(Target(address))
+    meta = data.get("meta")
+    meta = meta if isinstance(meta, dict) else {}
+    count = meta.get("partition_num")
+    return Placement(
+        tuple(sorted(set(targets))),
+        count if isinstance(count, int) and count > 0 else None,
+        meta.get("ordered") is True,
+        meta.get("extend_support") is True,
+    )
+
+
+def parse_listlookup(body: bytes) -> list[str]:
+    """The HTTP addresses of the lookupds a ``/listlookup`` answer names (Youzan's
+    capitalised keys, ports as strings); none for an empty or upstream answer."""
+    try:
+        data = _data(body)
+    except (ValueError, orjson.JSONDecodeError):
+        return []
+    nodes = data.get("lookupdnodes")
+    found: list[str] = []
+    for node in nodes if isinstance(nodes, list) else []:
+        if not isinstance(node, dict):
+            continue
+        host, port = node.get("NodeIP"), node.get("HttpPort")
+        if isinstance(host, str) and host and isinstance(port, str) and port.isdigit():
+            found.append(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+    return found
+
+
+def merge(placements: Sequence[Placement]) -> Placement:
+    """Several lookupds' answers as one: every target any of them names."""
+    targets = sorted({target for placement in placements for target in placement.targets})
+    counts = [p.partition_count for p in placements if p.partition_count is not None]
+    return Placement(
+        tuple(targets),
+        max(counts) if counts else None,
+        any(p.ordered for p in placements),
+        any(p.extend_support for p in placements),
+    )
+
+
+class Discovery:
+    """Keeps one topic's :class:`Placement` from the lookupds at ``lookupd_addresses``.
+
+    ``access`` is ``"r"`` for consumers and ``"w"`` for producers (Youzan's
+    lookupd leaves out what may not be written); upstream lookupds ignore it.
+    """
+
+    def __init__(
+        self,
+        lookupd_addresses: Sequence[str],
+        topic: str,
+        access: str,
+        *,
+        interval: float = LOOKUP_INTERVAL,
+        on_change: Callable[[Placement], None] | None = None,
+    ) -> None:
+        if not lookupd_addresses:
+            raise ValueError("discovery needs at least one lookupd HTTP address")
+        self.configured = list(lookupd_addresses)
+        self.topic = topic
+        self.access = access
+        self.interval = interval
+        self.placement = Placement()
+        self.lookups = 0
+        """Completed lookup rounds (for tests and stats)."""
+        self.on_change = on_change
+        """Called with the new placement when a lookup changes it."""
+        self._failures: dict[str, int] = {}
+        self._wanted = trio.Event()
+        self._looked = trio.Event()
+
+    def refresh(self) -> None:
+        """Look again soon (at most once a second), not at the next interval."""
+        self._wanted.set()
+
+    async def wait_lookup(self) -> Placement:
+        """The placement after the next lookup round completes."""
+        await self._looked.wait()
+        return self.placement
+
+    async def lookup(self) -> Placement:
+        """One round: find the lookupds, ask each, merge, and remember the answer.
+
+        Raises:
+            LookupError_: none of them answered.
+        """
+        listed = await self._listed()
+        answers = await self._ask(listed or self.configured)
+        if not answers and listed:  # the names they gave may not resolve from here
+            answers = await self._ask(self.configured)
+        if not answers:
+            raise LookupError_(f"no lookupd answered about {self.topic!r}: {self.configured}")
+        placement = merge(answers)
+        changed = placement != self.placement
+        self.placement = placement
+        self.lookups += 1
+        self._looked.set()
+        self._looked = trio.Event()
+        if changed and self.on_change is not None:
+            self.on_change(placement)
+        return placement
+
+    async def _listed(self) -> list[str]:
+        """Every lookupd the first answering ``/listlookup`` names (none upstream)."""
+        for address in self.configured:
+            try:
+                reply = await http_get(
+                    address,
+                    "/listlookup",
+                    connect_timeout=HTTP_TIMEOUT,
+                    request_timeout=HTTP_TIMEOUT,
+                )
+            except HttpClientError:
+                continue
+            found = parse_listlookup(reply.body) if reply.status == 200 else []
+            if found:
+                return found
+        return []
+
+    async def _ask(self, lookupds: Sequence[str]) -> list[Placement]:
+        """Each lookupd's answer (those that failed more often are asked last)."""
+        answers: list[Placement] = []
+        query = urllib.parse.urlencode({"topic": self.topic, "access": self.access})
+        for address in sorted(lookupds, key=lambda address: self._failures.get(address, 0)):
+            try:
+                reply = await http_get(
+                    address,
+                    f"/lookup?{query}&metainfo=true",
+                    connect_timeout=HTTP_TIMEOUT,
+                    request_timeout=HTTP_TIMEOUT,
+                )
+                if reply.status == 404:  # upstream: the topic is not registered yet
+                    answers.append(Placement())
+                elif reply.status != 200:
+                    raise HttpClientError(address, f"HTTP {reply.status}: {reply.body[:200]!r}")
+                else:
+                    answers.append(parse_lookup(reply.body))
+                self._failures.pop(address, None)
+            except (HttpClientError, ValueError) as error:
+                self._failures[address] = self._failures.get(address, 0) + 1
+                log.warning("lookupd %s: %s", address, error)
+        return answers
+
+    async def nodes(self) -> list[Target]:
+        """Every nsqd the first answering lookupd knows, topic or not."""
+        for address in self.configured:
+            try:
+                reply = await http_get(
+                    address, "/nodes", connect_timeout=HTTP_TIMEOUT, request_timeout=HTTP_TIMEOUT
+                )
+                if reply.status == 200:
+                    return parse_nodes(reply.body)
+            except (HttpClientError, ValueError) as error:
+                log.warning("lookupd %s: %s", address, error)
+        return []
+
+    async def run(self) -> None:
+        """Look again every ``interval`` seconds, or soon after :meth:`refresh`."""
+        while True:
+            with trio.move_on_after(self.interval):
+                await self._wanted.wait()
+            self._wanted = trio.Event()
+            try:
+                await self.lookup()
+            except LookupError_ as error:
+                log.warning("%s", error)
+            await trio.sleep(REFRESH_FLOOR)
+
+
+def parse_nodes(body: bytes) -> list[Target]:
+    """Every nsqd a ``/nodes`` answer lists (where a new topic can be published
+    upstream, since nsqd creates topics on the first PUB)."""
+    data = _data(body)
+    producers = data.get("producers")
+    found = [_peer_address(peer) for peer in producers] if isinstance(producers, list) else []
+    return sorted({Target(address) for address in found if address is not None})

@@ -1,0 +1,94 @@
+"""A message as a consumer holds it: the delivered fields and the answers it may
+give, which only queue bytes on the connection it came from."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+from ..protocol.client import encode_fin, encode_req, encode_touch
+
+if TYPE_CHECKING:
+    from ..protocol.message import Message
+    from .connection import Connection
+
+__all__ = ["ClientMessage", "Outcomes"]
+
+
+class Outcomes(Protocol):
+    """Who hears how messages ended (the consumer, for backoff)."""
+
+    backing_off: bool
+
+    def outcome(self, succeeded: bool) -> None: ...
+
+
+class ClientMessage:
+    """A delivered message and what its consumer may answer (FIN or REQ once)."""
+
+    __slots__ = ("_connection", "_outcomes", "message", "partition", "responded")
+
+    def __init__(
+        self,
+        message: Message,
+        connection: Connection,
+        outcomes: Outcomes,
+        partition: int | None = None,
+    ) -> None:
+        self.message = message
+        self.partition = partition
+        """The Youzan partition it came from (None: a plain SUB)."""
+        self._connection = connection
+        self._outcomes = outcomes
+        self.responded = False
+
+    @property
+    def body(self) -> bytes:
+        return self.message.body
+
+    @property
+    def id(self) -> bytes:
+        return self.message.id
+
+    @property
+    def attempts(self) -> int:
+        return self.message.attempts
+
+    @property
+    def timestamp(self) -> int:
+        """Publish time, nanoseconds since the Unix epoch."""
+        return self.message.timestamp
+
+    @property
+    def offset(self) -> int | None:
+        """Its place in the partition's log (ordered or SUB_ADVANCED consumers)."""
+        return self.message.offset
+
+    @property
+    def ext(self) -> bytes:
+        """Youzan's JSON header or tag, as published (ext topics)."""
+        return self.message.ext
+
+    def finish(self) -> None:
+        """FIN: done with it. Queued, not awaited."""
+        self._respond(encode_fin(self.message.id))
+        if self._outcomes.backing_off:
+            self._outcomes.outcome(True)
+
+    def requeue(self, delay: float = 0.0, *, backoff: bool = True) -> None:
+        """REQ: deliver it again after ``delay`` seconds; with ``backoff`` the
+        consumer also slows down, as go-nsq's ``Requeue`` does."""
+        self._respond(encode_req(self.message.id, round(delay * 1000)))
+        if backoff:
+            self._outcomes.outcome(False)
+
+    def touch(self) -> None:
+        """TOUCH: more time before the broker redelivers it (may be repeated)."""
+        if not self.responded and not self._connection.closed:
+            self._connection.send_bytes(encode_touch(self.message.id))
+
+    def _respond(self, command: bytes) -> None:
+        if self.responded:
+            raise RuntimeError("this message was already finished or requeued")
+        self.responded = True
+        if not self._connection.closed:  # else the broker redelivers it anyway
+            self._connection.send_bytes(command)
