@@ -8,6 +8,8 @@ available:
 - ``nsqd`` (Trio tests, pytest-trio): a broker started for the test in the test's
   nursery; the value is its :class:`BoundAddresses`. Works with ``autojump_clock``.
 - ``nsqd_client`` (Trio tests): a :class:`ProtocolClient` connected to ``nsqd``.
+- ``client`` (Trio tests): a :class:`ClientKit`: a :mod:`trionsq.client` producer
+  connected to ``nsqd``, consumers on demand, and ``publish``/``take`` shortcuts.
 - ``nsqd_thread`` (any test, no Trio needed): a broker running in a background thread,
   for pynsq/gnsq/ansq suites; the value is its :class:`BoundAddresses`.
 - ``lookupd_config``: the :class:`LookupdConfig` the lookupds below use (override it);
@@ -42,6 +44,7 @@ except ImportError as missing:  # pragma: no cover - exercised in a subprocess
     ) from missing
 
 from .addresses import join_host_port
+from .client import open_consumer, open_producer
 from .config import NsqdConfig
 from .lookupd.config import LookupdConfig
 from .lookupd.registry import CHANNEL, CLIENT, TOPIC, Registration
@@ -52,13 +55,16 @@ from .protocol.client import ClientConnection, encode_commands
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+    from contextlib import AbstractAsyncContextManager
 
+    from .client import ClientMessage, Consumer, Producer
     from .protocol import Command
     from .protocol.client import Frame
 
 __all__ = [
     "POLL_INTERVAL_AUTOJUMP",
     "REGISTRATION_TIMEOUT",
+    "ClientKit",
     "NsqCluster",
     "ProtocolClient",
     "ThreadedNsqd",
@@ -195,6 +201,47 @@ async def nsqd_client(nsqd: BoundAddresses) -> AsyncIterator[ProtocolClient]:
         yield client
     finally:
         await client.aclose()
+
+
+class ClientKit:
+    """The ``client`` fixture: trionsq.client pointed at the ``nsqd`` fixture."""
+
+    def __init__(self, address: str, producer: Producer) -> None:
+        self.address = address
+        """The broker's ``host:port`` for TCP clients."""
+        self.producer = producer
+
+    def consumer(
+        self, topic: str, channel: str, **options: object
+    ) -> AbstractAsyncContextManager[Consumer]:
+        """``async with client.consumer("t", "c") as consumer:`` (``open_consumer``'s
+        keyword options pass through)."""
+        return open_consumer(topic, channel, self.address, **options)  # type: ignore[arg-type]
+
+    async def publish(self, topic: str, *bodies: bytes) -> None:
+        """Store ``bodies`` in ``topic`` (one MPUB)."""
+        await self.producer.publish_many(topic, bodies)
+
+    async def take(self, topic: str, channel: str, count: int) -> list[ClientMessage]:
+        """The next ``count`` messages of ``topic``/``channel``, each finished (within
+        :data:`GUARD_SECONDS`: wrap it in ``trio.fail_after`` for less)."""
+        taken: list[ClientMessage] = []
+        with trio.fail_after(GUARD_SECONDS):
+            async with self.consumer(topic, channel, max_in_flight=max(1, count)) as consumer:
+                async for message in consumer:
+                    message.finish()
+                    taken.append(message)
+                    if len(taken) == count:
+                        break
+        return taken
+
+
+@pytest.fixture
+async def client(nsqd: BoundAddresses) -> AsyncIterator[ClientKit]:
+    """trionsq.client on the ``nsqd`` fixture: a producer, consumers on demand."""
+    address = join_host_port(*nsqd.tcp)
+    async with open_producer(address) as producer:
+        yield ClientKit(address, producer)
 
 
 @pytest.fixture
@@ -584,7 +631,7 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
-TRIO_FIXTURES: Final = frozenset({"nsqd", "nsqd_client", "lookupd", "nsq_cluster"})
+TRIO_FIXTURES: Final = frozenset({"nsqd", "nsqd_client", "client", "lookupd", "nsq_cluster"})
 """The fixtures that run in the test's Trio nursery, which pytest-trio provides."""
 
 
