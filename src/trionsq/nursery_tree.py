@@ -1,7 +1,9 @@
 """Where every long-lived task of a broker process gets its parent.
 
 The tree this module builds (design §3); a task not named here has no place in
-trionsq (a lookupd process has its own small tree, in lookupd/server.py). Branches marked (planned) arrive with their issues::
+trionsq (a lookupd process has its own small tree, in lookupd/server.py; the client's
+tasks, under the task that opens a producer or consumer, are :data:`CLIENT_TREE`
+below). Branches marked (planned) arrive with their issues::
 
     serve_nsqd(config, task_status)                  this module: builds the tree
     ├── broker nursery
@@ -65,7 +67,15 @@ log = logging.getLogger("trionsq")
 CONNECTION_TASK: Final = "trionsq.server.tcp.ClientSession.run"
 """Every TCP connection's task has this one name (not one string built per task)."""
 
-__all__ = ["TASKS", "TREE", "BoundAddresses", "open_nsqd", "serve_nsqd"]
+__all__ = [
+    "CLIENT_TASKS",
+    "CLIENT_TREE",
+    "TASKS",
+    "TREE",
+    "BoundAddresses",
+    "open_nsqd",
+    "serve_nsqd",
+]
 
 
 @attrs.frozen
@@ -270,3 +280,47 @@ TASKS: Final = {
 others are nurseries, or loops inside their parent's task): a test walks a running
 broker's task tree and finds each task where TREE puts it
 (tests/integration/test_task_tree.py)."""
+
+
+CLIENT_TREE: Final = (
+    ("caller task", None),
+    ("consumer nursery", "caller task"),
+    ("consumer subscription", "consumer nursery"),
+    ("consumer connection", "consumer subscription"),
+    ("consumer connection writer", "consumer connection"),
+    ("consumer connection reader", "consumer connection"),
+    ("consumer RDY redistribution", "consumer nursery"),
+    ("consumer discovery", "consumer nursery"),
+    ("consumer backoff wait", "consumer nursery"),
+    ("handle call", "caller task"),
+    ("handler nursery", "handle call"),
+    ("handler", "handler nursery"),
+    ("producer nursery", "caller task"),
+    ("producer connection", "producer nursery"),
+    ("producer connection writer", "producer connection"),
+    ("producer connection reader", "producer connection"),
+    ("producer batcher", "producer nursery"),
+    ("producer discovery", "producer nursery"),
+)
+"""The tasks :mod:`trionsq.client` starts, under the task that opens the producer or
+consumer (``async with open_consumer(...)`` runs its nursery in the caller's task):
+none outlives the ``async with`` block that owns it. The blocking client runs the
+same tree in its thread's ``trio.run``."""
+
+CLIENT_TASKS: Final = {
+    "consumer subscription": "Consumer._serve",  # reconnects in a loop
+    "consumer connection writer": "open_connection.<locals>.write",
+    "consumer connection reader": "open_connection.<locals>.read",
+    "consumer RDY redistribution": "Consumer._redistribute_forever",
+    "consumer discovery": "Discovery.run",
+    "consumer backoff wait": "Consumer._backoff_wait",
+    "handle call": "Consumer.handle",
+    "handler": "Consumer._handle_forever",
+    "producer connection": "Producer._serve",
+    "producer connection writer": "open_connection.<locals>.write",
+    "producer connection reader": "open_connection.<locals>.read",
+    "producer batcher": "Batcher.run",
+    "producer discovery": "Discovery.run",
+}
+"""The coroutine each task node of :data:`CLIENT_TREE` runs as (checked by
+tests/integration/test_task_tree.py on a running producer and consumer)."""

@@ -1,4 +1,5 @@
-"""The task tree of a running broker is the one nursery_tree.TREE declares: every
+"""The task tree of a running broker is the one nursery_tree.TREE declares (and a
+running client's the one CLIENT_TREE declares): every
 long-lived task runs under the parent TREE names (design card: each long-lived task
 has a parent nursery you can name in nursery_tree.py)."""
 
@@ -9,15 +10,17 @@ from typing import TYPE_CHECKING
 import trio
 
 from trionsq import NsqdConfig, serve_nsqd
+from trionsq.client import open_consumer, open_producer
 from trionsq.lookupd.config import LookupdConfig
 from trionsq.lookupd.server import serve_lookupd
-from trionsq.nursery_tree import TASKS, TREE
+from trionsq.nursery_tree import CLIENT_TASKS, CLIENT_TREE, TASKS, TREE
 from trionsq.protocol import Rdy, Sub
 from trionsq.testing import ProtocolClient, wait_until
 
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from trionsq.client import ClientMessage
     from trionsq.lookupd.server import LookupdAddresses
     from trionsq.nursery_tree import BoundAddresses
 
@@ -93,3 +96,54 @@ async def test_every_task_of_a_running_broker_is_where_tree_says(
     assert missing <= NOT_RUNNING_HERE
     for stream in (consumer.stream, http):
         await stream.aclose()
+
+
+def client_task_parent(node: str) -> str | None:
+    parents = dict(CLIENT_TREE)
+    parent = parents[node]
+    while parent is not None and parent not in CLIENT_TASKS and parent != "caller task":
+        parent = parents[parent]
+    return parent
+
+
+async def test_every_task_of_a_running_client_is_where_client_tree_says(
+    nursery: trio.Nursery,
+) -> None:
+    lookupd: LookupdAddresses = await nursery.start(serve_lookupd, LookupdConfig.loopback())
+    config = NsqdConfig.loopback(
+        lookupd_tcp_addresses=[f"127.0.0.1:{lookupd.tcp[1]}"], broadcast_address="127.0.0.1"
+    )
+    await nursery.start(serve_nsqd, config)
+    lookup = f"127.0.0.1:{lookupd.http[1]}"
+
+    async def use_the_client() -> None:  # in a task of its own: the client's alone below it
+        caller = trio.lowlevel.current_task()
+        names = {**CLIENT_TASKS, "caller task": qualname(caller)}
+        handled = trio.Event()
+
+        async def handler(message: ClientMessage) -> None:
+            handled.set()
+
+        async with open_producer(lookupd=lookup) as producer:
+            await producer.publish("t", b"x")
+            async with (
+                open_consumer("t", "c", lookupd=lookup) as consumer,
+                trio.open_nursery() as handlers,
+            ):
+                handlers.start_soon(consumer.handle, handler)
+                with trio.fail_after(10):
+                    await handled.wait()
+                allowed = {
+                    (names[node], names[parent])
+                    for node in CLIENT_TASKS
+                    if (parent := client_task_parent(node))
+                }
+                seen = tasks_under(caller)
+                assert [pair for pair in seen if pair not in allowed] == []
+                seen_names = {child for child, _ in seen}
+                missing = {node for node, name in CLIENT_TASKS.items() if name not in seen_names}
+                assert missing == {"consumer backoff wait"}  # only while backing off
+                handlers.cancel_scope.cancel()
+
+    async with trio.open_nursery() as own:
+        own.start_soon(use_the_client)

@@ -28,3 +28,14 @@ def test_every_task_node_is_a_node_of_the_tree() -> None:
     from trionsq.nursery_tree import TASKS
 
     assert set(TASKS) <= {name for name, _ in TREE}
+
+
+def test_the_client_tree_has_one_root_and_named_parents() -> None:
+    from trionsq.nursery_tree import CLIENT_TASKS, CLIENT_TREE
+
+    names = [name for name, _ in CLIENT_TREE]
+    assert len(names) == len(set(names))
+    assert [name for name, parent in CLIENT_TREE if parent is None] == ["caller task"]
+    for name, parent in CLIENT_TREE:
+        assert parent is None or parent in names, f"{name} has unknown parent {parent}"
+    assert set(CLIENT_TASKS) <= set(names)
