@@ -11,7 +11,13 @@ import trio
 import trio.testing
 
 from trionsq import NsqdConfig, serve_nsqd
-from trionsq.client import ConnectionOptions, NsqError, open_consumer, open_producer
+from trionsq.client import (
+    ConnectionOptions,
+    NsqError,
+    ProducerSettings,
+    open_consumer,
+    open_producer,
+)
 from trionsq.protocol.commands import ExtMessage
 from trionsq.protocol.identify import IdentifyRequest
 
@@ -173,3 +179,15 @@ async def test_the_client_fixture_publishes_and_takes(client: ClientKit) -> None
     async with client.consumer("fixture", "c", max_in_flight=1) as consumer:
         await client.publish("fixture", b"d")
         assert (await consumer.__anext__()).body == b"d"
+
+
+async def test_a_pool_of_connections_per_nsqd_shares_the_publishes(nsqd: BoundAddresses) -> None:
+    settings = ProducerSettings(connections_per_nsqd=3, batching=False)
+    async with open_producer(tcp(nsqd), settings=settings) as producer:
+        async with trio.open_nursery() as publishers:
+            for i in range(30):
+                publishers.start_soon(producer.publish, "pool", b"%d" % i)
+        pool = list(producer._connections.values())
+    assert len(pool) == 3
+    assert len({id(connection) for connection in pool}) == 3
+    assert nsqd.broker.topics["pool"].partitions[0].message_count == 30
