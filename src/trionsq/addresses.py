@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import trio
 
-__all__ = ["join_host_port", "peer_address"]
+__all__ = ["join_host_port", "local_address", "peer_address"]
 
 
 def join_host_port(host: str, port: int) -> str:
@@ -24,9 +24,20 @@ def peer_address(sock: trio.socket.SocketType) -> str:
     """The other end of a connected socket as Go prints it; a unix socket's path;
     ``""`` once the peer has reset the connection."""
     try:
-        peer = sock.getpeername()
+        return _socket_name(sock.getpeername())
     except OSError:
         return ""
-    if not isinstance(peer, tuple):
-        return str(peer)
-    return join_host_port(peer[0], peer[1])
+
+
+def local_address(sock: trio.socket.SocketType) -> str:
+    """This end of a socket as Go prints it; ``""`` once the socket is closed."""
+    try:
+        return _socket_name(sock.getsockname())
+    except OSError:
+        return ""
+
+
+def _socket_name(name: object) -> str:
+    if not isinstance(name, tuple):
+        return str(name)
+    return join_host_port(name[0], name[1])

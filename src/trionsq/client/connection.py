@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Final
 
 import trio
 
-from ..addresses import join_host_port
+from ..addresses import local_address, peer_address
 from ..config import split_host_port
 from ..protocol.client import (
     ClientConnection,
@@ -128,18 +128,12 @@ class Connection:
     @property
     def local_address(self) -> str:
         """This end's ``host:port`` (for trace logs)."""
-        try:
-            return _host_port(self._socket.socket.getsockname())
-        except OSError:
-            return "?"
+        return local_address(self._socket.socket)
 
     @property
     def remote_address(self) -> str:
         """The broker's ``host:port`` as connected (for trace logs)."""
-        try:
-            return _host_port(self._socket.socket.getpeername())
-        except OSError:
-            return "?"
+        return peer_address(self._socket.socket)
 
     async def wait_closed(self) -> None:
         """Return once the broker has closed the connection (or it was lost)."""
@@ -398,10 +392,3 @@ async def _expect_ok(layers: Layers, parser: ClientConnection, upgrade: str) -> 
     if reply.data != b"OK":
         text = f"{upgrade} upgrade answered {reply.data[:40]!r}, not OK"
         raise NsqError(ErrorReply(ProtocolError("E_IDENTIFY_FAILED", text)))
-
-
-def _host_port(name: object) -> str:
-    """A socket name as ``host:port`` (``[v6]:port``)."""
-    if isinstance(name, tuple) and len(name) >= 2:
-        return join_host_port(str(name[0]), int(name[1]))
-    return "?"

@@ -25,6 +25,7 @@ import attrs
 import orjson
 import trio
 
+from ..addresses import join_host_port
 from ..http.client import HttpClientError, http_get
 
 if TYPE_CHECKING:
@@ -86,7 +87,7 @@ def _peer_address(peer: object) -> str | None:
     host, port = peer.get("broadcast_address"), peer.get("tcp_port")
     if not isinstance(host, str) or not isinstance(port, int) or not host:
         return None
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return join_host_port(host, port)
 
 
 def parse_lookup(body: bytes) -> Placement:
@@ -135,7 +136,7 @@ def parse_listlookup(body: bytes) -> list[str]:
             continue
         host, port = node.get("NodeIP"), node.get("HttpPort")
         if isinstance(host, str) and host and isinstance(port, str) and port.isdigit():
-            found.append(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+            found.append(join_host_port(host, int(port)))
     return found
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from ..protocol.message import parse_binary_id, parse_hex_id
+
 if TYPE_CHECKING:
     from ..protocol.client import TracedReply
     from ..protocol.message import Message
@@ -22,10 +24,11 @@ trace_log = logging.getLogger("trionsq.client.trace")
 
 
 def _ids(message_id: bytes) -> tuple[str, int]:
-    """(internal id, trace id): Youzan's binary pair, or nsqd's hex text and 0."""
-    if len(message_id) == 16 and not all(48 <= b < 58 or 97 <= b < 103 for b in message_id):
-        return str(int.from_bytes(message_id[:8], "big")), int.from_bytes(message_id[8:], "big")
-    return message_id.decode("ascii", "replace"), 0
+    """(internal id, trace id): nsqd's hex text and 0, or Youzan's binary pair."""
+    if parse_hex_id(message_id) >= 0:
+        return message_id.decode("ascii"), 0
+    internal_id, trace_id = parse_binary_id(message_id)
+    return str(internal_id), trace_id
 
 
 def trace_consumed(connection: Connection, partition: int | None, messages: list[Message]) -> None:
