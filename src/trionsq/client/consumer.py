@@ -127,22 +127,23 @@ class Consumer:
         return self
 
     async def __anext__(self) -> ClientMessage:
-        waiting = self._waiting
-        while not waiting:
-            await self._arrived.wait()
-            self._arrived = trio.Event()
-        return waiting.popleft()
+        if not self._waiting:  # no scheduler pass while any are waiting
+            await self._wait_for_messages()
+        return self._waiting.popleft()
 
     async def next_batch(self) -> list[ClientMessage]:
         """Every message waiting now (at least one: waits for it), for callers that
         hand messages on in bulk, as the blocking client does."""
-        waiting = self._waiting
-        while not waiting:
+        if not self._waiting:
+            await self._wait_for_messages()
+        batch = list(self._waiting)
+        self._waiting.clear()
+        return batch
+
+    async def _wait_for_messages(self) -> None:
+        while not self._waiting:
             await self._arrived.wait()
             self._arrived = trio.Event()
-        batch = list(waiting)
-        waiting.clear()
-        return batch
 
     # --------------------------------------------------------------- handler mode
 

@@ -64,7 +64,8 @@ class Placement:
 
     targets: tuple[Target, ...] = ()
     partition_count: int | None = None
-    """``meta.partition_num`` (Youzan with ``metainfo``), else None."""
+    """``meta.partition_num`` (Youzan with ``metainfo``), else the highest partition
+    listed plus one, else None (no partitions: upstream)."""
     ordered: bool = False
     extend_support: bool = False
 
@@ -116,10 +117,16 @@ def parse_lookup(body: bytes) -> Placement:
     count = meta.get("partition_num")
     return Placement(
         tuple(sorted(set(targets))),
-        count if isinstance(count, int) and count > 0 else None,
+        count if isinstance(count, int) and count > 0 else _listed_count(targets),
         meta.get("ordered") is True,
         meta.get("extend_support") is True,
     )
+
+
+def _listed_count(targets: Sequence[Target]) -> int | None:
+    """Without ``meta``: as many partitions as the highest one listed says."""
+    listed = [target.partition for target in targets if target.partition is not None]
+    return max(listed) + 1 if listed else None
 
 
 def parse_listlookup(body: bytes) -> list[str]:

@@ -199,9 +199,7 @@ class Producer:
         if self._lookupd:
             placement = await self._placement(topic)
             if placement.targets:
-                targets = placement.targets
-                partitioned = [t.partition for t in targets if t.partition is not None]
-                count = placement.partition_count or (max(partitioned) + 1 if partitioned else None)
+                targets, count = placement.targets, placement.partition_count
             elif not targets:  # upstream: a new topic lives wherever it is first published
                 targets = await self._discoveries[topic].nodes()
         if not targets:

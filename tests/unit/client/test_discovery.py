@@ -81,7 +81,9 @@ def test_unusable_peers_and_negative_partitions_are_left_out() -> None:
             }
         }
     )
-    assert parse_lookup(body).targets == (Target("10.0.0.9:4", 1),)
+    placement = parse_lookup(body)
+    assert placement.targets == (Target("10.0.0.9:4", 1),)
+    assert placement.partition_count == 2  # no meta: the highest partition listed says
 
 
 @pytest.mark.parametrize("body", [b"[1]", b"not json"])
