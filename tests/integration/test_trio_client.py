@@ -15,10 +15,11 @@ from trionsq.client import (
     ConnectionOptions,
     NsqError,
     ProducerSettings,
+    open_connection,
     open_consumer,
     open_producer,
 )
-from trionsq.protocol.commands import ExtMessage
+from trionsq.protocol.commands import ExtMessage, Sub
 from trionsq.protocol.identify import IdentifyRequest
 
 if TYPE_CHECKING:
@@ -191,3 +192,29 @@ async def test_a_pool_of_connections_per_nsqd_shares_the_publishes(nsqd: BoundAd
     assert len(pool) == 3
     assert len({id(connection) for connection in pool}) == 3
     assert nsqd.broker.topics["pool"].partitions[0].message_count == 30
+
+
+async def test_a_frame_the_parser_refuses_ends_the_connection_not_its_owner(
+    nursery: trio.Nursery,
+) -> None:
+    """A broker (faked here) that answers IDENTIFY and SUB, then sends a frame of an
+    impossible size: the connection is lost, as if the broker had closed it."""
+    (listener,) = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = listener.socket.getsockname()[1]
+
+    async def corrupt_broker() -> None:
+        async with listener:
+            stream = await listener.accept()
+        async with stream:
+            await stream.receive_some(65536)  # magic + IDENTIFY
+            await stream.send_all(b"\x00\x00\x00\x06\x00\x00\x00\x00OK")
+            await stream.receive_some(65536)  # SUB
+            await stream.send_all(b"\x00\x00\x00\x06\x00\x00\x00\x00OK\x00\x00\x00\x01\x00")
+            await trio.sleep_forever()
+
+    nursery.start_soon(corrupt_broker)
+    with trio.fail_after(10):
+        async with open_connection(f"127.0.0.1:{port}") as connection:
+            await connection.request(Sub("t", "c"))
+            await connection.wait_closed()
+    assert connection.closed

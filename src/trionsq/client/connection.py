@@ -248,6 +248,8 @@ class Connection:
             else:
                 for plain in codec.decode(data):
                     route(parser.receive_data(plain))
+            if parser.error is not None:  # the parser keeps it for its next call: now
+                raise parser.error
             if not data:
                 return
 
@@ -325,8 +327,8 @@ async def open_connection(
                     async def write() -> None:
                         try:
                             await connection._write_forever()
-                        except (trio.BrokenResourceError, trio.ClosedResourceError) as error:
-                            log.info("%s: connection lost: %s", address, error)  # a layered send
+                        except connection._lost as error:  # the reader's set: one meaning
+                            log.info("%s: connection lost: %s", address, error)
                             connection._fail_waiters()
 
                     async def read() -> None:

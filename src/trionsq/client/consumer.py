@@ -26,6 +26,7 @@ from ..protocol.commands import OffsetSpec, Sub, SubAdvanced, SubOrdered
 from .connection import ConnectionClosedError, NsqError, open_connection
 from .discovery import Discovery, Placement, Target
 from .groups import single_errors
+from .layers import LOST
 from .message import ClientMessage
 from .options import ConnectionOptions
 from .ordering import OffsetCheck
@@ -46,10 +47,8 @@ __all__ = ["ClientMessage", "Consumer", "ConsumerSettings", "open_consumer"]
 log = logging.getLogger("trionsq.client")
 BACKOFF_FIRST: Final = 0.1
 BACKOFF_MAX: Final = 10.0
-REFRESH_ERRORS: Final = frozenset(
-    {"E_FAILED_ON_NOT_LEADER", "E_FAILED_ON_NOT_WRITABLE", "E_TOPIC_NOT_EXIST"}
-)
-"""Answers that mean the lookup is out of date (seed 003's error table)."""
+LOST_OR_CLOSED: Final[tuple[type[Exception], ...]] = (*LOST, ConnectionClosedError)
+"""A connection that could not be opened or was lost: try again after a backoff."""
 
 
 @attrs.frozen
@@ -281,7 +280,7 @@ class Consumer:
                 try:
                     await self._subscribed(target, subscribed, first)
                     subscribed, first, backoff = True, None, BACKOFF_FIRST
-                except (OSError, ConnectionClosedError, trio.BrokenResourceError) as error:
+                except LOST_OR_CLOSED as error:
                     if first is not None and strict:
                         raise
                     log.info("%s: consumer connection lost: %s", target.address, error)

@@ -41,8 +41,10 @@ LOST: Final[tuple[type[Exception], ...]] = (
     trio.BrokenResourceError,
     trio.ClosedResourceError,
     OSError,
+    ProtocolError,
 )
-"""How a connection without compression is lost while it runs (TLS failures included)."""
+"""How a connection without compression is lost while it runs: TLS failures
+included, and a frame the parser refuses (the stream cannot be resynchronised)."""
 _SIZE: Final = struct.Struct(">i")
 Buffer = bytes | bytearray | memoryview
 
