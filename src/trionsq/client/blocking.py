@@ -51,6 +51,7 @@ import trio
 
 from .connection import ConnectionClosedError
 from .consumer import Consumer, open_consumer
+from .message import MessageFields
 from .producer import Producer, open_producer
 
 if TYPE_CHECKING:
@@ -61,7 +62,6 @@ if TYPE_CHECKING:
 
     from ..protocol.client import TracedReply
     from ..protocol.commands import ExtMessage
-    from ..protocol.message import Message
     from .message import ClientMessage
 
 __all__ = [
@@ -287,47 +287,17 @@ class BlockingProducer(_Hosted[Producer]):
             raise ConnectionClosedError("the producer was closed") from stopped
 
 
-class BlockingMessage:
+class BlockingMessage(MessageFields):
     """A delivered message; its answers may be given from any thread (each of FIN
     and REQ at most once, TOUCH as often as needed) and leave without blocking."""
 
-    __slots__ = ("_consumer", "_delivered", "responded")
+    __slots__ = ("_consumer", "_delivered", "message", "responded")
 
     def __init__(self, delivered: ClientMessage, consumer: BlockingConsumer) -> None:
+        self.message = delivered.message
         self._delivered = delivered
         self._consumer = consumer
         self.responded = False
-
-    @property
-    def message(self) -> Message:
-        return self._delivered.message
-
-    @property
-    def body(self) -> bytes:
-        return self._delivered.message.body
-
-    @property
-    def id(self) -> bytes:
-        return self._delivered.message.id
-
-    @property
-    def attempts(self) -> int:
-        return self._delivered.message.attempts
-
-    @property
-    def timestamp(self) -> int:
-        """Publish time, nanoseconds since the Unix epoch."""
-        return self._delivered.message.timestamp
-
-    @property
-    def offset(self) -> int | None:
-        """Its place in the partition's log (ordered or SUB_ADVANCED consumers)."""
-        return self._delivered.message.offset
-
-    @property
-    def ext(self) -> bytes:
-        """Youzan's JSON header or tag, as published (ext topics)."""
-        return self._delivered.message.ext
 
     def finish(self) -> None:
         """FIN: done with it."""

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from ..protocol.message import Message
     from .connection import Connection
 
-__all__ = ["ClientMessage", "Outcomes"]
+__all__ = ["ClientMessage", "MessageFields", "Outcomes"]
 
 
 class Outcomes(Protocol):
@@ -22,24 +22,12 @@ class Outcomes(Protocol):
     def outcome(self, succeeded: bool) -> None: ...
 
 
-class ClientMessage:
-    """A delivered message and what its consumer may answer (FIN or REQ once)."""
+class MessageFields:
+    """What a delivered message carries, read from its ``message``: shared by the
+    async client's messages and the blocking client's."""
 
-    __slots__ = ("_connection", "_outcomes", "message", "partition", "responded")
-
-    def __init__(
-        self,
-        message: Message,
-        connection: Connection,
-        outcomes: Outcomes,
-        partition: int | None = None,
-    ) -> None:
-        self.message = message
-        self.partition = partition
-        """The Youzan partition it came from (None: a plain SUB)."""
-        self._connection = connection
-        self._outcomes = outcomes
-        self.responded = False
+    __slots__ = ()
+    message: Message
 
     @property
     def body(self) -> bytes:
@@ -67,6 +55,26 @@ class ClientMessage:
     def ext(self) -> bytes:
         """Youzan's JSON header or tag, as published (ext topics)."""
         return self.message.ext
+
+
+class ClientMessage(MessageFields):
+    """A delivered message and what its consumer may answer (FIN or REQ once)."""
+
+    __slots__ = ("_connection", "_outcomes", "message", "partition", "responded")
+
+    def __init__(
+        self,
+        message: Message,
+        connection: Connection,
+        outcomes: Outcomes,
+        partition: int | None = None,
+    ) -> None:
+        self.message = message
+        self.partition = partition
+        """The Youzan partition it came from (None: a plain SUB)."""
+        self._connection = connection
+        self._outcomes = outcomes
+        self.responded = False
 
     def finish(self) -> None:
         """FIN: done with it. Queued, not awaited."""
