@@ -301,11 +301,15 @@ CLIENT_TREE: Final = (
     ("producer connection reader", "producer connection"),
     ("producer batcher", "producer nursery"),
     ("producer discovery", "producer nursery"),
+    ("blocking nursery", "caller task"),
+    ("blocking message pump", "blocking nursery"),
+    ("blocking answer flusher", "blocking nursery"),
 )
 """The tasks :mod:`trionsq.client` starts, under the task that opens the producer or
 consumer (``async with open_consumer(...)`` runs its nursery in the caller's task):
 none outlives the ``async with`` block that owns it. The blocking client runs the
-same tree in its thread's ``trio.run``."""
+same tree in its thread's ``trio.run`` (the caller task is ``_Hosted._main``), with
+a consumer's pump and answer flusher beside the consumer's nursery."""
 
 CLIENT_TASKS: Final = {
     "consumer subscription": "Consumer._serve",  # reconnects in a loop
@@ -321,6 +325,8 @@ CLIENT_TASKS: Final = {
     "producer connection reader": "open_connection.<locals>.read",
     "producer batcher": "Batcher.run",
     "producer discovery": "Discovery.run",
+    "blocking message pump": "BlockingConsumer._pump",
+    "blocking answer flusher": "BlockingConsumer._flush_forever",
 }
 """The coroutine each task node of :data:`CLIENT_TREE` runs as (checked by
 tests/integration/test_task_tree.py on a running producer and consumer)."""

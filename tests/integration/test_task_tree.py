@@ -11,6 +11,7 @@ import trio
 
 from trionsq import NsqdConfig, serve_nsqd
 from trionsq.client import open_consumer, open_producer
+from trionsq.client.blocking import connect_consumer
 from trionsq.lookupd.config import LookupdConfig
 from trionsq.lookupd.server import serve_lookupd
 from trionsq.nursery_tree import CLIENT_TASKS, CLIENT_TREE, TASKS, TREE
@@ -142,8 +143,38 @@ async def test_every_task_of_a_running_client_is_where_client_tree_says(
                 assert [pair for pair in seen if pair not in allowed] == []
                 seen_names = {child for child, _ in seen}
                 missing = {node for node, name in CLIENT_TASKS.items() if name not in seen_names}
-                assert missing == {"consumer backoff wait"}  # only while backing off
+                # only while backing off; and the blocking client's, checked below
+                assert missing == {
+                    "consumer backoff wait",
+                    "blocking message pump",
+                    "blocking answer flusher",
+                }
                 handlers.cancel_scope.cancel()
 
     async with trio.open_nursery() as own:
         own.start_soon(use_the_client)
+
+
+def test_the_blocking_consumers_tasks_are_where_client_tree_says(
+    nsqd_thread: BoundAddresses,
+) -> None:
+    address = f"127.0.0.1:{nsqd_thread.tcp[1]}"
+    seen: list[tuple[str, str]] = []
+    with connect_consumer("t", "c", address) as consumer:
+
+        def walk() -> None:
+            root = trio.lowlevel.current_root_task()
+            assert root is not None
+            seen.extend(tasks_under(find(root, "_Hosted._main")))
+
+        trio.from_thread.run_sync(walk, trio_token=consumer._token)
+    names = {**CLIENT_TASKS, "caller task": "_Hosted._main"}
+    allowed = {
+        (names[node], names[parent])
+        for node in CLIENT_TASKS
+        if (parent := client_task_parent(node))
+    }
+    assert [pair for pair in seen if pair not in allowed] == []
+    seen_names = {child for child, _ in seen}
+    for node in ("blocking message pump", "blocking answer flusher", "consumer subscription"):
+        assert CLIENT_TASKS[node] in seen_names
