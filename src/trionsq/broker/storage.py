@@ -50,12 +50,13 @@ from .metadata import (
     save_metadata,
     snapshot,
 )
+from .reader_holds import HoldsError, fit_holds, holds_path, load_holds, save_holds
 
 if TYPE_CHECKING:
     from ..config import NsqdConfig
     from ..queues.partition_log import PartitionLog
     from .channel import Channel
-    from .topic import Topics
+    from .topic import Partition, Topics
 
 __all__ = ["Storage"]
 
@@ -89,6 +90,8 @@ class Storage:
         self._unsynced_count = 0
         self.health = StorageHealth()
         """Whether writes succeed (``/ping``, ``/stats`` health)."""
+        self._holds_lock = trio.Lock()
+        """One reader-hold write at a time, so the last file written is the latest."""
 
     @property
     def enabled(self) -> bool:
@@ -196,6 +199,7 @@ class Storage:
                     if state is not None:
                         self._restore_channel(meta.name, partition.index, channel, state, now, wall)
                     channel.paused = channel_meta.paused
+                self._restore_holds(meta.name, partition)
             if meta.paused:
                 topic.set_paused(True)
         self._saved_metadata = encode_metadata(snapshot(broker))
@@ -223,6 +227,34 @@ class Storage:
                 channel,
             )
             return None
+
+    def _restore_holds(self, topic: str, partition: Partition) -> None:
+        """The partition's saved reader holds (an unusable file is set aside)."""
+        assert self.directory is not None  # noqa: S101 - only called when enabled
+        path = holds_path(self.directory, topic, partition.index)
+        try:
+            saved = load_holds(path)
+        except HoldsError as error:
+            bad = _set_aside(path)
+            log.error("%s; set aside as %s: its reader holds are gone", error, bad.name)
+            return
+        label = f"{topic}/{partition.index}"
+        for hold in fit_holds(partition.log, saved, label=label):
+            partition.holds.put(hold)  # all of them before anything is released
+
+    async def save_holds(self, topic: str, partition: Partition) -> None:
+        """Write the partition's durable reader holds now (in a worker thread); in
+        memory, nothing. Raises OSError when the file system refuses."""
+        if self.directory is None or is_ephemeral(topic):
+            return
+        path = holds_path(self.directory, topic, partition.index)
+        key = (topic, partition.index)
+        async with self._holds_lock:
+            if self.logs.get(key) is not partition.log:
+                return  # the topic was deleted meanwhile, its files with it
+            await trio.to_thread.run_sync(save_holds, path, partition.holds.durable())
+            if self.logs.get(key) is not partition.log:  # deleted while writing
+                await trio.to_thread.run_sync(save_holds, path, ())
 
     def _restore_channel(
         self,

@@ -17,13 +17,16 @@ from ..protocol.names import is_ephemeral
 from ..queues.ephemeral import EphemeralFeed
 from ..queues.memory_log import MemoryLog
 from .channel import Channel
+from .reader_holds import ReaderHolds
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
     from ..queues.partition_log import PartitionLog
     from ..queues.record import Record as Record  # the publish result, for transports
+    from .idempotence import IdempotenceTable
     from .latency import LatencySettings
+    from .reader_holds import ReaderHold
 
 __all__ = ["Partition", "Topic", "TopicStatistics", "Topics"]
 
@@ -87,6 +90,13 @@ class Partition:
         self.message_bytes = 0
         self.dropped = 0
         """Ephemeral messages dropped past mem-queue-size (nsqd reports these as success)."""
+        self.holds = ReaderHolds()
+        """Readers by offset whose unread records are kept (broker/reader_holds.py)."""
+        self._released_before = 0
+        """Ids below it are let go by the topic itself (its last channel deleted, an
+        empty) while a hold may keep them in the log: no later first channel gets them."""
+        self.idempotence: IdempotenceTable | None = None
+        """The ``##idempotency_key`` values stored lately (made at the first one)."""
 
     def channel(self, name: str, *, oldest: bool = False) -> Channel:
         """The channel, created if missing.
@@ -102,7 +112,7 @@ class Partition:
         if existing is not None:
             return existing
         if not self.channels or (oldest and not self.paused):
-            start = self.log.start_id
+            start = max(self.log.start_id, self._released_before)
             if self.paused:
                 self.pause_from = start
         elif self.paused and self.pause_from is not None:
@@ -138,7 +148,9 @@ class Partition:
         channel = self.channels.pop(name, None)
         if channel is not None and not self.channels:
             held_from = self.pause_from if self.paused else None
-            self.log.discard_before(self.log.next_id if held_from is None else held_from)
+            target = self.log.next_id if held_from is None else held_from
+            self._released_before = max(self._released_before, target)
+            self.log.discard_before(self.holds.floor(target))
         else:
             self.release()
         return channel
@@ -216,15 +228,19 @@ class Partition:
     def held(self) -> int:
         """Messages the topic itself holds: all, with no channel; since the pause, paused."""
         if not self.channels:
+            if self._released_before > self.log.start_id:  # a hold keeps those in the log
+                return max(self.log.next_id - self._released_before, 0)
             return len(self.log)
         if self.paused and self.pause_from is not None:
             return self.log.next_id - max(self.pause_from, self.log.start_id)
         return 0
 
     def release(self) -> int:
-        """Let go of records no channel needs from the log; returns how many."""
+        """Let go of records no channel and no reader hold needs; returns how many."""
         if not self.channels:
-            return 0
+            if self._released_before <= self.log.start_id:
+                return 0  # the topic holds what it has, as before any hold
+            return self.log.discard_before(self.holds.floor(self._released_before))
         floor = self.log.next_id
         for channel in self.channels.values():
             floor = min(floor, channel.cursor.confirmed_id)
@@ -232,7 +248,27 @@ class Partition:
                 floor = min(floor, channel.saved_confirmed)
         if self.paused and self.pause_from is not None:
             floor = min(floor, self.pause_from)
-        return self.log.discard_before(floor)
+        return self.log.discard_before(self.holds.floor(floor))
+
+    def hold(self, hold: ReaderHold) -> ReaderHold | None:
+        """Create or move a reader hold (its id at least ``log.earliest_id``); returns
+        the one it replaced. Records released but still in the log come back under it
+        (only for the hold: the topic and its channels do not get them again)."""
+        log = self.log
+        if hold.internal_id < log.start_id:
+            if not self.channels:
+                self._released_before = max(self._released_before, log.start_id)
+            log.rewind(hold.internal_id)
+        previous = self.holds.put(hold)
+        self.release()
+        return previous
+
+    def unhold(self, reader: str) -> ReaderHold | None:
+        """Remove a reader hold (None if there was none); what it kept may go now."""
+        removed = self.holds.pop(reader)
+        if removed is not None:
+            self.release()
+        return removed
 
     def empty(self) -> int:
         """Topic empty: drop the messages the topic itself holds; returns how many.
@@ -241,10 +277,15 @@ class Partition:
         no channel (or is paused); what channels hold is theirs. Here that is the
         whole log when there is no channel. With channels nothing is dropped: the
         paused-topic case (messages published since the pause) is not modelled yet.
+        The ``##idempotency_key`` values remembered are forgotten either way.
         """
+        self.idempotence = None  # an emptied topic takes every key again
         if self.channels:
             return 0
-        return self.log.discard_before(self.log.next_id)
+        dropped = self.held()
+        self._released_before = self.log.next_id
+        self.log.discard_before(self.holds.floor(self.log.next_id))
+        return dropped
 
 
 class Topic:

@@ -75,10 +75,19 @@ class _ColdReads(_SegmentRecovery):
     # -- reading from disk (any thread) ---------------------------------------------
 
     def read_cold(
-        self, from_id: int, max_records: int, max_bytes: int = COLD_CHUNK_BYTES
+        self,
+        from_id: int,
+        max_records: int,
+        max_bytes: int = COLD_CHUNK_BYTES,
+        *,
+        floor: int | None = None,
     ) -> list[Record]:
         """Up to ``max_records`` records (about ``max_bytes``) from ``from_id`` on, read
         from the segment files. Blocking, and meant for a worker thread.
+
+        Ids below ``floor`` (default ``start_id``) are not read: a channel never reads
+        what was released, while a reader by offset (``broker/log_reads.py``) passes
+        :attr:`earliest_id` to read what retention still keeps on disk.
 
         The first read that needs a sealed segment verifies it first (one pass over
         its records, see :meth:`_checked`): damaged records are skipped, logged and
@@ -101,7 +110,7 @@ class _ColdReads(_SegmentRecovery):
           single assignment, so others see None or all of it; a per-segment lock
           makes the others wait for it rather than verify too. The holes it finds go
           to a list guarded by ``_lock``, which the appending thread empties;
-        - ``_start_id``, one integer read.
+        - ``_start_id``, one integer read (only when ``floor`` is None).
 
         Each call opens its own descriptor per segment and closes it, so closing
         or deleting segments meanwhile cannot make it read another file. A segment
@@ -112,7 +121,7 @@ class _ColdReads(_SegmentRecovery):
         before the call, and perhaps some appended during it.
         """
         segments = self._segments
-        from_id = max(from_id, self._start_id)
+        from_id = max(from_id, self._start_id if floor is None else floor)
         out: list[Record] = []
         if max_records <= 0 or not segments:
             return out

@@ -132,8 +132,16 @@ class MemoryLog:
         """Never: every record held is in memory."""
         return False
 
-    def read_cold(self, from_id: int, max_records: int) -> list[Record]:
+    def read_cold(
+        self,
+        from_id: int,
+        max_records: int,
+        max_bytes: int = 0,
+        *,
+        floor: int | None = None,
+    ) -> list[Record]:
         """Nothing is on disk."""
+        del max_bytes, floor
         return []
 
     def install_chunk(self, from_id: int, records: list[Record]) -> None:

@@ -81,9 +81,18 @@ class PartitionLog(Protocol):
     def is_cold(self, from_id: int) -> bool:
         """Whether reading from ``from_id`` needs :meth:`read_cold` first."""
 
-    def read_cold(self, from_id: int, max_records: int) -> list[Record]:
-        """Up to ``max_records`` records from ``from_id`` on, read from the files
-        (blocking; any thread); pass them to :meth:`install_chunk` to serve them."""
+    def read_cold(
+        self,
+        from_id: int,
+        max_records: int,
+        max_bytes: int = ...,
+        *,
+        floor: int | None = None,
+    ) -> list[Record]:
+        """Up to ``max_records`` records (about ``max_bytes``) from ``from_id`` on, read
+        from the files (blocking; any thread); pass them to :meth:`install_chunk` to
+        serve them. Nothing below ``floor`` (default ``start_id``; at least
+        ``earliest_id``) is read."""
 
     def install_chunk(self, from_id: int, records: list[Record]) -> None:
         """Keep what :meth:`read_cold` returned so :meth:`read` serves it."""

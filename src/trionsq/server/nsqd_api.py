@@ -22,6 +22,7 @@ import attrs
 import orjson
 
 from ..broker.health import StorageFault
+from ..broker.idempotence import publish_once
 from ..broker.offsets import OffsetError
 from ..broker.rules import (
     EXT_TOO_LONG_REASON,
@@ -35,17 +36,18 @@ from ..http.messages import Request, Response, parse_bool
 from ..protocol.broker_errors import pub_failed
 from ..protocol.commands import OffsetSpec
 from ..protocol.errors import ProtocolError
-from ..protocol.ext_header import TRACE_ID_KEY, check_ext_header
+from ..protocol.ext_header import TRACE_ID_KEY, ExtHeader, check_ext_header
 from ..protocol.message import EXT_VERSION_JSON
 from ..protocol.names import is_valid_name
 from ..protocol.strconv import go_atoi, go_parse_uint64
 from ..version import NSQD_RELEASE, TRIONSQ_VERSION, version_string
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable
+    from collections.abc import Awaitable, Sequence
 
     from ..auth.session import AuthSession
     from ..broker.broker import Broker
+    from ..broker.idempotence import Stored
     from ..broker.topic import Record
     from ..config import NsqdConfig
 
@@ -100,6 +102,7 @@ _NOT_CFG_NAMES: Final = frozenset(
         "persist",
         "retention",
         "trace_log",
+        "idempotency_window",
     }
 )
 """Fields /config does not know by their own name: renamed, or without a flag in nsqd."""
@@ -173,6 +176,9 @@ class NsqdHttpApi:
             "/stats": {"GET": self._stats},
             **{path: {"POST": handler} for path, handler in post_ignoring_body.items()},
         }
+        from .partition_api import PartitionApi  # it builds on this module's helpers
+
+        self.routes.update(PartitionApi(broker, self._authorize_reader).routes)
 
     # ------------------------------------------------------------- connection hooks
 
@@ -304,7 +310,12 @@ class NsqdHttpApi:
         return name, target
 
     async def _authorize_publish(
-        self, request: Request, verb: str = "PUB", *, invalid: str = "INVALID_TOPIC"
+        self,
+        request: Request,
+        verb: str = "PUB",
+        *,
+        invalid: str = "INVALID_TOPIC",
+        channel: str = "",
     ) -> None:
         """With --auth-http-address, publishing over HTTP needs a secret too.
 
@@ -313,6 +324,8 @@ class NsqdHttpApi:
         is checked like TCP's AUTH + PUB, the grants kept per secret and client
         address until their ttl. 401 without a working secret, 403 when the grants
         do not cover the topic; checked before the topic is created, as TCP's MPUB.
+        With a ``channel``, the grants must allow subscribing to it instead (readers
+        by offset, server/partition_api.py).
         """
         if not self.config.auth_http_addresses:
             return
@@ -335,9 +348,13 @@ class NsqdHttpApi:
         self._auth_sessions[key] = session
         while len(self._auth_sessions) > MAX_AUTH_SESSIONS:
             del self._auth_sessions[next(iter(self._auth_sessions))]
-        error = await session.check(verb, topic)
+        error = await session.check(verb, topic, channel)
         if error is not None:
             raise HttpError(403 if error.code == "E_UNAUTHORIZED" else 401, error.text)
+
+    async def _authorize_reader(self, request: Request, verb: str, reader: str) -> None:
+        """AUTH for ``/partition/...``: a subscribe to the topic as channel ``reader``."""
+        await self._authorize_publish(request, verb, invalid="INVALID_ARG_TOPIC", channel=reader)
 
     async def _pub(self, request: Request) -> Response:
         body = request.body
@@ -417,6 +434,8 @@ class NsqdHttpApi:
         if refusal is Refusal.EXT_TOO_LONG:  # the record's limit: TCP's refusal, as a 400
             raise HttpError(400, pub_failed("PUB", EXT_TOO_LONG_REASON, youzan=True).text)
         trace_id = checked.trace_id
+        if checked.idempotency_key is not None:
+            return self._pub_ext_once(request, topic, partition, body, header, checked)
         records = self.broker.publish(
             topic,
             [body],
@@ -430,6 +449,35 @@ class NsqdHttpApi:
         if trace_id is None:
             return Response.legacy_ok("OK") if request.legacy else Response.text("OK")
         return _traced(records, str(checked.fields[TRACE_ID_KEY]), legacy=request.legacy)
+
+    def _pub_ext_once(
+        self,
+        request: Request,
+        topic: str,
+        partition: int,
+        body: bytes,
+        header: bytes,
+        checked: ExtHeader,
+    ) -> Response:
+        """/pub_ext with ``##idempotency_key``: stored unless the partition holds the
+        key; a traced one answers with the record that holds it (its trace id)."""
+        stored = publish_once(
+            self.broker,
+            topic,
+            [body],
+            [checked.idempotency_key],
+            time.time_ns(),
+            partition_index=partition,
+            trace_ids=[checked.trace_id or 0],
+            exts=[header],
+            source=request.remote_address,
+        )
+        if checked.trace_id is None or stored is None:
+            return Response.legacy_ok("OK") if request.legacy else Response.text("OK")
+        given = str(checked.fields[TRACE_ID_KEY])
+        if stored.trace_id != checked.trace_id:  # a duplicate: the original's trace id
+            given = str(stored.trace_id)
+        return _traced([stored], given, legacy=request.legacy)
 
     def _text_bodies(self, body: bytes) -> list[bytes]:
         """Newline mode: one message per line; empty lines are skipped, ``\\r`` kept."""
@@ -680,7 +728,7 @@ def _nsqext_headers(request: Request) -> dict[str, str]:
     }
 
 
-def _traced(records: list[Record], trace_id: str, *, legacy: bool) -> Response:
+def _traced(records: Sequence[Record | Stored], trace_id: str, *, legacy: bool) -> Response:
     """Youzan's traced answer, in its key order; ``trace_id`` as the client gave it.
 
     An ephemeral topic may have dropped the message: like TCP, plain ``OK`` then."""
