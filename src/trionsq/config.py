@@ -130,6 +130,10 @@ class NsqdConfig(Listeners):
     trace_log: bool = False
     """trionsq's own (Youzan's trace log): log each traced message at publish and
     at each delivery (``trionsq.trace`` logger)."""
+    idempotency_window: int = 1_000_000
+    """trionsq's own: ``##idempotency_key`` values each partition remembers (the most
+    recently stored; 0 turns deduplication off). docs/extensions.md, "Idempotent
+    publishing"."""
 
     # storage
     data_path: str = ""
@@ -277,6 +281,10 @@ class NsqdConfig(Listeners):
             raise ConfigError(
                 "--auth-http-request-method must be get or post,"
                 f" got {self.auth_http_request_method!r}"
+            )
+        if self.idempotency_window < 0:
+            raise ConfigError(
+                f"--idempotency-window must be 0 or more, got {self.idempotency_window}"
             )
         for percentile in self.e2e_processing_latency_percentiles:
             if not 0 < percentile <= 1:

@@ -17,7 +17,7 @@ import attrs
 import trio
 
 from ..protocol.names import is_ephemeral
-from . import trace_log
+from . import idempotence, trace_log
 from .health import APPEND, CREATE, READ, StorageFault
 from .latency import LatencySettings
 from .offsets import OffsetError, resolve_offset
@@ -158,9 +158,11 @@ class Broker:
                             outbox.topic_now_ext()
             if partitions > len(topic.partitions):
                 try:
-                    topic.add_partitions(partitions)
+                    added = topic.add_partitions(partitions)
                 except OSError as error:
                     raise self._storage_fault(CREATE, error) from error
+                if topic.ext:
+                    self._restore_keys(added)
             return topic
         storage = self.storage
         try:
@@ -178,9 +180,17 @@ class Broker:
             raise self._storage_fault(CREATE, error) from error
         if storage is not None and not storage.health.healthy:
             storage.health.succeeded(CREATE)
+        if ext:
+            self._restore_keys(topic.partitions)
         self.topics[name] = topic
         self._announce(name, None, True)
         return topic
+
+    def _restore_keys(self, partitions: Sequence[Partition]) -> None:
+        """An ext topic's logs were opened: remember the ``##idempotency_key`` values
+        of the records they hold in memory (a restart keeps those keys)."""
+        for partition in partitions:
+            idempotence.restore(partition, self.config.idempotency_window)
 
     def _storage_fault(self, area: str, error: OSError) -> StorageFault:
         """A refused file operation, recorded in the broker's health."""

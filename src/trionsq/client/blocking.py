@@ -254,6 +254,19 @@ class BlockingProducer(_Hosted[Producer]):
         """PUB_EXT: a body with Youzan's JSON header (an ext topic)."""
         self._call(partial(self._hosted.publish_ext, topic, message, partition=partition, key=key))
 
+    def publish_many_ext(
+        self,
+        topic: str,
+        messages: Sequence[ExtMessage],
+        *,
+        partition: int | None = None,
+        key: bytes | str | None = None,
+    ) -> None:
+        """MPUB_EXT: bodies with Youzan's JSON headers (an ext topic), all stored or none."""
+        self._call(
+            partial(self._hosted.publish_many_ext, topic, messages, partition=partition, key=key)
+        )
+
     def publish_traced(
         self,
         topic: str,

@@ -12,7 +12,8 @@ Retries follow seed 003's table: a lost connection is opened again and the
 request retried; E_FAILED_ON_NOT_LEADER, E_FAILED_ON_NOT_WRITABLE and
 E_TOPIC_NOT_EXIST look the topic up again first; an error about the message
 itself is raised at once (:class:`~.connection.NsqError`). At-least-once: a
-publish whose answer was lost may be stored twice.
+publish whose answer was lost may be stored twice, unless its messages carry a
+``##idempotency_key`` (ext topics; the broker then stores each key once).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING, Final
 import attrs
 import trio
 
-from ..protocol.commands import Dpub, Mpub, Pub, PubExt, PubTrace
+from ..protocol.commands import Dpub, Mpub, MpubExt, Pub, PubExt, PubTrace
 from .batching import Batcher
 from .connection import Connection, ConnectionClosedError, NsqError, open_connection
 from .discovery import Discovery, LookupError_, Placement, Target
@@ -142,6 +143,24 @@ class Producer:
     ) -> None:
         """PUB_EXT: a body with Youzan's JSON header (an ext topic)."""
         await self._request(topic, partition, key, lambda t: PubExt(topic, message, t.partition))
+
+    async def publish_many_ext(
+        self,
+        topic: str,
+        messages: Sequence[ExtMessage],
+        *,
+        partition: int | None = None,
+        key: bytes | str | None = None,
+    ) -> None:
+        """MPUB_EXT: bodies with Youzan's JSON headers (an ext topic), all stored or none.
+
+        With a ``##idempotency_key`` in each header, a retry after a lost answer stores
+        nothing twice: the broker keeps one message per key (docs/extensions.md).
+        """
+        batch = tuple(messages)
+        if not batch:
+            raise ValueError("publish_many_ext needs at least one message")
+        await self._request(topic, partition, key, lambda t: MpubExt(topic, batch, t.partition))
 
     async def publish_traced(
         self,

@@ -182,6 +182,8 @@ class ExtMessage:
     """``##trace_id`` from the header, when present (derived from ``header``)."""
     tag: str | None = attrs.field(default=None, eq=False)
     """``##client_dispatch_tag`` from the header, when it is a string (derived)."""
+    idempotency_key: str | None = attrs.field(default=None, eq=False)
+    """``##idempotency_key`` from the header, when present (derived)."""
 
 
 @attrs.frozen

@@ -21,16 +21,27 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DISPATCH_TAG_KEY",
+    "IDEMPOTENCY_KEY",
     "MAX_EXT_HEADER_DEPTH",
+    "MAX_IDEMPOTENCY_KEY_BYTES",
     "TRACE_ID_KEY",
     "ExtHeader",
     "check_ext_header",
+    "idempotency_key_of",
 ]
 
 TRACE_ID_KEY: Final = "##trace_id"
 """Decimal uint64 as a JSON string: the message's trace id, and a traced reply."""
 DISPATCH_TAG_KEY: Final = "##client_dispatch_tag"
 """A string: the tag queue the message is dispatched to (spec §8.7)."""
+IDEMPOTENCY_KEY: Final = "##idempotency_key"
+"""trionsq's own: a non-empty string of at most :data:`MAX_IDEMPOTENCY_KEY_BYTES`
+UTF-8 bytes; the partition stores a message with a key it already holds only once
+(``trionsq.broker.idempotence``)."""
+MAX_IDEMPOTENCY_KEY_BYTES: Final = 256
+BAD_IDEMPOTENCY_KEY: Final = (
+    f"{IDEMPOTENCY_KEY} must be a non-empty string of at most {MAX_IDEMPOTENCY_KEY_BYTES} bytes"
+)
 MAX_EXT_HEADER_DEPTH: Final = 254
 """Most levels of objects and arrays in a header: what orjson can write back (HTTP
 stores the header re-serialized), so TCP and HTTP refuse the same headers."""
@@ -46,6 +57,8 @@ class ExtHeader:
     """``##trace_id`` when present; ``None`` when absent (or JSON ``null``)."""
     tag: str | None
     """``##client_dispatch_tag`` when it is a string."""
+    idempotency_key: str | None = None
+    """``##idempotency_key`` when present (it is then a valid key)."""
 
 
 def _soft(code: str, description: str) -> ProtocolError:
@@ -61,7 +74,8 @@ def check_ext_header(
 
     Errors are returned, not raised, because none of them ends a TCP connection:
     ``E_INVALID_JSON_HEADER`` (not JSON, not an object, or nested deeper than
-    :data:`MAX_EXT_HEADER_DEPTH`) and ``INVALID_TRACE_ID`` (``##trace_id`` not a
+    :data:`MAX_EXT_HEADER_DEPTH`, or a ``##idempotency_key`` that is not a non-empty
+    string of at most 256 bytes) and ``INVALID_TRACE_ID`` (``##trace_id`` not a
     string, or not a decimal uint64).
     """
     try:
@@ -88,7 +102,27 @@ def check_ext_header(
             return _soft("INVALID_TRACE_ID", "invalid trace id")
     raw_tag = fields.get(DISPATCH_TAG_KEY)
     tag = raw_tag if isinstance(raw_tag, str) else None
-    return ExtHeader(fields, trace_id, tag)
+    key: str | None = None
+    if IDEMPOTENCY_KEY in fields:  # one dict lookup: the header is parsed already
+        key = idempotency_key_of(fields)
+        if key is None:
+            return _soft(
+                "E_INVALID_JSON_HEADER", f"fail to parse json header:{BAD_IDEMPOTENCY_KEY}"
+            )
+    return ExtHeader(fields, trace_id, tag, key)
+
+
+def idempotency_key_of(fields: Mapping[str, object]) -> str | None:
+    """The header's ``##idempotency_key`` if it is a valid one (a non-empty string of at
+    most :data:`MAX_IDEMPOTENCY_KEY_BYTES` UTF-8 bytes), else None."""
+    key = fields.get(IDEMPOTENCY_KEY)
+    if not isinstance(key, str) or not key:
+        return None
+    if len(key) * 4 > MAX_IDEMPOTENCY_KEY_BYTES and (
+        len(key.encode("utf-8", "surrogatepass")) > MAX_IDEMPOTENCY_KEY_BYTES
+    ):
+        return None
+    return key
 
 
 def _deeper_than(root: dict[str, object], limit: int) -> bool:

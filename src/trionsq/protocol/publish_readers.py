@@ -264,4 +264,4 @@ def _ext_message(header: bytes, body: bytes) -> ExtMessage | ProtocolError:
     checked = check_ext_header(header)
     if isinstance(checked, ProtocolError):
         return checked
-    return ExtMessage(header, body, checked.trace_id, checked.tag)
+    return ExtMessage(header, body, checked.trace_id, checked.tag, checked.idempotency_key)

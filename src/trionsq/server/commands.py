@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, ClassVar, Never
 
 import trio
 
-from ..broker import trace_log
+from ..broker import idempotence, trace_log
 from ..broker.channel import ClientStatistics, Consumer, PubCount
 from ..broker.health import StorageFault
 from ..broker.offsets import OffsetError
@@ -462,6 +462,9 @@ class CommandLayer:
         if index < 0 or self._ext_refusal(event.topic, (message,)):
             return
         trace_id = message.trace_id
+        if message.idempotency_key is not None:
+            self._pub_ext_once(event.topic, index, message)
+            return
         records = self.broker.publish(
             event.topic,
             [message.body],
@@ -481,21 +484,61 @@ class CommandLayer:
             traced_reply_frame(record.internal_id, trace_id, record.offset, record.raw_size)
         )
 
+    def _pub_ext_once(self, topic: str, index: int, message: ExtMessage) -> None:
+        """PUB_EXT with ``##idempotency_key``: stored unless the partition holds the
+        key; a traced one is answered with the record that holds it."""
+        stored = idempotence.publish_once(
+            self.broker,
+            topic,
+            [message.body],
+            [message.idempotency_key],
+            time.time_ns(),
+            partition_index=index,
+            trace_ids=[message.trace_id or 0],
+            exts=[message.header],
+            source=self.remote_address,
+        )
+        self._count(topic, 1)
+        if message.trace_id is None or stored is None:
+            self._reply(OK_FRAME)
+            return
+        self._reply(
+            traced_reply_frame(stored.internal_id, stored.trace_id, stored.offset, stored.raw_size)
+        )
+
     def _mpub_ext(self, event: MpubExt) -> None:
         messages = event.messages
         index = self._target(event.topic, event.partition, create=False)
         if index < 0 or self._ext_refusal(event.topic, messages):
             return
-        self.broker.publish(
-            event.topic,
-            [m.body for m in messages],
-            time.time_ns(),
-            partition_index=index,
-            trace_ids=[m.trace_id or 0 for m in messages],
-            ext_version=EXT_VERSION_JSON,
-            exts=[m.header for m in messages],
-            source=self.remote_address,
-        )
+        bodies = [m.body for m in messages]
+        trace_ids = [m.trace_id or 0 for m in messages]
+        exts = [m.header for m in messages]
+        keys = [m.idempotency_key for m in messages]
+        now = time.time_ns()
+        if keys.count(None) < len(keys):  # some message has ##idempotency_key
+            idempotence.publish_once(
+                self.broker,
+                event.topic,
+                bodies,
+                keys,
+                now,
+                partition_index=index,
+                trace_ids=trace_ids,
+                exts=exts,
+                source=self.remote_address,
+            )
+        else:
+            self.broker.publish(
+                event.topic,
+                bodies,
+                now,
+                partition_index=index,
+                trace_ids=trace_ids,
+                ext_version=EXT_VERSION_JSON,
+                exts=exts,
+                source=self.remote_address,
+            )
         self._count(event.topic, len(messages))
         self._reply(OK_FRAME)
 
