@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # the commands would otherwise compile every module again (about 100 ms here).
 COMPILE := $(BIN)/python -m compileall -q src >/dev/null
 
-.PHONY: serve test lint typecheck unit bench clean
+.PHONY: serve test lint typecheck unit bench example-spark clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,14 +31,18 @@ serve: $(RUNTIME)
 test: lint typecheck unit
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks examples
+	$(BIN)/ruff format --check src tests benchmarks examples
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
 unit: $(STAMP)
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+# The Spark example pipeline (docs/spark.md): its own broker, clicks in, counts out.
+example-spark: $(STAMP)
+	$(BIN)/python examples/spark_tag_counts.py $(ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/protocol.py

@@ -1,0 +1,111 @@
+"""The rows the ``trionsq`` source produces: its schema, and a page of records as Arrow.
+
+A page from ``/partition/read`` is already column-shaped (little-endian, 8-byte
+aligned), so offsets, ids, timestamps and bodies become Arrow arrays over the
+response's own bytes, without a copy or a loop per record; only ext headers are
+parsed one by one, and only on pages that have any.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+
+if TYPE_CHECKING:
+    from ..protocol.record_batch import RecordBatch
+
+__all__ = ["SCHEMA", "TAG_HEADER", "to_arrow"]
+
+SCHEMA: Final = (
+    "topic string, partition int, offset long, id long, trace_id string,"
+    " timestamp timestamp, attempts int, tag string, headers map<string,string>, body binary"
+)
+"""The source's columns (Spark DDL): Spark's Kafka source's, with NSQ's fields."""
+
+TAG_HEADER: Final = "##client_dispatch_tag"
+_EXT_TAG: Final = 2
+_EXT_JSON: Final = 4
+_HEADERS: Final = pa.map_(pa.string(), pa.string())
+_TIMESTAMP: Final = pa.timestamp("us", tz="UTC")
+
+
+def _fixed(kind: pa.DataType, count: int, column: memoryview) -> pa.Array:
+    return pa.Array.from_buffers(kind, count, [None, pa.py_buffer(column)])
+
+
+def _variable(kind: pa.DataType, count: int, offsets: memoryview, data: memoryview) -> pa.Array:
+    return pa.Array.from_buffers(kind, count, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else orjson.dumps(value).decode()
+
+
+def _ext_columns(page: RecordBatch) -> tuple[pa.Array, pa.Array]:
+    """(tag, headers): Youzan's JSON header (ext version 4) as a map, its dispatch tag
+    as the tag; a bare tag (ext version 2) as the tag alone."""
+    count = page.count
+    versions = page.ext_versions
+    if not any(versions):
+        return pa.nulls(count, pa.string()), pa.nulls(count, _HEADERS)
+    tags: list[str | None] = [None] * count
+    headers: list[list[tuple[str, str]] | None] = [None] * count
+    for index, ext in enumerate(page.exts()):
+        version = versions[index]
+        if version == _EXT_JSON:
+            try:
+                document = orjson.loads(ext)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(document, dict):
+                pairs = [(str(key), _text(value)) for key, value in document.items()]
+                headers[index] = pairs
+                tag = document.get(TAG_HEADER)
+                tags[index] = tag if isinstance(tag, str) and tag else None
+        elif version == _EXT_TAG and ext:
+            tags[index] = ext.decode("utf-8", "replace")
+    return pa.array(tags, pa.string()), pa.array(headers, _HEADERS)
+
+
+def _trace_ids(page: RecordBatch) -> pa.Array:
+    column = page.trace_ids
+    if not any(column):
+        return pa.nulls(page.count, pa.string())
+    return pa.array([str(value) if value else None for value in column], pa.string())
+
+
+def to_arrow(page: RecordBatch, topic: str, partition: int, count: int) -> pa.RecordBatch:
+    """The first ``count`` records of ``page`` as rows of :data:`SCHEMA`."""
+    total = page.count
+    nanoseconds = _fixed(pa.int64(), total, page.timestamps)
+    tags, headers = _ext_columns(page)
+    batch = pa.RecordBatch.from_arrays(
+        [
+            pa.repeat(pa.scalar(topic, pa.string()), total),
+            pa.repeat(pa.scalar(partition, pa.int32()), total),
+            _fixed(pa.int64(), total, page.offsets),
+            _fixed(pa.int64(), total, page.ids),
+            _trace_ids(page),
+            pc.divide(nanoseconds, 1000).cast(_TIMESTAMP),
+            pa.repeat(pa.scalar(0, pa.int32()), total),
+            tags,
+            headers,
+            _variable(pa.binary(), total, page.body_offsets, page.body_data),
+        ],
+        names=[
+            "topic",
+            "partition",
+            "offset",
+            "id",
+            "trace_id",
+            "timestamp",
+            "attempts",
+            "tag",
+            "headers",
+            "body",
+        ],
+    )
+    return batch if count >= total else batch.slice(0, count)
