@@ -14,10 +14,13 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..protocol.ext_header import DISPATCH_TAG_KEY
+from ..protocol.message import EXT_VERSION_JSON, EXT_VERSION_TAG
+
 if TYPE_CHECKING:
     from ..protocol.record_batch import RecordBatch
 
-__all__ = ["SCHEMA", "TAG_HEADER", "to_arrow"]
+__all__ = ["SCHEMA", "to_arrow"]
 
 SCHEMA: Final = (
     "topic string, partition int, offset long, id long, trace_id string,"
@@ -25,9 +28,6 @@ SCHEMA: Final = (
 )
 """The source's columns (Spark DDL): Spark's Kafka source's, with NSQ's fields."""
 
-TAG_HEADER: Final = "##client_dispatch_tag"
-_EXT_TAG: Final = 2
-_EXT_JSON: Final = 4
 _HEADERS: Final = pa.map_(pa.string(), pa.string())
 _TIMESTAMP: Final = pa.timestamp("us", tz="UTC")
 
@@ -55,7 +55,7 @@ def _ext_columns(page: RecordBatch) -> tuple[pa.Array, pa.Array]:
     headers: list[list[tuple[str, str]] | None] = [None] * count
     for index, ext in enumerate(page.exts()):
         version = versions[index]
-        if version == _EXT_JSON:
+        if version == EXT_VERSION_JSON:
             try:
                 document = orjson.loads(ext)
             except orjson.JSONDecodeError:
@@ -63,9 +63,9 @@ def _ext_columns(page: RecordBatch) -> tuple[pa.Array, pa.Array]:
             if isinstance(document, dict):
                 pairs = [(str(key), _text(value)) for key, value in document.items()]
                 headers[index] = pairs
-                tag = document.get(TAG_HEADER)
+                tag = document.get(DISPATCH_TAG_KEY)
                 tags[index] = tag if isinstance(tag, str) and tag else None
-        elif version == _EXT_TAG and ext:
+        elif version == EXT_VERSION_TAG and ext:
             tags[index] = ext.decode("utf-8", "replace")
     return pa.array(tags, pa.string()), pa.array(headers, _HEADERS)
 

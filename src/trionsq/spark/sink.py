@@ -41,9 +41,8 @@ from ..client.blocking import BlockingProducer, connect_producer
 from ..client.connection import NsqError
 from ..client.partitioning import partition_for_key
 from ..protocol.commands import ExtMessage
-from ..protocol.ext_header import IDEMPOTENCY_KEY
+from ..protocol.ext_header import DISPATCH_TAG_KEY, IDEMPOTENCY_KEY
 from .broker_http import locate_partitions, tcp_address
-from .columns import TAG_HEADER
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -176,7 +175,7 @@ class _TaskPublisher:
             header: dict[str, object] = dict(headers[row] or ())
             tag = tags[row]
             if tag is not None:
-                header[TAG_HEADER] = tag
+                header[DISPATCH_TAG_KEY] = tag
             key = keys[row]
             spread = None
             if exactly_once:

@@ -257,12 +257,15 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self.target: dict[str, int] | None = None
         """With ``trigger(availableNow=True)``: the ends of what there was at start."""
-        _partitions(options)  # an unknown topic or partition fails at start, not later
+        self.located = _partitions(options)  # an unknown topic or partition fails now
+        """The partitions, their brokers and offsets, as :meth:`latestOffset` last
+        found them: planning a batch and committing it ask the brokers nothing more."""
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Read up to what the partitions hold now, in as many micro-batches as
         ``maxMessagesPerTrigger`` makes it, and then stop."""
-        self.target = {str(key): where.latest for key, where in _partitions(self.options).items()}
+        self.located = _partitions(self.options)
+        self.target = {str(key): where.latest for key, where in self.located.items()}
 
     # offsets -------------------------------------------------------------------
 
@@ -272,7 +275,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             str(where.partition): _resolve(
                 _starting_option(options), options.starting, where, options.topic
             )
-            for where in _partitions(options).values()
+            for where in self.located.values()
         }
         self._hold(start)
         return start
@@ -282,7 +285,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
 
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
-        now = _partitions(self.options)
+        now = self.located = _partitions(self.options)
         end = {}
         for key, where in now.items():
             # a partition that appeared since the stream started is read from its start
@@ -331,10 +334,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return limited
 
     def reportLatestOffset(self) -> dict[str, int]:
-        return {str(key): where.latest for key, where in _partitions(self.options).items()}
+        return {str(key): where.latest for key, where in self.located.items()}
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
-        located = _partitions(self.options)
+        located = self.located
         ranges = []
         for key, stop in end.items():
             where = located.get(int(key))
@@ -355,9 +358,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         name = self.options.reader_name
         if name is None:
             return
-        located = _partitions(self.options)
         for key, offset in offsets.items():
-            where = located.get(int(key))
+            where = self.located.get(int(key))
             if where is not None:
                 params = {
                     "topic": self.options.topic,
