@@ -196,13 +196,18 @@ def identifies(**kwargs: bool) -> st.SearchStrategy[Identify]:
 
 
 def _header_json(
-    extra: dict[str, str | int | bool | None], trace_id: int | None, tag: str | None
+    extra: dict[str, str | int | bool | None],
+    trace_id: int | None,
+    tag: str | None,
+    idempotency_key: str | None,
 ) -> bytes:
     header: dict[str, str | int | bool | None] = dict(extra)
     if trace_id is not None:
         header["##trace_id"] = str(trace_id)
     if tag is not None:
         header["##client_dispatch_tag"] = tag
+    if idempotency_key is not None:
+        header["##idempotency_key"] = idempotency_key
     return orjson.dumps(header)
 
 
@@ -212,14 +217,18 @@ json_scalars: st.SearchStrategy[str | int | bool | None] = st.one_of(
 ext_headers: st.SearchStrategy[bytes] = st.builds(
     _header_json,
     st.dictionaries(
-        plain_text.filter(lambda k: k not in ("##trace_id", "##client_dispatch_tag")),
+        plain_text.filter(
+            lambda k: k not in ("##trace_id", "##client_dispatch_tag", "##idempotency_key")
+        ),
         json_scalars,
         max_size=4,
     ),
     st.none() | st.integers(0, UINT64_MAX),
     st.none() | st.text(NAME_CHARS, min_size=1, max_size=20),
+    st.none() | st.text(NAME_CHARS, min_size=1, max_size=40),
 )
-"""JSON object headers the server accepts (a ``##trace_id`` is a uint64 string)."""
+"""JSON object headers the server accepts (a ``##trace_id`` is a uint64 string, an
+``##idempotency_key`` a non-empty string)."""
 
 ext_messages: st.SearchStrategy[ExtMessage] = st.builds(ExtMessage, ext_headers, bodies)
 traced_messages: st.SearchStrategy[TracedMessage] = st.builds(TracedMessage, trace_ids, bodies)
