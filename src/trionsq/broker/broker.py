@@ -16,9 +16,11 @@ from typing import TYPE_CHECKING, Protocol
 import attrs
 import trio
 
+from ..protocol.message import EXT_VERSION_JSON
 from ..protocol.names import is_ephemeral
 from . import idempotence, trace_log
 from .health import APPEND, CREATE, READ, StorageFault
+from .idempotence import Stored
 from .latency import LatencySettings
 from .offsets import OffsetError, resolve_offset
 from .subscription import Subscription
@@ -190,7 +192,9 @@ class Broker:
         """An ext topic's logs were opened: remember the ``##idempotency_key`` values
         of the records they hold in memory (a restart keeps those keys)."""
         for partition in partitions:
-            idempotence.restore(partition, self.config.idempotency_window)
+            partition.idempotence = idempotence.restore(
+                partition.log, self.config.idempotency_window, partition.idempotence
+            )
 
     def _storage_fault(self, area: str, error: OSError) -> StorageFault:
         """A refused file operation, recorded in the broker's health."""
@@ -260,6 +264,71 @@ class Broker:
             count = 0
         self._since_release[topic_name] = count
         return records
+
+    def publish_once(
+        self,
+        topic: str,
+        bodies: Sequence[bytes],
+        keys: Sequence[str | None],
+        timestamp: int,
+        *,
+        partition_index: int,
+        trace_ids: Sequence[int],
+        exts: Sequence[bytes],
+        source: str = "",
+    ) -> Stored | None:
+        """Publish ext messages (JSON headers ``exts``), skipping each whose
+        ``##idempotency_key`` (``keys``, None: no key) the partition holds or an earlier
+        one of the batch has (broker/idempotence.py).
+
+        Returns where the first message is: stored now, or by the publish that stored its
+        key; None when nothing holds it (an ephemeral topic dropped it). The topic must
+        exist (the caller checked it).
+
+        Raises:
+            StorageFault: the log refused the write: nothing of the batch is stored,
+                and no key of it is remembered.
+        """
+        partition = self.topics[topic].partitions[partition_index]
+        table = partition.idempotence
+        if table is None:
+            window = self.config.idempotency_window
+            if window <= 0:  # deduplication is off
+                stored = self.publish(
+                    topic,
+                    bodies,
+                    timestamp,
+                    partition_index=partition_index,
+                    trace_ids=trace_ids,
+                    ext_version=EXT_VERSION_JSON,
+                    exts=exts,
+                    source=source,
+                )
+                return Stored.of(stored[0]) if stored else None
+            table = partition.idempotence = idempotence.IdempotenceTable(window)
+        kept, digests = table.split(keys)
+        first: Stored | None = None
+        first_key = keys[0] if keys else None
+        if first_key is not None and (not kept or kept[0] != 0):  # a duplicate: where it is
+            first = table.get(idempotence.key_digest(first_key))  # (before this batch may evict it)
+        records: list[Record] = []
+        if kept:
+            everything = len(kept) == len(bodies)
+            records = self.publish(
+                topic,
+                bodies if everything else [bodies[i] for i in kept],
+                timestamp,
+                partition_index=partition_index,
+                trace_ids=trace_ids if everything else [trace_ids[i] for i in kept],
+                ext_version=EXT_VERSION_JSON,
+                exts=exts if everything else [exts[i] for i in kept],
+                source=source,
+            )
+            table.remember(digests, records)
+        table.duplicates += len(bodies) - len(kept)
+        if kept and kept[0] == 0:
+            first = Stored.of(records[0]) if records else None
+        return first
 
     def _defer_at_publish(
         self, partition: Partition, records: Sequence[Record], deliver_at: int

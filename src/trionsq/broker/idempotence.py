@@ -16,8 +16,10 @@ of 1,000,000.
 After a restart the table is rebuilt from the records the partition's log holds in
 memory at open (:func:`restore`), and the empty or deleted topic loses it.
 
-Pure state on the broker's thread: the check, the append and the remembering run
-without an await in between, so concurrent publishes cannot both store one key.
+The table lives here; :meth:`~trionsq.broker.broker.Broker.publish_once` uses it
+around the append. Pure state on the broker's thread: the check, the append and the
+remembering run without an await in between, so concurrent publishes cannot both
+store one key.
 """
 
 from __future__ import annotations
@@ -37,10 +39,8 @@ if TYPE_CHECKING:
 
     from ..queues.partition_log import PartitionLog
     from ..queues.record import Record
-    from .broker import Broker
-    from .topic import Partition
 
-__all__ = ["IdempotenceTable", "Stored", "key_digest", "publish_once", "restore"]
+__all__ = ["IdempotenceTable", "Stored", "key_digest", "restore"]
 
 _MARK: Final = IDEMPOTENCY_KEY.encode()
 """What a stored header must contain before it is parsed for a key (at restore)."""
@@ -58,6 +58,10 @@ class Stored(NamedTuple):
     trace_id: int
     offset: int
     raw_size: int
+
+    @classmethod
+    def of(cls, record: Record) -> Stored:
+        return cls(record.internal_id, record.trace_id, record.offset, record.raw_size)
 
 
 def key_digest(key: str) -> bytes:
@@ -141,86 +145,16 @@ class IdempotenceTable:
             del places[order.popleft()]
 
 
-def publish_once(
-    broker: Broker,
-    topic: str,
-    bodies: Sequence[bytes],
-    keys: Sequence[str | None],
-    timestamp: int,
-    *,
-    partition_index: int,
-    trace_ids: Sequence[int],
-    exts: Sequence[bytes],
-    source: str = "",
-) -> Stored | None:
-    """Publish ext messages (JSON headers ``exts``), skipping each whose key
-    (``keys``, None: no key) the partition holds or an earlier one of the batch has.
-
-    Returns where the first message is: stored now, or by the publish that stored its
-    key; None when nothing holds it (an ephemeral topic dropped it). The topic must
-    exist (the caller checked it).
-
-    Raises:
-        StorageFault: the log refused the write: nothing of the batch is stored,
-            and no key of it is remembered.
-    """
-    partition = broker.topics[topic].partitions[partition_index]
-    table = partition.idempotence
-    if table is None:
-        window = broker.config.idempotency_window
-        if window <= 0:  # deduplication is off
-            stored = broker.publish(
-                topic,
-                bodies,
-                timestamp,
-                partition_index=partition_index,
-                trace_ids=trace_ids,
-                ext_version=EXT_VERSION_JSON,
-                exts=exts,
-                source=source,
-            )
-            return _place(stored[0]) if stored else None
-        table = partition.idempotence = IdempotenceTable(window)
-    kept, digests = table.split(keys)
-    first: Stored | None = None
-    first_key = keys[0] if keys else None
-    if first_key is not None and (not kept or kept[0] != 0):  # a duplicate: where it is
-        first = table.get(key_digest(first_key))  # (before this batch may evict it)
-    records: list[Record] = []
-    if kept:
-        everything = len(kept) == len(bodies)
-        records = broker.publish(
-            topic,
-            bodies if everything else [bodies[i] for i in kept],
-            timestamp,
-            partition_index=partition_index,
-            trace_ids=trace_ids if everything else [trace_ids[i] for i in kept],
-            ext_version=EXT_VERSION_JSON,
-            exts=exts if everything else [exts[i] for i in kept],
-            source=source,
-        )
-        table.remember(digests, records)
-    table.duplicates += len(bodies) - len(kept)
-    if kept and kept[0] == 0:
-        first = _place(records[0]) if records else None
-    return first
-
-
-def _place(record: Record) -> Stored:
-    return Stored(record.internal_id, record.trace_id, record.offset, record.raw_size)
-
-
-def restore(partition: Partition, window: int) -> int:
+def restore(
+    log: PartitionLog, window: int, table: IdempotenceTable | None = None
+) -> IdempotenceTable | None:
     """Rebuild a partition's table at open from the records its log holds in memory
-    (a durable log's tail cache; see docs/extensions.md for what that covers).
-
-    Only headers that contain ``##idempotency_key`` are parsed. No table is made
-    when none has a key. Returns how many keys are remembered.
+    (a durable log's tail cache; see docs/extensions.md for what that covers), into
+    ``table`` if it has one. Only headers that contain ``##idempotency_key`` are
+    parsed. No table is made when none has a key, or with no window.
     """
-    log = partition.log
     if window <= 0 or log.next_id <= log.start_id:
-        return 0
-    table = partition.idempotence
+        return table
     from_id = _first_in_memory(log)
     while from_id < log.next_id:
         records = log.read(from_id, RESTORE_CHUNK)
@@ -237,10 +171,10 @@ def restore(partition: Partition, window: int) -> int:
                 keyed.append(record)
         if keyed:
             if table is None:
-                table = partition.idempotence = IdempotenceTable(window)
+                table = IdempotenceTable(window)
             table.remember(digests, keyed)
         from_id = records[-1].internal_id + 1
-    return 0 if table is None else len(table)
+    return table
 
 
 def _first_in_memory(log: PartitionLog) -> int:

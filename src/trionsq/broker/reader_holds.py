@@ -37,11 +37,12 @@ from ..persist import (
 from ..protocol.names import is_ephemeral, is_valid_name
 from ..queues.cursor_state import partition_state_directory
 from ..serialization import dumps
+from .holds import ReaderHold, ReaderHolds
 from .log_reads import ReadError, id_at_offset, replayable_log
 
 if TYPE_CHECKING:
     import os
-    from collections.abc import Awaitable, Callable, Iterator
+    from collections.abc import Awaitable, Callable
 
     from ..queues.partition_log import PartitionLog
     from .topic import Partition
@@ -77,59 +78,11 @@ class HoldsError(StorageFormatError):
 
 
 @attrs.frozen
-class ReaderHold:
-    """One reader's position: nothing from ``internal_id`` (at ``offset``) on is released."""
-
-    reader: str
-    offset: int
-    internal_id: int
-
-
-@attrs.frozen
 class HoldsFile:
     """A partition's saved holds: see the module docstring for the format."""
 
     version: int
     holds: tuple[ReaderHold, ...]
-
-
-class ReaderHolds:
-    """A partition's holds by reader name."""
-
-    def __init__(self) -> None:
-        self._holds: dict[str, ReaderHold] = {}
-
-    def __len__(self) -> int:
-        return len(self._holds)
-
-    def __iter__(self) -> Iterator[ReaderHold]:
-        return iter(sorted(self._holds.values(), key=_reader))
-
-    def get(self, reader: str) -> ReaderHold | None:
-        return self._holds.get(reader)
-
-    def put(self, hold: ReaderHold) -> ReaderHold | None:
-        """Create or move a hold; returns the one it replaced."""
-        previous = self._holds.get(hold.reader)
-        self._holds[hold.reader] = hold
-        return previous
-
-    def pop(self, reader: str) -> ReaderHold | None:
-        return self._holds.pop(reader, None)
-
-    def floor(self, floor: int) -> int:
-        """``floor``, lowered to the lowest hold's id: what may be released."""
-        for hold in self._holds.values():
-            floor = min(floor, hold.internal_id)
-        return floor
-
-    def durable(self) -> tuple[ReaderHold, ...]:
-        """The holds that are saved (not ``#ephemeral``), sorted by reader."""
-        return tuple(hold for hold in self if not is_ephemeral(hold.reader))
-
-
-def _reader(hold: ReaderHold) -> str:
-    return hold.reader
 
 
 # ------------------------------------------------------------------ moving holds

@@ -17,16 +17,16 @@ from ..protocol.names import is_ephemeral
 from ..queues.ephemeral import EphemeralFeed
 from ..queues.memory_log import MemoryLog
 from .channel import Channel
-from .reader_holds import ReaderHolds
+from .holds import ReaderHolds
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
     from ..queues.partition_log import PartitionLog
     from ..queues.record import Record as Record  # the publish result, for transports
+    from .holds import ReaderHold
     from .idempotence import IdempotenceTable
     from .latency import LatencySettings
-    from .reader_holds import ReaderHold
 
 __all__ = ["Partition", "Topic", "TopicStatistics", "Topics"]
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, ClassVar, Never
 
 import trio
 
-from ..broker import idempotence, trace_log
+from ..broker import trace_log
 from ..broker.channel import ClientStatistics, Consumer, PubCount
 from ..broker.health import StorageFault
 from ..broker.offsets import OffsetError
@@ -487,8 +487,7 @@ class CommandLayer:
     def _pub_ext_once(self, topic: str, index: int, message: ExtMessage) -> None:
         """PUB_EXT with ``##idempotency_key``: stored unless the partition holds the
         key; a traced one is answered with the record that holds it."""
-        stored = idempotence.publish_once(
-            self.broker,
+        stored = self.broker.publish_once(
             topic,
             [message.body],
             [message.idempotency_key],
@@ -517,8 +516,7 @@ class CommandLayer:
         keys = [m.idempotency_key for m in messages]
         now = time.time_ns()
         if keys.count(None) < len(keys):  # some message has ##idempotency_key
-            idempotence.publish_once(
-                self.broker,
+            self.broker.publish_once(
                 event.topic,
                 bodies,
                 keys,

@@ -22,7 +22,6 @@ import attrs
 import orjson
 
 from ..broker.health import StorageFault
-from ..broker.idempotence import publish_once
 from ..broker.offsets import OffsetError
 from ..broker.rules import (
     EXT_TOO_LONG_REASON,
@@ -38,9 +37,10 @@ from ..protocol.commands import OffsetSpec
 from ..protocol.errors import ProtocolError
 from ..protocol.ext_header import TRACE_ID_KEY, ExtHeader, check_ext_header
 from ..protocol.message import EXT_VERSION_JSON
-from ..protocol.names import is_valid_name
 from ..protocol.strconv import go_atoi, go_parse_uint64
 from ..version import NSQD_RELEASE, TRIONSQ_VERSION, version_string
+from .api_args import HttpError, name_arg, parsed_query
+from .partition_api import PartitionApi
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Sequence
@@ -108,15 +108,6 @@ _NOT_CFG_NAMES: Final = frozenset(
 """Fields /config does not know by their own name: renamed, or without a flag in nsqd."""
 
 
-class HttpError(Exception):
-    """A handler's refusal: status and nsqd's text."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
 @attrs.define
 class RuntimeOptions:
     """The two options nsqd lets ``PUT /config/:opt`` change while running."""
@@ -176,8 +167,6 @@ class NsqdHttpApi:
             "/stats": {"GET": self._stats},
             **{path: {"POST": handler} for path, handler in post_ignoring_body.items()},
         }
-        from .partition_api import PartitionApi  # it builds on this module's helpers
-
         self.routes.update(PartitionApi(broker, self._authorize_reader).routes)
 
     # ------------------------------------------------------------- connection hooks
@@ -269,7 +258,7 @@ class NsqdHttpApi:
     async def _stats(self, request: Request) -> Response:
         from .stats import stats_document, stats_text  # not needed to start answering
 
-        _parsed(request)
+        parsed_query(request)
         include_clients = parse_bool(request.arg("include_clients"), default=True)
         include_mem = parse_bool(request.arg("include_mem"), default=True)
         options = {
@@ -298,7 +287,7 @@ class NsqdHttpApi:
         as nsqd's GetTopic does even if the rest of the request is refused. A named
         partition is Youzan's and never creates: it must exist.
         """
-        name = _name_arg(_parsed(request), "topic", invalid=invalid)
+        name = name_arg(parsed_query(request), "topic", invalid=invalid)
         partition = _partition_arg(request)
         target = publish_target(self.broker.topics, name, partition, create=create)
         if target is Refusal.BAD_PARTITION:
@@ -329,7 +318,7 @@ class NsqdHttpApi:
         """
         if not self.config.auth_http_addresses:
             return
-        topic = _name_arg(_parsed(request), "topic", invalid=invalid)  # its errors first
+        topic = name_arg(parsed_query(request), "topic", invalid=invalid)  # its errors first
         bearer = request.headers.get("authorization", "")
         secret = bearer[7:] if bearer[:7].lower() == "bearer " else request.arg("auth_secret")
         if not secret:
@@ -461,8 +450,7 @@ class NsqdHttpApi:
     ) -> Response:
         """/pub_ext with ``##idempotency_key``: stored unless the partition holds the
         key; a traced one answers with the record that holds it (its trace id)."""
-        stored = publish_once(
-            self.broker,
+        stored = self.broker.publish_once(
             topic,
             [body],
             [checked.idempotency_key],
@@ -515,7 +503,9 @@ class NsqdHttpApi:
     # ------------------------------------------------------------- topic admin
 
     def _topic_name(self, request: Request, *, validate: bool) -> str:
-        return _name_arg(_parsed(request), "topic", invalid="INVALID_TOPIC" if validate else None)
+        return name_arg(
+            parsed_query(request), "topic", invalid="INVALID_TOPIC" if validate else None
+        )
 
     def _existing_topic(self, name: str) -> str:
         if name not in self.broker.topics:
@@ -567,9 +557,9 @@ class NsqdHttpApi:
 
     def _topic_and_channel(self, request: Request) -> tuple[str, str]:
         """nsqd's GetTopicChannelArgs, then the topic must exist."""
-        _parsed(request)
-        topic = _name_arg(request, "topic", invalid="INVALID_ARG_TOPIC")
-        channel = _name_arg(request, "channel", invalid="INVALID_ARG_CHANNEL")
+        parsed_query(request)
+        topic = name_arg(request, "topic", invalid="INVALID_ARG_TOPIC")
+        channel = name_arg(request, "channel", invalid="INVALID_ARG_CHANNEL")
         return self._existing_topic(topic), channel
 
     def _existing_channel(self, request: Request) -> tuple[str, str]:
@@ -605,10 +595,10 @@ class NsqdHttpApi:
         """Youzan's setoffset: move one partition's channel to the offset spec in the
         body (tcp-protocol §8.6), whoever is subscribed. Standalone, every spec kind
         works; one the log cannot satisfy is a 400 with the reason, and moves nothing."""
-        _parsed(request)
-        name = _name_arg(request, "topic", invalid="INVALID_ARG_TOPIC")
+        parsed_query(request)
+        name = name_arg(request, "topic", invalid="INVALID_ARG_TOPIC")
         partition = _partition_arg(request)
-        channel = _name_arg(request, "channel", invalid="INVALID_ARG_CHANNEL")
+        channel = name_arg(request, "channel", invalid="INVALID_ARG_CHANNEL")
         topic = self.broker.topics.get(name)
         index = 0 if partition is None else partition
         if topic is None or not 0 <= index < len(topic.partitions):
@@ -683,24 +673,6 @@ class NsqdHttpApi:
 
 
 _MISSING: Final = object()
-
-
-def _parsed(request: Request) -> Request:
-    """The request, if Go's ``url.ParseQuery`` would accept its query (else 400)."""
-    if not request.query_valid:
-        raise HttpError(400, "INVALID_REQUEST")
-    return request
-
-
-def _name_arg(request: Request, key: str, *, invalid: str | None) -> str:
-    """A required topic or channel name, with nsqd's checks in nsqd's order:
-    ``MISSING_ARG_<KEY>``, then ``invalid`` (None: the name is not validated)."""
-    if key not in request.query:
-        raise HttpError(400, f"MISSING_ARG_{key.upper()}")
-    name = request.query[key][0]
-    if invalid is not None and not is_valid_name(name.encode()):
-        raise HttpError(400, invalid)
-    return name
 
 
 def _partition_arg(request: Request) -> int | None:

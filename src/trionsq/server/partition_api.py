@@ -36,7 +36,7 @@ from ..broker.reader_holds import move_hold, release_hold
 from ..http.messages import Request, Response
 from ..protocol.record_batch import CONTENT_TYPE, encode_record_batch
 from ..protocol.strconv import go_atoi
-from .nsqd_api import HttpError, _name_arg, _parsed
+from .api_args import HttpError, name_arg, parsed_query
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -81,7 +81,7 @@ class PartitionApi:
 
     async def _read(self, request: Request) -> Response:
         """A page of records from ``offset``: a record batch."""
-        name = _name_arg(_parsed(request), "topic", invalid="INVALID_ARG_TOPIC")
+        name = name_arg(parsed_query(request), "topic", invalid="INVALID_ARG_TOPIC")
         index = _int_arg(request, "partition", 0, 0xFFFF)
         offset = _int_arg(request, "offset", 0, _INT64_MAX)
         max_records = _int_arg(request, "max_records", 1, MAX_RECORDS, DEFAULT_MAX_RECORDS)
@@ -114,7 +114,7 @@ class PartitionApi:
         """Each partition's earliest and latest offsets, ids and holds; with
         ``timestamp_ms``, where that time falls; with ``after_offset`` and
         ``max_messages`` (one partition), where that many records from there end."""
-        name = _name_arg(_parsed(request), "topic", invalid="INVALID_ARG_TOPIC")
+        name = name_arg(parsed_query(request), "topic", invalid="INVALID_ARG_TOPIC")
         index = None
         if "partition" in request.query:
             index = _int_arg(request, "partition", 0, 0xFFFF)
@@ -164,7 +164,7 @@ class PartitionApi:
 
     async def _hold(self, request: Request) -> Response:
         """Create or move ``reader``'s hold to ``offset``; saved before the answer."""
-        name = _name_arg(_parsed(request), "topic", invalid="INVALID_ARG_TOPIC")
+        name = name_arg(parsed_query(request), "topic", invalid="INVALID_ARG_TOPIC")
         index = _int_arg(request, "partition", 0, 0xFFFF)
         reader = self._reader_arg(request, required=True)
         offset = _int_arg(request, "offset", 0, _INT64_MAX)
@@ -180,7 +180,7 @@ class PartitionApi:
 
     async def _unhold(self, request: Request) -> Response:
         """Remove ``reader``'s hold: 404 ``HOLD_NOT_FOUND`` if it has none."""
-        name = _name_arg(_parsed(request), "topic", invalid="INVALID_ARG_TOPIC")
+        name = name_arg(parsed_query(request), "topic", invalid="INVALID_ARG_TOPIC")
         index = _int_arg(request, "partition", 0, 0xFFFF)
         reader = self._reader_arg(request, required=True)
         await self._authorize(request, "HOLD", reader)
@@ -199,7 +199,7 @@ class PartitionApi:
     def _reader_arg(request: Request, *, required: bool) -> str:
         if not required and "reader" not in request.query:
             return DEFAULT_READER
-        return _name_arg(request, "reader", invalid="INVALID_ARG_READER")
+        return name_arg(request, "reader", invalid="INVALID_ARG_READER")
 
     def _topic(self, name: str) -> Topic:
         topic = self.broker.topics.get(name)

@@ -1,4 +1,4 @@
-"""The idempotence table, publish_once and the rebuild at open, without sockets."""
+"""The idempotence table, Broker.publish_once and the rebuild at open, without sockets."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from trionsq.broker.idempotence import (
     IdempotenceTable,
     Stored,
     key_digest,
-    publish_once,
     restore,
 )
 from trionsq.broker.storage import Storage
@@ -166,7 +165,7 @@ def test_an_http_override_sets_the_key() -> None:
     assert checked.idempotency_key == "from-header"
 
 
-# ---------------------------------------------------------------- publish_once
+# --------------------------------------------------------- Broker.publish_once
 
 
 def ext_topic(broker: Broker, name: str = "t", partitions: int = 1) -> None:
@@ -177,8 +176,7 @@ def publish(
     broker: Broker, keys: Sequence[str | None], *, topic: str = "t", partition: int = 0
 ) -> Stored | None:
     bodies = [b"body-%d" % n for n in range(len(keys))]
-    return publish_once(
-        broker,
+    return broker.publish_once(
         topic,
         bodies,
         keys,
@@ -286,21 +284,20 @@ def test_restore_takes_the_keys_of_a_memory_log() -> None:
     exts.append(b"not json, but it says ##idempotency_key")
     partition.publish([b"x"] * 5, WALL, ext_version=EXT_VERSION_JSON, exts=exts)
     partition.publish([b"plain"], WALL)
-    assert restore(partition, 10) == 2
-    table = partition.idempotence
+    table = restore(partition.log, 10)
     assert table is not None
+    assert len(table) == 2
     assert table.get(key_digest("a")) == Stored(1, 0, 0, partition.log.read(1, 1)[0].raw_size)
     assert key_digest("b") in table
 
 
 def test_restore_makes_no_table_without_keys_or_window() -> None:
     partition = Partition("t", 0, max_msg_timeout=900.0, mem_queue_size=100, ephemeral=False)
-    assert restore(partition, 10) == 0
+    assert restore(partition.log, 10) is None
     partition.publish([b"x"], WALL, ext_version=EXT_VERSION_JSON, exts=[b"{}"])
-    assert restore(partition, 10) == 0
+    assert restore(partition.log, 10) is None
     partition.publish([b"x"], WALL, ext_version=EXT_VERSION_JSON, exts=[header("a")])
-    assert restore(partition, 0) == 0
-    assert partition.idempotence is None
+    assert restore(partition.log, 0) is None
 
 
 def test_restore_reads_only_the_tail_cache_of_a_durable_log(tmp_path: Path) -> None:
@@ -312,9 +309,9 @@ def test_restore_reads_only_the_tail_cache_of_a_durable_log(tmp_path: Path) -> N
     partition = Partition(
         "t", 0, max_msg_timeout=900.0, mem_queue_size=4, ephemeral=False, log=opened
     )
-    assert restore(partition, 100) == 4
-    table = partition.idempotence
+    table = restore(partition.log, 100)
     assert table is not None
+    assert len(table) == 4
     assert [key_digest(k) in table for k in keys] == [False] * 6 + [True] * 4
     opened.close(sync=False)
 
@@ -325,9 +322,9 @@ def test_restore_keeps_the_newest_keys_of_a_smaller_window(tmp_path: Path) -> No
     partition.publish(
         [b"x"] * 10, WALL, ext_version=EXT_VERSION_JSON, exts=[header(k) for k in keys]
     )
-    assert restore(partition, 3) == 3
-    table = partition.idempotence
+    table = restore(partition.log, 3)
     assert table is not None
+    assert len(table) == 3
     assert [key_digest(k) in table for k in keys] == [False] * 7 + [True] * 3
 
 

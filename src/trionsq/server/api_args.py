@@ -1,0 +1,40 @@
+"""What the broker's HTTP handlers share: the refusal they raise, and nsqd's checks of
+the query and of name arguments (server/nsqd_api.py, server/partition_api.py)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..protocol.names import is_valid_name
+
+if TYPE_CHECKING:
+    from ..http.messages import Request
+
+__all__ = ["HttpError", "name_arg", "parsed_query"]
+
+
+class HttpError(Exception):
+    """A handler's refusal: status and nsqd's text."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def parsed_query(request: Request) -> Request:
+    """The request, if Go's ``url.ParseQuery`` would accept its query (else 400)."""
+    if not request.query_valid:
+        raise HttpError(400, "INVALID_REQUEST")
+    return request
+
+
+def name_arg(request: Request, key: str, *, invalid: str | None) -> str:
+    """A required topic or channel name, with nsqd's checks in nsqd's order:
+    ``MISSING_ARG_<KEY>``, then ``invalid`` (None: the name is not validated)."""
+    if key not in request.query:
+        raise HttpError(400, f"MISSING_ARG_{key.upper()}")
+    name = request.query[key][0]
+    if invalid is not None and not is_valid_name(name.encode()):
+        raise HttpError(400, invalid)
+    return name
