@@ -183,12 +183,6 @@ def _serve_nsqd_process(config: NsqdConfig) -> int:
     gc.set_threshold(*GC_THRESHOLDS)
     log.info("%s", version_string("nsqd"))
     log.info("ID: %d", config.node_id)
-    if config.statsd_address:
-        log.warning(
-            "statsd is not built yet: -statsd-address %s and the other -statsd-* options"
-            " are accepted and send nothing",
-            config.statsd_address,
-        )
     return _run_process(run_until_signalled, config)
 
 

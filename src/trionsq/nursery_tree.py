@@ -13,6 +13,7 @@ below). Branches marked (planned) arrive with their issues::
     │   ├── storage: syncer (fsync by --sync-every/--sync-timeout)       broker/storage.py
     │   ├── storage: persister (metadata + channel states, atomic, 1 s)   broker/storage.py
     │   ├── alarm clock: wakes idle connections' pumps at their due times  server/alarms.py
+    │   ├── statsd: pushes /stats figures every --statsd-interval (when set)  server/statsd.py
     │   ├── TCP listener (listen.serve_connections) -> per connection nursery   server/tcp.py
     │       ├── reader task            bytes -> protocol events -> broker; writes replies
     │       └── messagePump task       message batches + heartbeats -> socket
@@ -133,6 +134,11 @@ async def serve_nsqd(
         await broker_nursery.start(peers.run)
         alarms = AlarmClock()
         await broker_nursery.start(alarms.run)
+        if config.statsd_address:
+            from .server.statsd import StatsdPusher
+
+            statsd = StatsdPusher(broker, config, http_port=http[1] if http else 0)
+            await broker_nursery.start(statsd.run)
         await broker_nursery.start(
             functools.partial(serve_connections, handle_tcp, tcp_listeners, name=CONNECTION_TASK)
         )
@@ -236,6 +242,7 @@ TREE: Final = (
     ("channel router", "channel runner"),
     ("channel expiry", "channel runner"),
     ("alarm clock", "broker nursery"),
+    ("statsd", "broker nursery"),
     ("tcp listener", "broker nursery"),
     ("connection nursery", "tcp listener"),
     ("connection reader", "connection nursery"),
@@ -261,6 +268,7 @@ TASKS: Final = {
     "channel runner": "ChannelRunner.run",  # the router loop runs in this task
     "channel expiry": "ExpiryTimer.run",
     "alarm clock": "AlarmClock.run",
+    "statsd": "StatsdPusher.run",
     "tcp listener": "serve_connections",
     "connection nursery": "ClientSession.run",  # the reader runs in this task
     "connection message pump": "ClientSession._pump",

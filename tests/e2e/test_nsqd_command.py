@@ -11,11 +11,14 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pytest
 import trio
 
 from trionsq import __version__
+from trionsq.addresses import join_host_port
 from trionsq.protocol import MAGIC_V2, Pub
 from trionsq.protocol.client import ClientConnection, Response, encode_commands
+from trionsq.server.statsd_lines import host_key
 
 BIN = Path(sys.executable).parent
 NSQD = BIN / "nsqd"
@@ -244,34 +247,48 @@ def test_a_data_path_that_is_not_a_directory_cannot_start_and_says_why(tmp_path:
     assert b"Traceback" not in result.stderr
 
 
-async def test_statsd_options_are_accepted_and_say_they_send_nothing_yet() -> None:
-    process = await trio.lowlevel.open_process(
-        [
-            str(NSQD),
-            "-tcp-address=127.0.0.1:0",
-            "-http-address=127.0.0.1:0",
-            "-statsd-address=127.0.0.1:8125",
-            "-statsd-prefix=nsq.test",
-        ],
-        stdin=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        assert process.stderr is not None
-        seen = b""
-        with trio.fail_after(20):
-            while b"TCP: listening on" not in seen:
-                chunk = await process.stderr.receive_some(4096)
-                assert chunk, f"exited early: {seen!r}"
-                seen += chunk
-        assert re.search(
-            rb"WARNING: statsd is not built yet: -statsd-address 127\.0\.0\.1:8125 and the "
-            rb"other -statsd-\* options are accepted and send nothing\n",
-            seen,
-        ), seen
-        process.send_signal(signal.SIGTERM)
-        with trio.fail_after(10):
-            assert await process.wait() == 0
-    finally:
-        if process.returncode is None:
-            process.kill()
+@pytest.mark.parametrize("command", [(NSQD,), (BIN / "trionsq", "serve")], ids=["nsqd", "serve"])
+async def test_statsd_options_push_to_the_address_without_a_warning(
+    command: tuple[Path, ...], tmp_path: Path
+) -> None:
+    with trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_DGRAM) as statsd:
+        await statsd.bind(("127.0.0.1", 0))
+        port = statsd.getsockname()[1]
+        process = await trio.lowlevel.open_process(
+            [
+                *map(str, command),
+                "--tcp-address=127.0.0.1:0",
+                "--http-address=127.0.0.1:0",
+                f"--statsd-address=127.0.0.1:{port}",
+                "--statsd-interval=100ms",
+                "--statsd-prefix=nsq.%s.test",
+            ],
+            stdin=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            cwd=tmp_path,
+        )
+        try:
+            assert process.stderr is not None
+            seen = b""
+            with trio.fail_after(20):
+                while b"STATSD: pushing stats to" not in seen or "HTTP" not in listening(seen):
+                    chunk = await process.stderr.receive_some(4096)
+                    assert chunk, f"exited early: {seen!r}"
+                    seen += chunk
+                datagram = await statsd.recv(65536)
+            http_port = listening(seen)["HTTP"][2]
+            key = host_key(join_host_port(socket.gethostname(), http_port))
+            lines = datagram.decode().splitlines()
+            assert lines
+            assert all(line.startswith(f"nsq.{key}.test.") for line in lines), lines
+            assert re.search(rb"INFO: STATSD: pushing stats to 127\.0\.0\.1:%d\n" % port, seen)
+            process.send_signal(signal.SIGTERM)
+            with trio.fail_after(10):
+                assert await process.wait() == 0
+                while chunk := await process.stderr.receive_some(4096):
+                    seen += chunk
+            assert b"WARNING" not in seen, seen
+            assert b"statsd is not built yet" not in seen
+        finally:
+            if process.returncode is None:
+                process.kill()

@@ -72,7 +72,9 @@ async def test_every_task_of_a_running_broker_is_where_tree_says(
 ) -> None:
     lookupd: LookupdAddresses = await nursery.start(serve_lookupd, LookupdConfig.loopback())
     config = NsqdConfig.loopback(
-        data_path=str(tmp_path), lookupd_tcp_addresses=[f"127.0.0.1:{lookupd.tcp[1]}"]
+        data_path=str(tmp_path),
+        lookupd_tcp_addresses=[f"127.0.0.1:{lookupd.tcp[1]}"],
+        statsd_address="127.0.0.1:8125",  # its task runs; the first push is a minute away
     )
     broker: BoundAddresses = await nursery.start(serve_nsqd, config)
     consumer = await ProtocolClient.connect(broker.tcp)
