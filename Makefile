@@ -8,6 +8,7 @@ STAMP := $(VENV)/.installed
 # Byte-compile the sources once: where PYTHONDONTWRITEBYTECODE is set, every start of
 # the commands would otherwise compile every module again (about 100 ms here).
 COMPILE := $(BIN)/python -m compileall -q src >/dev/null
+CHROMIUM := /usr/bin/chromium
 
 .PHONY: serve test lint typecheck unit bench example-spark clean
 
@@ -37,8 +38,13 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP)
+unit: $(STAMP) | $(CHROMIUM)
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+# tests/browser drive Debian's chromium through playwright (which downloads no browser);
+# installed as root, as CI runs, when it is missing.
+$(CHROMIUM):
+	apt-get update && apt-get install -y --no-install-recommends chromium
 
 # The Spark example pipeline (docs/spark.md): its own broker, clicks in, counts out.
 example-spark: $(STAMP)

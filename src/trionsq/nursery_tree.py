@@ -3,7 +3,7 @@
 The tree this module builds (design §3); a task not named here has no place in
 trionsq (a lookupd process has its own small tree, in lookupd/server.py; the client's
 tasks, under the task that opens a producer or consumer, are :data:`CLIENT_TREE`
-below). Branches marked (planned) arrive with their issues::
+below)::
 
     serve_nsqd(config, task_status)                  this module: builds the tree
     ├── broker nursery
@@ -18,17 +18,20 @@ below). Branches marked (planned) arrive with their issues::
     │       ├── reader task            bytes -> protocol events -> broker; writes replies
     │       └── messagePump task       message batches + heartbeats -> socket
     │   ├── HTTP listener -> per connection task: h11 loop, one request at a time   http/
+    │   │   └── an /admin/stream upgrade: admin stream nursery   server/admin_stream.py
+    │   │       ├── frame reader   trio-websocket: bytes -> frames, pings, close
+    │   │       ├── op reader      subscribe / sample / admin ops -> replies queued
+    │   │       └── (the connection task) writer: queued events + snapshots -> socket
     │   ├── HTTPS listener (with a TLS certificate) -> per connection task           http/
     │   └── lookupd peers nursery (address list: config, PUT /config)  server/lookupd_peers.py
     │       ├── per lookupd address: peer [own CancelScope; removed = cancel]
     │       │   └── reader task    replies -> the waiting command; close -> reconnect
     │       └── per new topic: channel pre-creation (asks every lookupd, then ends)
-    ├── admin websocket listener (planned)
     task_status.started(BoundAddresses(...))   # after every listener accepts
 
 State of the build: ``serve_nsqd`` runs the broker nursery (channel runners), the
-TCP listener with its per-connection nurseries, the HTTP/HTTPS listeners and the
-lookupd peers; the admin websocket arrives with its issue. The lookupd peers start
+TCP listener with its per-connection nurseries, the HTTP/HTTPS listeners (whose
+connections may become admin streams) and the lookupd peers. The lookupd peers start
 before ``started`` but connect in the background: an unreachable lookupd delays
 nothing.
 """
@@ -214,9 +217,15 @@ def _bound(listeners: list[trio.SocketListener]) -> tuple[str, int]:
 
 
 async def _serve_http(transport: Transport, stream: trio.abc.Stream, api: NsqdHttpApi) -> None:
-    """One HTTP connection; a client that vanishes or a TLS failure ends only it."""
+    """One HTTP connection; a client that vanishes or a TLS failure ends only it. An
+    ``/admin/stream`` upgrade continues on the connection as the admin stream."""
     try:
-        await serve_http_connection(transport, api.dispatch, api.body_limit)
+        stream_api = api.admin_stream
+        upgrade = await serve_http_connection(
+            transport, api.dispatch, api.body_limit, upgrade=stream_api.accepts
+        )
+        if upgrade is not None:
+            await stream_api.serve(stream, upgrade)
     except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as error:
         log.debug("http: connection ended: %s", error)
     finally:
@@ -258,7 +267,9 @@ TREE: Final = (
     ("lookupd peer", "lookupd peers"),
     ("lookupd peer reader", "lookupd peer"),
     ("channel pre-creation", "lookupd peers"),
-    ("admin websocket listener (planned)", "serve_nsqd"),
+    ("admin stream", "http connection"),
+    ("admin stream frame reader", "admin stream"),
+    ("admin stream op reader", "admin stream"),
 )
 """Each long-lived task and the task or nursery that is its parent, as data, so the
 tree in the docstring and the code that builds it can be checked against each other."""
@@ -279,6 +290,8 @@ TASKS: Final = {
     "http connection": "_run_handler",
     "https listener": "serve_listeners",
     "https connection": "_run_handler",
+    "admin stream frame reader": "WebSocketConnection._reader_task",
+    "admin stream op reader": "_Subscriber._read_ops",
     "lookupd peers": "LookupdPeers.run",
     "lookupd peer": "LookupdPeer.run",
     "lookupd peer reader": "LookupdPeer._read_replies",

@@ -83,12 +83,23 @@ async def test_every_task_of_a_running_broker_is_where_tree_says(
     http = await trio.open_tcp_stream(*broker.http)  # type: ignore[misc]
     await http.send_all(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
     await http.receive_some(1000)  # answered; the connection's task waits for more
+    admin = await trio.open_tcp_stream(*broker.http)  # type: ignore[misc]
+    await admin.send_all(
+        b"GET /admin/stream HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+        b"Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+    )
+    assert b"101 Switching Protocols" in await admin.receive_some(1000)
     top = trio.lowlevel.current_root_task()
     assert top is not None
     root = find(top, "serve_nsqd")
     await wait_until(
         lambda: ("LookupdPeer._read_replies", "LookupdPeer.run") in tasks_under(root),
         "the lookupd peer connected",
+    )
+    await wait_until(
+        lambda: ("_Subscriber._read_ops", "_run_handler") in tasks_under(root),
+        "the admin stream started",
     )
 
     allowed = {(TASKS[node], TASKS[parent]) for node in TASKS if (parent := task_parent(node))}
@@ -97,7 +108,7 @@ async def test_every_task_of_a_running_broker_is_where_tree_says(
     seen_names = {qualname(root)} | {child for child, _ in seen}
     missing = {node for node, name in TASKS.items() if name not in seen_names}
     assert missing <= NOT_RUNNING_HERE
-    for stream in (consumer.stream, http):
+    for stream in (consumer.stream, http, admin):
         await stream.aclose()
 
 

@@ -19,6 +19,7 @@ import trio
 from ..protocol.message import EXT_VERSION_JSON
 from ..protocol.names import is_ephemeral
 from . import idempotence, trace_log
+from .events import EventHub
 from .health import APPEND, CREATE, READ, StorageFault
 from .idempotence import Stored
 from .latency import LatencySettings
@@ -99,6 +100,8 @@ class Broker:
         self.trace_log: bool = config.trace_log
         """Log traced messages at publish and delivery (Youzan's trace log)."""
         self._listeners: list[Callable[[TopologyChange], None]] = []
+        self.events = EventHub()
+        """The admin stream's watchers (docs/admin.md): told every change here."""
 
     # ------------------------------------------------------------- topology listeners
 
@@ -116,6 +119,12 @@ class Broker:
 
     def _announce(self, topic: str, channel: str | None, exists: bool) -> None:
         self._state_changed()
+        if self.events.watchers:
+            state = "created" if exists else "deleted"
+            if channel is None:
+                self.events.emit("topic", f"topic_{state}", topic)
+            else:
+                self.events.emit("channel", f"channel_{state}", topic, channel=channel)
         if self._listeners:
             change = TopologyChange(topic, channel, exists)
             for listener in list(self._listeners):
@@ -133,13 +142,23 @@ class Broker:
                 found.append((name, None))
         return found
 
-    def register_client(self, client_id: int, client: ConnectedClient) -> None:
+    def register_client(
+        self, client_id: int, client: ConnectedClient, remote_address: str = ""
+    ) -> None:
         """A TCP connection began (it is listed by /stats until it ends)."""
         self.clients[client_id] = client
+        self.events.emit(
+            "client", "client_connected", client_id=str(client_id), remote_address=remote_address
+        )
 
     def unregister_client(self, client_id: int) -> None:
         """A TCP connection ended."""
-        self.clients.pop(client_id, None)
+        client = self.clients.pop(client_id, None)
+        if client is not None and self.events.watchers:
+            address = client.statistics().remote_address
+            self.events.emit(
+                "client", "client_disconnected", client_id=str(client_id), remote_address=address
+            )
 
     def topic(
         self, name: str, *, partitions: int = 1, ext: bool = False, ordered: bool = False
@@ -165,6 +184,10 @@ class Broker:
                     raise self._storage_fault(CREATE, error) from error
                 if topic.ext:
                     self._restore_keys(added)
+                for partition in added:
+                    self.events.emit(
+                        "partition", "partition_created", name, partition=partition.index
+                    )
             return topic
         storage = self.storage
         try:
@@ -186,6 +209,8 @@ class Broker:
             self._restore_keys(topic.partitions)
         self.topics[name] = topic
         self._announce(name, None, True)
+        for partition in topic.partitions:
+            self.events.emit("partition", "partition_created", name, partition=partition.index)
         return topic
 
     def _restore_keys(self, partitions: Sequence[Partition]) -> None:
@@ -263,6 +288,8 @@ class Broker:
             partition.release()
             count = 0
         self._since_release[topic_name] = count
+        if self.events.samplers and topic_name in self.events.samplers:
+            self.events.sample(topic_name, partition_index, records)
         return records
 
     def publish_once(
@@ -501,6 +528,7 @@ class Broker:
             return False
         for partition in topic.partitions:
             partition.empty()
+        self.events.emit("topic", "topic_emptied", topic_name)
         return True
 
     def set_topic_paused(self, topic_name: str, paused: bool) -> bool:
@@ -510,6 +538,7 @@ class Broker:
             return False
         topic.set_paused(paused)
         self._state_changed()
+        self.events.emit("topic", "topic_paused" if paused else "topic_unpaused", topic_name)
         if not paused:
             self._wake_topic(topic_name)
         return True
@@ -525,6 +554,8 @@ class Broker:
         for channel in channels:
             channel.empty()
             self._wake(channel)
+        if channels:
+            self.events.emit("channel", "channel_emptied", topic_name, channel=channel_name)
         return bool(channels)
 
     async def set_channel_offset(
@@ -564,6 +595,9 @@ class Broker:
         log.rewind(target)
         channel.move_to(target)
         self._wake(channel)
+        self.events.emit(
+            "channel", "channel_offset_set", topic_name, channel=channel_name, partition=partition
+        )
         return True
 
     def _existing_channel(self, topic_name: str, partition: int, channel_name: str) -> Channel:
@@ -581,6 +615,9 @@ class Broker:
         for channel in channels:
             channel.paused = paused
             self._wake(channel)
+        if channels:
+            kind = "channel_paused" if paused else "channel_unpaused"
+            self.events.emit("channel", kind, topic_name, channel=channel_name)
         return bool(channels)
 
     def _wake(self, channel: Channel) -> None:

@@ -218,6 +218,8 @@ class Channel:
         the log keeps records from there, so a restart never finds its state behind."""
         self.lost = 0
         """Unfinished messages recovery could not give back (a damaged log)."""
+        self.finish_count = 0
+        """FINs since start (the admin stream's finish rate; /stats has it per client)."""
         self._ahead: dict[int, bool] = {}
         """Ids taken out of order (deferred at publish) that the cursor has not passed,
         with whether they were finished meanwhile."""
@@ -393,6 +395,7 @@ class Channel:
         """FIN. Raises InFlightError (not in flight / not the owner)."""
         entry = self.in_flight.finish(internal_id, client_id)
         self._forget(internal_id)
+        self.finish_count += 1
         consumer = self.consumers.get(client_id)
         if consumer is not None:
             consumer.finish_count += 1

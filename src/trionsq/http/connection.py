@@ -27,7 +27,7 @@ from .messages import Request, Response
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-__all__ = ["FdTransport", "StreamTransport", "Transport", "serve_http_connection"]
+__all__ = ["FdTransport", "StreamTransport", "Transport", "Upgrade", "serve_http_connection"]
 
 log = logging.getLogger("trionsq.http")
 
@@ -50,6 +50,30 @@ class Transport(Protocol):
 
     async def send(self, data: bytes) -> None:
         """All of ``data``."""
+
+
+@attrs.frozen
+class Upgrade:
+    """A request the connection loop hands over instead of answering (a websocket
+    upgrade the caller accepted): the caller continues on the socket."""
+
+    request: Request
+    """The request's head (no body: an upgrade request has none)."""
+    replay: bytes
+    """The request's bytes as received (rebuilt from h11's head: same line, same
+    headers) and whatever followed, for a protocol library that parses them again."""
+
+
+def _is_upgrade(request: h11.Request) -> bool:
+    return any(
+        name == b"upgrade" and value.lower() == b"websocket" for name, value in request.headers
+    )
+
+
+def _raw_head(request: h11.Request) -> bytes:
+    lines = [b"%s %s HTTP/%s" % (request.method, request.target, request.http_version)]
+    lines.extend(name + b": " + value for name, value in request.headers.raw_items())
+    return b"\r\n".join(lines) + b"\r\n\r\n"
 
 
 class FdTransport:
@@ -183,7 +207,8 @@ async def serve_http_connection(
     transport: Transport,
     dispatch: Callable[[Request], Awaitable[Response]],
     body_limit: Callable[[Request, int | None], Response | int],
-) -> None:
+    upgrade: Callable[[Request], bool] | None = None,
+) -> Upgrade | None:
     """Answer requests until the client closes, errs, or stays silent too long.
 
     h11 parses each request; a fresh parser per request carries the bytes that
@@ -192,6 +217,8 @@ async def serve_http_connection(
     always whole (Content-Length) so there is nothing for them to decide.
     ``body_limit(head, content_length)`` (``head``: the request without its body) returns the most body bytes the
     route reads, or the refusal to send when Content-Length is already too big.
+    ``upgrade(head)``: whether to hand over a websocket upgrade request on its path;
+    then this returns the :class:`Upgrade` (else None when the connection is done).
     """
     leftover = b""
     with trio.CancelScope() as deadline:
@@ -201,30 +228,50 @@ async def serve_http_connection(
             if not leftover:
                 leftover = await transport.receive()  # idle until the next request begins
                 if not leftover:
-                    return
+                    return None
             deadline.deadline = trio.current_time() + REQUEST_TIMEOUT
             conn.receive_data(leftover)
             event = await _next_event(transport, conn)
             if not isinstance(event, h11.Request):
-                return  # EOF inside a request, or a malformed one (already answered)
+                return None  # EOF inside a request, or a malformed one (already answered)
             if not _version_supported(event):
                 log.debug("http: HTTP/%s not supported", event.http_version.decode())
                 await transport.send(_VERSION_NOT_SUPPORTED)
-                return
+                return None
+            if upgrade is not None and _is_upgrade(event):
+                handed = _hand_over(conn, event, transport.peer, upgrade)
+                if handed is not None:
+                    return handed
             answer, whole = await _answer(transport, conn, event, dispatch, body_limit)
             if answer is None:
-                return
+                return None
             keep_alive = whole and _keeps_alive(event)
             head = event.method == b"HEAD"
             await transport.send(encode_response(answer, close=not keep_alive, head=head))
             if not keep_alive:
-                return
+                return None
             leftover, closed = conn.trailing_data
             if closed and not leftover:
-                return
+                return None
             deadline.deadline = trio.current_time() + IDLE_TIMEOUT
     if deadline.cancelled_caught:
         log.debug("http: connection timed out")
+    return None
+
+
+def _hand_over(
+    conn: h11.Connection, event: h11.Request, peer: str, upgrade: Callable[[Request], bool]
+) -> Upgrade | None:
+    """The upgrade to hand over, when the caller takes this request (path, headers)."""
+    headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in event.headers}
+    target = event.target.decode("utf-8", "surrogateescape")
+    head = Request.from_target(
+        event.method.decode("ascii", "replace"), target, headers, remote_address=peer
+    )
+    if not upgrade(head):
+        return None
+    following, _ = conn.trailing_data
+    return Upgrade(head, _raw_head(event) + following)
 
 
 async def _next_event(transport: Transport, conn: h11.Connection) -> object:

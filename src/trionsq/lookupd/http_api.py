@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Final
 import orjson
 
 from ..http.messages import JSON_CONTENT_TYPE, V1_HEADER, Response
+from ..http.static import static_routes
 from ..protocol.names import is_valid_name
 from ..version import NSQD_RELEASE, TRIONSQ_VERSION
 from .brokers import BrokerSync
@@ -58,6 +59,13 @@ LEGACY_ENDPOINTS: Final = frozenset(
     {"/info", "/debug", "/lookup", "/topics", "/channels", "/nodes", "/listlookup"}
 )
 """The endpoints nsqlookupd 0.3 (and Youzan's) answered in the old envelope."""
+ADMIN_PAGE: Final = {
+    "/admin": "admin_page/index.html",
+    "/admin/": "admin_page/index.html",
+    "/admin/admin.js": "admin_page/admin.js",
+    "/admin/admin.css": "admin_page/admin.css",
+}
+"""The admin page, as brokers serve it: here it finds the brokers through /nodes."""
 GO_ZERO_TIME_UNIX_NANO: Final = -6795364578871345152
 """What Go's ``time.Time{}.UnixNano()`` gives: ``/debug``'s ``tombstoned_at`` of a
 producer never tombstoned."""
@@ -135,6 +143,7 @@ class LookupdHttpApi:
             "/channel/create": {"POST": self._channel_create},
             "/channel/delete": {"POST": self._channel_delete},
             "/topic/tombstone": {"POST": self._topic_tombstone},
+            **static_routes("trionsq", ADMIN_PAGE),
         }
 
     # ------------------------------------------------------------- connection hooks

@@ -371,6 +371,19 @@ class CommandLayer:
             self._reply(OK_FRAME)
         else:
             self._reply(response_frame(encode_identify_response(event.response)))
+        events = self.broker.events
+        if events.watchers:
+            events.emit(
+                "client",
+                "client_identified",
+                client_id=str(self.client_id),
+                remote_address=self.remote_address,
+                hostname=settings.hostname,
+                user_agent=settings.user_agent,
+                tls=settings.tls_v1,
+                snappy=settings.snappy,
+                deflate=settings.deflate,
+            )
 
     def _target(self, topic_name: str, partition: int | None, *, create: bool = True) -> int:
         """The partition a publish goes to, or -1 after answering the fatal error.
@@ -644,6 +657,15 @@ class CommandLayer:
         self.outbound.detail = youzan_verb
         self.subscription = await self.broker.subscribe(
             event.topic, event.channel, consumer, self, partition=partition or 0, ordered=ordered
+        )
+        self.broker.events.emit(
+            "client",
+            "client_subscribed",
+            event.topic,
+            client_id=str(self.client_id),
+            remote_address=self.remote_address,
+            channel=event.channel,
+            partition=partition or 0,
         )
         if isinstance(event, SubAdvanced) and event.offset is not None:
             try:

@@ -32,6 +32,7 @@ from ..broker.rules import (
 )
 from ..config import TlsRequired
 from ..http.messages import Request, Response, parse_bool
+from ..http.static import static_routes
 from ..protocol.broker_errors import pub_failed
 from ..protocol.commands import OffsetSpec
 from ..protocol.errors import ProtocolError
@@ -39,6 +40,7 @@ from ..protocol.ext_header import TRACE_ID_KEY, ExtHeader, check_ext_header
 from ..protocol.message import EXT_VERSION_JSON
 from ..protocol.strconv import go_atoi, go_parse_uint64
 from ..version import NSQD_RELEASE, TRIONSQ_VERSION, version_string
+from .admin_stream import AdminStream, StreamContext
 from .api_args import HttpError, name_arg, parsed_query
 from .partition_api import PartitionApi
 
@@ -50,6 +52,7 @@ if TYPE_CHECKING:
     from ..broker.idempotence import Stored
     from ..broker.topic import Record
     from ..config import NsqdConfig
+    from .metrics import MetricsRoute
 
 __all__ = ["NsqdHttpApi"]
 
@@ -83,6 +86,13 @@ _DURATION_FIELDS: Final = frozenset(
         "queue_scan_refresh_interval",
     }
 )
+ADMIN_PAGE: Final = {
+    "/admin": "admin_page/index.html",
+    "/admin/": "admin_page/index.html",
+    "/admin/admin.js": "admin_page/admin.js",
+    "/admin/admin.css": "admin_page/admin.css",
+}
+"""The admin page's files (docs/admin.md), by path; lookupd serves the same."""
 LEGACY_ENDPOINTS: Final = frozenset({"/info", "/pub", "/mpub", "/stats", "/pub_ext"})
 """Where nsqd ≤ 0.3 (and Youzan, for /pub_ext) answered in the status_code/status_txt/data
 envelope; /pubtrace is V1 only."""
@@ -144,6 +154,8 @@ class NsqdHttpApi:
         self.runtime = runtime or RuntimeOptions(config.log_level, config.lookupd_tcp_addresses)
         self._auth_sessions: dict[tuple[str, str, bool], AuthSession] = {}
         """HTTP publishers' auth grants by (secret, client IP, https), oldest first."""
+        self._metrics_route: MetricsRoute | None = None
+        """/metrics' private registry, made at the first scrape."""
         post_ignoring_body: dict[str, Callable[[Request], Awaitable[Response]]] = {
             "/topic/create": self._topic_create,
             "/topic/delete": self._topic_delete,
@@ -165,9 +177,21 @@ class NsqdHttpApi:
             "/pub_ext": {"POST": self._pub_ext},
             "/channel/setoffset": {"POST": self._channel_setoffset},
             "/stats": {"GET": self._stats},
+            "/metrics": {"GET": self._metrics},
             **{path: {"POST": handler} for path, handler in post_ignoring_body.items()},
+            **static_routes("trionsq", ADMIN_PAGE),
         }
         self.routes.update(PartitionApi(broker, self._authorize_reader).routes)
+        self.admin_stream = AdminStream(
+            StreamContext(
+                broker,
+                dispatch=self.dispatch,
+                stats=self._stats_for_stream,
+                hello=self._hello_for_stream,
+                authenticate=self.auth_session if config.auth_http_addresses else None,
+            )
+        )
+        """``/admin/stream``: the HTTP loop hands it the websocket upgrades."""
 
     # ------------------------------------------------------------- connection hooks
 
@@ -275,6 +299,40 @@ class NsqdHttpApi:
         document = stats_document(self.broker, version=NSQD_RELEASE, **options)  # type: ignore[arg-type]
         return Response.legacy_ok(document) if request.legacy else Response.json(document)
 
+    async def _metrics(self, request: Request) -> Response:
+        """Open like /stats, even with AUTH on (docs/admin.md)."""
+        from .metrics import MetricsRoute  # prometheus_client: loaded at the first scrape
+
+        if self._metrics_route is None:
+            self._metrics_route = MetricsRoute(self.broker, started_at=self.started_at)
+        return await self._metrics_route.get(request)
+
+    def _stats_for_stream(self) -> dict[str, object]:
+        from .stats import stats_document
+
+        return stats_document(
+            self.broker,
+            version=NSQD_RELEASE,
+            started_at=self.started_at,
+            health=self.broker.health,
+            topic=None,
+            channel=None,
+            include_clients=True,
+            include_mem=False,
+        )
+
+    def _hello_for_stream(self) -> dict[str, object]:
+        tcp_port, http_port = self._ports()
+        return {
+            "version": NSQD_RELEASE,
+            "trionsq_version": TRIONSQ_VERSION,
+            "hostname": socket.gethostname(),
+            "broadcast_address": self.config.broadcast_address,
+            "tcp_port": tcp_port,
+            "http_port": http_port,
+            "start_time": int(self.started_at),
+        }
+
     # ------------------------------------------------------------- publishing
 
     def _publish_target(
@@ -323,23 +381,27 @@ class NsqdHttpApi:
         secret = bearer[7:] if bearer[:7].lower() == "bearer " else request.arg("auth_secret")
         if not secret:
             raise HttpError(401, f"E_AUTH_FIRST AUTH required before {verb}")
-        key = (secret, request.remote_address.rpartition(":")[0], self.is_https)
+        session = await self.auth_session(secret, request.remote_address)
+        error = await session.check(verb, topic, channel)
+        if error is not None:
+            raise HttpError(403 if error.code == "E_UNAUTHORIZED" else 401, error.text)
+
+    async def auth_session(self, secret: str, remote_address: str) -> AuthSession:
+        """The grants of ``secret`` for a client at ``remote_address`` (kept per secret
+        and client IP until their ttl); HttpError 401 when the auth server refuses it."""
+        key = (secret, remote_address.rpartition(":")[0], self.is_https)
         session = self._auth_sessions.pop(key, None)  # re-inserted: most recent last
         if session is None:
             from ..auth.session import AuthSession  # loaded only where AUTH is on
 
-            session = AuthSession(
-                self.config, remote_address=request.remote_address, tls=self.is_https
-            )
+            session = AuthSession(self.config, remote_address=remote_address, tls=self.is_https)
             answer = await session.authenticate(secret.encode("utf-8", "surrogateescape"))
             if isinstance(answer, ProtocolError):
                 raise HttpError(401, answer.text)
         self._auth_sessions[key] = session
         while len(self._auth_sessions) > MAX_AUTH_SESSIONS:
             del self._auth_sessions[next(iter(self._auth_sessions))]
-        error = await session.check(verb, topic, channel)
-        if error is not None:
-            raise HttpError(403 if error.code == "E_UNAUTHORIZED" else 401, error.text)
+        return session
 
     async def _authorize_reader(self, request: Request, verb: str, reader: str) -> None:
         """AUTH for ``/partition/...``: a subscribe to the topic as channel ``reader``."""

@@ -48,6 +48,7 @@ __all__ = [
     "StatsSnapshot",
     "TopicSnapshot",
     "memory_statistics",
+    "resident_bytes",
     "snapshot",
     "stats_document",
     "stats_text",
@@ -305,7 +306,7 @@ def memory_statistics() -> MemoryStatistics:
     return MemoryStatistics(
         heap_objects=sys.getallocatedblocks(),
         heap_idle_bytes=0,
-        heap_in_use_bytes=_resident_bytes(),
+        heap_in_use_bytes=resident_bytes(),
         heap_released_bytes=0,
         gc_pause_usec_100=_go_percentile(100.0, pauses) // 1000,
         gc_pause_usec_99=_go_percentile(99.0, pauses) // 1000,
@@ -598,7 +599,7 @@ def _go_percentile(percent: float, ordered: list[int]) -> int:
     return ordered[index]
 
 
-def _resident_bytes() -> int:
+def resident_bytes() -> int:
     """Resident set size from procfs; 0 where there is none."""
     try:
         with open("/proc/self/statm", "rb") as statm:
