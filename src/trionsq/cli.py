@@ -135,3 +135,66 @@ main.add_command(
         Stops cleanly on Ctrl-C (SIGINT) or SIGTERM.""",
     )
 )
+
+
+@main.command("top")
+@click.option(
+    "--http-address",
+    default="127.0.0.1:4151",
+    show_default=True,
+    help="The broker's HTTP address: host:port, http://host:port or https://host:port.",
+)
+@click.option("--topic", "topics", multiple=True, help="Only this topic (repeatable).")
+@click.option(
+    "--interval",
+    default="1s",
+    show_default=True,
+    help="Time between snapshots (a Go duration, at least 100ms).",
+)
+@click.option(
+    "--auth-secret",
+    envvar="TRIONSQ_AUTH_SECRET",
+    default=None,
+    help="The secret, when the broker runs with AUTH (or TRIONSQ_AUTH_SECRET).",
+)
+@click.option(
+    "--sort",
+    type=click.Choice(["depth", "name", "rate"]),
+    default="depth",
+    show_default=True,
+    help="Order of topics and channels.",
+)
+@click.option("--once", is_flag=True, help="Print the first snapshot and exit (for scripts).")
+def _top(
+    http_address: str,
+    topics: tuple[str, ...],
+    interval: str,
+    auth_secret: str | None,
+    sort: str,
+    once: bool,
+) -> None:
+    """Watch a broker: its topics and channels (depth, in-flight, rates, clients)
+    and its events as they happen, from the broker's admin stream.
+
+    Stops on Ctrl-C; exits with 1 when the broker cannot be reached or closes
+    the stream."""
+    from .durations import parse_duration
+    from .top import Sort
+    from .top import main as top_main
+
+    try:
+        seconds = parse_duration(interval)
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="--interval") from None
+    if seconds < 0.1:
+        raise click.BadParameter("must be at least 100ms", param_hint="--interval")
+    sys.exit(
+        top_main(
+            http_address,
+            topics=topics,
+            interval_ms=round(seconds * 1000),
+            auth_secret=auth_secret,
+            sort=Sort(sort),
+            once=once,
+        )
+    )
