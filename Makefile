@@ -44,7 +44,7 @@ unit: $(STAMP) | $(CHROMIUM)
 # tests/browser drive Debian's chromium through playwright (which downloads no browser);
 # installed as root, as CI runs, when it is missing.
 $(CHROMIUM):
-	apt-get update && apt-get install -y --no-install-recommends chromium
+	apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium
 
 # The Spark example pipeline (docs/spark.md): its own broker, clicks in, counts out.
 example-spark: $(STAMP)
