@@ -468,7 +468,9 @@ async def test_without_a_secret_the_stream_closes_with_4001_and_ops_need_rights(
         assert stats["topics"][0]["paused"] is False
     async with open_stream(broker, "snapshot_interval_ms=0") as ws:
         await receive(ws)
-        await send(ws, op="auth", secret="operator")  # noqa: S106 - a test secret
+        await send(ws, op="auth", secret="operator", ref="a")  # noqa: S106 - a test secret
+        accepted = await receive(ws)
+        assert (accepted["type"], accepted["ref"], accepted["ok"]) == ("reply", "a", True)
         await send(ws, op="topic.pause", topic="orders", ref=1)
         seen = await events_until(ws, "reply")
         assert [m["type"] for m in seen] == ["topic_paused", "reply"]

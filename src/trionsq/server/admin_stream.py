@@ -228,12 +228,13 @@ class _Subscriber:
         """AUTH: a secret at open (query or bearer), else an ``auth`` message soon."""
         bearer = self.head.headers.get("authorization", "")
         secret = bearer[7:] if bearer[:7].lower() == "bearer " else self.head.arg("auth_secret")
+        ref: object = None
         if not secret:
             with trio.move_on_after(AUTH_TIMEOUT):
                 while not secret:
                     message = _parsed(await self.ws.get_message())
                     if isinstance(message, dict) and message.get("op") == "auth":
-                        found = message.get("secret")
+                        found, ref = message.get("secret"), message.get("ref")
                         secret = found if isinstance(found, str) and found else None
                         if secret is None:
                             return False
@@ -243,7 +244,9 @@ class _Subscriber:
             return False
         refused = await self._auth(secret)
         if refused is not None:
-            await self._send({"type": "error", "error": refused})
+            await self._send({"type": "error", "error": refused, "ref": ref})
+        elif ref is not None:
+            await self._send({"type": "reply", "ref": ref, "ok": True, "status": 200})
         return refused is None
 
     async def _auth(self, secret: str) -> str | None:
