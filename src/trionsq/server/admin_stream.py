@@ -86,7 +86,7 @@ class StreamContext:
         broker: Broker,
         *,
         dispatch: Callable[[Request], Awaitable[Response]],
-        stats: Callable[[], dict[str, object]],
+        stats: Callable[[], tuple[float, dict[str, object]]],
         hello: Callable[[], dict[str, object]],
         authenticate: Callable[[str, str], Awaitable[AuthSession]] | None,
     ) -> None:
@@ -94,7 +94,8 @@ class StreamContext:
         self.dispatch = dispatch
         """The HTTP API's router: admin ops run its handlers."""
         self.stats = stats
-        """``/stats?format=json&include_clients=true`` as a document, now."""
+        """``/stats?format=json&include_clients=true`` as a document, and the Trio time
+        it was taken (a document may serve several subscribers' snapshots)."""
         self.hello = hello
         """The broker's identity fields of the ``hello`` message."""
         self.authenticate = authenticate
@@ -292,8 +293,7 @@ class _Subscriber:
                 await self._wakeup.wait()
 
     def _snapshot(self) -> dict[str, object]:
-        document = self.context.stats()
-        now = trio.current_time()
+        now, document = self.context.stats()
         topics = self.watcher.topics
         shown: list[dict[str, object]] = []
         previous, self._previous = self._previous, {}

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Final
 
 import attrs
 import orjson
+import trio
 
 from ..broker.health import StorageFault
 from ..broker.offsets import OffsetError
@@ -60,6 +61,8 @@ log = logging.getLogger("trionsq.http")
 
 _INT32: Final = struct.Struct(">i")
 SMALL_BODY: Final = 64 * 1024
+STREAM_STATS_REUSE: Final = 0.1
+"""Seconds one /stats document serves the admin stream's snapshots."""
 MAX_AUTH_SESSIONS: Final = 4096
 """HTTP publishers' auth sessions kept (the least recently used go first)."""
 """Body bytes read for endpoints that ignore their body (admin POSTs)."""
@@ -153,6 +156,7 @@ class NsqdHttpApi:
         self.is_https = is_https
         self.runtime = runtime or RuntimeOptions(config.log_level, config.lookupd_tcp_addresses)
         self._auth_sessions: dict[tuple[str, str, bool], AuthSession] = {}
+        self._stream_stats: tuple[float, dict[str, object]] | None = None
         """HTTP publishers' auth grants by (secret, client IP, https), oldest first."""
         self._metrics_route: MetricsRoute | None = None
         """/metrics' private registry, made at the first scrape."""
@@ -307,10 +311,17 @@ class NsqdHttpApi:
             self._metrics_route = MetricsRoute(self.broker, started_at=self.started_at)
         return await self._metrics_route.get(request)
 
-    def _stats_for_stream(self) -> dict[str, object]:
+    def _stats_for_stream(self) -> tuple[float, dict[str, object]]:
+        """The /stats document for admin stream snapshots, and when it was taken: one
+        document serves every subscriber whose snapshot falls due within
+        ``STREAM_STATS_REUSE`` (subscribers opened together tick together)."""
         from .stats import stats_document
 
-        return stats_document(
+        now = trio.current_time()
+        cached = self._stream_stats
+        if cached is not None and now - cached[0] < STREAM_STATS_REUSE:
+            return cached
+        document = stats_document(
             self.broker,
             version=NSQD_RELEASE,
             started_at=self.started_at,
@@ -320,6 +331,8 @@ class NsqdHttpApi:
             include_clients=True,
             include_mem=False,
         )
+        self._stream_stats = (now, document)
+        return self._stream_stats
 
     def _hello_for_stream(self) -> dict[str, object]:
         tcp_port, http_port = self._ports()
