@@ -72,9 +72,11 @@ class Consumer:
     timeout_count: int = 0
 
 
-@attrs.frozen
+@attrs.define
 class Delivery:
-    """A message on its way to a consumer, with its attempt number."""
+    """A message on its way to a consumer, with its attempt number.
+
+    Not frozen, for speed only (one per message delivered; see ``Record``)."""
 
     record: Record
     attempts: int
@@ -238,6 +240,8 @@ class Channel:
         """A connection leaves: its in-flight messages go back at once (design §6)."""
         self.consumers.pop(client_id, None)
         returned = [entry.payload for entry in self.in_flight.remove_client(client_id)]
+        for record in returned:
+            self._delivered_once(record.internal_id)
         self._put_back(returned)
         return returned
 
@@ -312,19 +316,45 @@ class Channel:
     def deliver(self, consumer: Consumer, records: list[Record], now: float) -> list[Delivery]:
         """Hand ``records`` to ``consumer``: in flight with their attempt counts, except
         what its sample rate drops (dropped for this channel, as nsqd does)."""
-        sent: list[Delivery] = []
+        if consumer.sample_rate:
+            records = self._sampled(consumer.sample_rate, records)
         attempts = self._attempts
-        for record in records:
-            key = record.internal_id
-            if consumer.sample_rate and self._rng.randrange(100) > consumer.sample_rate:
-                self._forget(key)  # sampled out: dropped for this channel, as nsqd does
-                continue
-            count = min(attempts.get(key, 0) + 1, MAX_ATTEMPTS)
-            attempts[key] = count
-            self.in_flight.add(key, record, consumer.client_id, now, consumer.msg_timeout)
-            consumer.message_count += 1
-            sent.append(Delivery(record, count))
+        if attempts:
+            sent = [Delivery(record, self._attempt(record.internal_id)) for record in records]
+        else:  # nothing was ever put back: every message goes out for the first time
+            sent = [Delivery(record, 1) for record in records]
+        if records:
+            items = [(record.internal_id, record) for record in records]
+            self.in_flight.add_many(items, consumer.client_id, now, consumer.msg_timeout)
+            consumer.message_count += len(records)
         return sent
+
+    def _attempt(self, internal_id: int) -> int:
+        """The attempt number of a delivery. Only messages put back have a count kept
+        (:meth:`_delivered_once`): a first delivery costs no entry (issue 19)."""
+        attempts = self._attempts
+        before = attempts.get(internal_id)
+        if before is None:
+            return 1
+        count = min(before + 1, MAX_ATTEMPTS)
+        attempts[internal_id] = count
+        return count
+
+    def _delivered_once(self, internal_id: int) -> None:
+        """A message leaves flight without a FIN (REQ, timeout, its consumer gone): its
+        count is kept from now on (one attempt if none was kept)."""
+        self._attempts.setdefault(internal_id, 1)
+
+    def _sampled(self, sample_rate: int, records: list[Record]) -> list[Record]:
+        """What a consumer's sample rate lets through; the rest is dropped for this
+        channel, as nsqd does."""
+        kept: list[Record] = []
+        for record in records:
+            if self._rng.randrange(100) > sample_rate:
+                self._forget(record.internal_id)
+            else:
+                kept.append(record)
+        return kept
 
     def _forget(self, internal_id: int) -> None:
         self._attempts.pop(internal_id, None)
@@ -401,6 +431,26 @@ class Channel:
             consumer.finish_count += 1
         return entry.payload
 
+    def finish_many(self, client_id: int, internal_ids: Sequence[int]) -> list[int]:
+        """FIN of many ids in order, as :meth:`finish` each; returns the ids refused
+        (:meth:`InFlightTable.reason` says why), in order."""
+        finished, refused = self.in_flight.finish_many(internal_ids, client_id)
+        attempts = self._attempts
+        ahead = self._ahead
+        cursor_finish = self.cursor.finish
+        for key in finished:
+            if attempts:
+                attempts.pop(key, None)
+            if ahead and key in ahead:  # the cursor confirms it when it passes it
+                ahead[key] = True
+            else:
+                cursor_finish(key)
+        self.finish_count += len(finished)
+        consumer = self.consumers.get(client_id)
+        if consumer is not None:
+            consumer.finish_count += len(finished)
+        return refused
+
     def record_latency(self, record: Record, wall_ns: int) -> None:
         """A FIN at ``wall_ns``: its end-to-end latency, if this channel tracks latency."""
         if self.latency is not None:
@@ -409,6 +459,7 @@ class Channel:
     def requeue(self, client_id: int, internal_id: int, delay: float, now: float) -> Record:
         """REQ: back at once (delay 0) or after ``delay`` seconds. Raises InFlightError."""
         entry = self.in_flight.finish(internal_id, client_id)
+        self._delivered_once(internal_id)
         self.requeue_count += 1
         consumer = self.consumers.get(client_id)
         if consumer is not None:
@@ -438,6 +489,7 @@ class Channel:
         """Requeue timed-out messages and release due deferrals; returns how many."""
         expired = self.in_flight.pop_expired(now)
         for entry in expired:
+            self._delivered_once(entry.key)
             self.timeout_count += 1
             consumer = self.consumers.get(entry.client)
             if consumer is not None:

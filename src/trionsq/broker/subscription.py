@@ -14,8 +14,10 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from ..queues.inflight import InFlightError
+
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from .channel import Channel, Consumer
     from .driver import ChannelDriver
@@ -56,6 +58,28 @@ class Subscription:
             self._driver.route_now()  # its one slot is free: the next goes in this write
         else:
             self._driver.wake()
+
+    def finish_many(self, internal_ids: Sequence[int]) -> list[tuple[int, str]]:
+        """FIN of each id in order; returns the refused ones with nsqd's reason.
+
+        One wake-up of the router for the whole run (issue 19). An ordered channel
+        routes after each FIN, and e2e latency needs each record: those go one by one.
+        """
+        channel = self.channel
+        if channel.ordered or channel.latency is not None:
+            refused: list[tuple[int, str]] = []
+            for internal_id in internal_ids:
+                try:
+                    self.finish(internal_id)
+                except InFlightError as error:
+                    refused.append((internal_id, error.reason))
+            return refused
+        failed = channel.finish_many(self.consumer.client_id, internal_ids)
+        self._driver.wake()
+        if not failed:
+            return []
+        in_flight = channel.in_flight
+        return [(internal_id, in_flight.reason(internal_id)) for internal_id in failed]
 
     def requeue(self, internal_id: int, delay: float, *, timed: bool) -> None:
         """REQ after ``delay`` seconds. Raises ``InFlightError``.

@@ -90,6 +90,10 @@ def assign(
     turn: int = 0,
 ) -> Assignment[M]:
     """Place ``messages`` (in channel order) on ``consumers`` by the rules above."""
+    if all(c.tag is None for c in consumers):
+        striped = _striped(messages, consumers, turn)
+        if striped is not None:
+            return striped
     untagged = [c for c in consumers if c.tag is None]
     by_tag: dict[str, list[ConsumerSlot]] = {}
     for consumer in consumers:
@@ -111,3 +115,27 @@ def assign(
         else:
             deliveries.setdefault(client, []).append(message)
     return Assignment(deliveries, waiting, turn + 1)
+
+
+def _striped(
+    messages: Sequence[M], consumers: Sequence[ConsumerSlot], turn: int
+) -> Assignment[M] | None:
+    """The round-robin's outcome by slicing, when no consumer runs out of room before
+    the messages do (the common case: untagged consumers with room to spare); None
+    when the rotation must be walked. Same result, without a step per message."""
+    rotation = _Rotation(list(consumers), turn)
+    clients, room = rotation.clients, rotation.room
+    count = len(clients)
+    if not count:
+        return None
+    if count == 1:
+        take = min(room[0], len(messages))
+        deliveries = {clients[0]: list(messages[:take])} if take else {}
+        return Assignment(deliveries, list(messages[take:]), turn + 1)
+    total = len(messages)
+    if min(room) < -(-total // count):  # someone would run out: walk it
+        return None
+    deliveries = {}
+    for position, client in enumerate(clients[:total]):
+        deliveries[client] = list(messages[position::count])
+    return Assignment(deliveries, [], turn + 1)

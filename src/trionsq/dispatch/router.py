@@ -64,6 +64,9 @@ class ChannelRunner:
         self._drained: trio.Event | None = None
         """Set by a routing pass that finds nothing in flight, while someone waits
         in :meth:`drained` (the broker stopping)."""
+        self._nursery: trio.Nursery | None = None
+        self._prefetch: tuple[int, trio.Event] | None = None
+        """The cold read running ahead of the router: its first id, set once installed."""
 
     def wake(self) -> None:
         """Something changed that may let messages move. Not a checkpoint."""
@@ -80,10 +83,12 @@ class ChannelRunner:
         try:
             with self.cancel_scope:
                 async with trio.open_nursery() as nursery:
+                    self._nursery = nursery
                     await nursery.start(self.timer.run, self.channel.next_deadline, self._expired)
                     task_status.started()
                     await self._route_forever()
         finally:
+            self._nursery = None
             if self._drained is not None:  # deleted: nothing left to wait for
                 self._drained.set()
 
@@ -99,11 +104,46 @@ class ChannelRunner:
         """A backlog only on disk: read a large chunk in a worker thread, then route it.
 
         The event loop keeps serving meanwhile; the chunk stays with the log, so the
-        next passes read it from memory.
+        next passes read it from memory. The chunk after it is read ahead at once
+        (:meth:`_read_ahead`), so the consumers are not left waiting for a read
+        between chunks (issue 19: the router stood still for each read before).
         """
+        prefetch = self._prefetch
+        if prefetch is not None and prefetch[0] == from_id:
+            await prefetch[1].wait()
+            if not self.channel.log.is_cold(from_id):
+                self._read_ahead_of(from_id)
+                return
         log = self.channel.log
         records = await trio.to_thread.run_sync(log.read_cold, from_id, COLD_READ_RECORDS)
         log.install_chunk(from_id, records)
+        self._read_ahead_of(from_id)
+
+    def _read_ahead_of(self, from_id: int) -> None:
+        """Start reading the chunk after the one installed at ``from_id``, if cold."""
+        log = self.channel.log
+        if self._prefetch is not None or self._nursery is None:
+            return
+        stop = log.chunk_stop(from_id)
+        if stop is None or not log.is_cold(stop):
+            return
+        done = trio.Event()
+        self._prefetch = (stop, done)
+        self._nursery.start_soon(self._read_ahead, stop, done)
+
+    async def _read_ahead(self, from_id: int, done: trio.Event) -> None:
+        """One chunk read before the router needs it; a failed read is left for the
+        router's own read, which reports it."""
+        log = self.channel.log
+        try:
+            try:
+                records = await trio.to_thread.run_sync(log.read_cold, from_id, COLD_READ_RECORDS)
+            except OSError:
+                return
+            log.install_chunk(from_id, records)
+        finally:
+            self._prefetch = None
+            done.set()
 
     def _expired(self, now: float) -> None:
         if self.channel.expire(now):

@@ -22,6 +22,7 @@ __all__ = [
     "Dpub",
     "ExtMessage",
     "Fin",
+    "FinMany",
     "Identify",
     "InternalCreateTopic",
     "Mpub",
@@ -216,6 +217,16 @@ class Fin:
     """FIN: the 16 id bytes as the client echoed them."""
 
     message_id: bytes
+
+
+@attrs.frozen
+class FinMany:
+    """A run of FINs that arrived as whole ``FIN <16 lowercase hex>\\n`` lines in one
+    read, as internal ids, in order: the server's fast path for consumers that
+    finish every message (issue 19). Any other FIN, and every client-side FIN, is a
+    :class:`Fin`; the broker answers both the same way."""
+
+    internal_ids: tuple[int, ...]
 
 
 @attrs.frozen

@@ -21,6 +21,7 @@ __all__ = [
     "EXT_VERSION_JSON",
     "EXT_VERSION_NONE",
     "EXT_VERSION_TAG",
+    "MESSAGE_FRAME_HEAD",
     "MESSAGE_HEADER_SIZE",
     "Message",
     "binary_id",
@@ -40,7 +41,8 @@ EXT_VERSION_JSON: Final = 4
 MAX_EXT_LENGTH: Final = 0xFFFF
 
 # size, frame type, timestamp, attempts: one pack for the fixed head of a message frame
-_FRAME_HEAD: Final = struct.Struct(">IiqH")
+MESSAGE_FRAME_HEAD: Final = struct.Struct(">IiqH")
+"""A message frame's size, frame type, timestamp and attempts, ahead of its id."""
 _HEAD: Final = struct.Struct(">qH")
 _EXT_HEAD: Final = struct.Struct(">BH")
 _DETAIL: Final = struct.Struct(">QI")
@@ -114,7 +116,7 @@ def encode_message(message: Message, *, extended: bool = False, detail: bool = F
 def encode_message_frame(timestamp: int, attempts: int, message_id: bytes, body: bytes) -> bytes:
     """A whole plain message frame; the hot-path encoder (one pack, two joins)."""
     return (
-        _FRAME_HEAD.pack(len(body) + 30, FRAME_TYPE_MESSAGE, timestamp, attempts)
+        MESSAGE_FRAME_HEAD.pack(len(body) + 30, FRAME_TYPE_MESSAGE, timestamp, attempts)
         + message_id
         + body
     )
@@ -122,7 +124,7 @@ def encode_message_frame(timestamp: int, attempts: int, message_id: bytes, body:
 
 def encode_message_frames(messages: list[Message]) -> bytes:
     """Plain frames for a batch of messages, joined for one ``send_all``."""
-    pack = _FRAME_HEAD.pack
+    pack = MESSAGE_FRAME_HEAD.pack
     parts: list[bytes] = []
     append = parts.append
     for m in messages:

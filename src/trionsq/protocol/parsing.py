@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Final
 import attrs
 
 from .broker_errors import topic_not_exist
-from .commands import Command
+from .commands import Command, FinMany
 from .errors import ProtocolError
 from .names import go_quote, is_valid_name
 from .strconv import go_atoi
@@ -33,8 +33,9 @@ __all__ = [
     "PublishHeader",
 ]
 
-Event = Command | ProtocolError
-"""What parsing yields: a command, or an error (fatal ones end the list)."""
+Event = Command | FinMany | ProtocolError
+"""What parsing yields: a command (a run of FINs as one :class:`FinMany`), or an error
+(fatal ones end the list)."""
 
 _INT32: Final = struct.Struct(">i")
 _UINT16: Final = struct.Struct(">H")

@@ -21,6 +21,8 @@ size is checked against its limit before any of its body is kept.
 from __future__ import annotations
 
 import functools
+import re
+import struct
 from types import GeneratorType
 from typing import TYPE_CHECKING, ClassVar
 
@@ -28,6 +30,7 @@ from .commands import (
     Auth,
     Cls,
     Fin,
+    FinMany,
     Identify,
     InternalCreateTopic,
     Mpub,
@@ -69,6 +72,23 @@ if TYPE_CHECKING:
 
 __all__ = ["ConnectionState", "Event", "PublishGate", "PublishHeader", "ServerConnection"]
 
+_FIN_LINE_LENGTH = 21
+"""``FIN `` + 16 hex characters + ``\\n``."""
+_FIN_RUN = re.compile(rb"(?:FIN [0-9a-f]{16}\n){1,4096}")
+"""FINs as every client sends them back (nsqd's ids are lowercase hex): a consumer
+that finishes each message sends hundreds per read, parsed here at once into one
+:class:`FinMany` instead of an event each (issue 19). 4,096 lines (86 KB) at most
+per event: more than one read holds."""
+
+
+def _fin_ids(data: bytes, start: int, stop: int) -> tuple[int, ...]:
+    """The internal ids of the whole FIN lines in ``data[start:stop]``: the hex of
+    all of them decoded at once, then read as big-endian 8-byte ints."""
+    count = (stop - start) // _FIN_LINE_LENGTH
+    hex_digits = data[start:stop].replace(b"FIN ", b"").replace(b"\n", b"")
+    ids: tuple[int, ...] = struct.unpack(f">{count}Q", bytes.fromhex(hex_digits.decode()))
+    return ids
+
 
 @functools.lru_cache(maxsize=16)
 def _defaults(settings: ServerSettings) -> NegotiatedSettings:
@@ -88,6 +108,7 @@ class ServerConnection(PublishReaders):
     __slots__ = (
         "_awaiting_magic",
         "_eof_error",
+        "_fin_runs",
         "_have",
         "_magic",
         "_partial_line",
@@ -114,11 +135,15 @@ class ServerConnection(PublishReaders):
         *,
         publish_gate: PublishGate | None = None,
         gated_verbs: frozenset[str] | None = None,
+        fin_runs: bool = False,
     ) -> None:
         """``gated_verbs``: the publish commands ``publish_gate`` sees (None: all), so
         a gate for some commands costs the others nothing; any publish naming a
-        partition is gated too (the topic-partition must exist, spec §8.3 step 5)."""
+        partition is gated too (the topic-partition must exist, spec §8.3 step 5).
+        ``fin_runs``: consecutive plain FINs come as one :class:`FinMany` (the
+        broker's fast path) instead of a :class:`Fin` each."""
         self.settings = settings if settings is not None else ServerSettings()
+        self._fin_runs = fin_runs
         self.publish_gate = publish_gate
         self.gated_verbs = gated_verbs
         self.state = ConnectionState.INIT
@@ -196,6 +221,12 @@ class ServerConnection(PublishReaders):
                 if self._reader is not None:
                     pos = self._continue_reader(data, pos, end, events)
                     continue
+                if self._fin_runs and data.startswith(b"FIN ", pos) and not self._partial_line:
+                    run = self._fin_run(data, pos)
+                    if run > pos:
+                        events.append(FinMany(_fin_ids(data, pos, run)))
+                        pos = run
+                        continue
                 line, pos = self._read_line(data, pos, end)
                 if line is None:
                     break
@@ -274,6 +305,19 @@ class ServerConnection(PublishReaders):
             self._partial_line = data[pos:end]
             return None, end
         return data[pos:newline], newline + 1
+
+    def _fin_run(self, data: bytes, pos: int) -> int:
+        """Where the run of plain ``FIN <hex id>`` lines from ``pos`` ends (``pos``: no
+        run here, the line parser takes it, errors and all)."""
+        if self.binary_ids or (self.settings.tls_required and not self.tls):
+            return pos
+        if (
+            self.state is not ConnectionState.SUBSCRIBED
+            and self.state is not ConnectionState.CLOSING
+        ):
+            return pos
+        match = _FIN_RUN.match(data, pos)
+        return pos if match is None else match.end()
 
     def _dispatch(self, line: bytes, data: bytes, pos: int, end: int, events: list[Event]) -> int:
         # A binary id may end in \r: positional commands keep the raw line.

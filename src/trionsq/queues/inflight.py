@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from typing import Final, Generic, TypeVar
+from typing import TYPE_CHECKING, Final, Generic, TypeVar
 
 import attrs
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 __all__ = ["InFlight", "InFlightError", "InFlightStatistics", "InFlightTable"]
 
@@ -53,18 +56,51 @@ class InFlightStatistics:
     in_flight: int
     """Messages in flight now."""
     heap_entries: int
-    """Heap size, stale entries included (bounded at about twice ``in_flight``)."""
+    """Heap size in batches, stale ones included (bounded at about twice the live ones)."""
+
+
+class _Batch(Generic[T]):
+    """Messages delivered to one client at one moment with one deadline: what the
+    table keeps per message is a dict slot pointing here and its payload in
+    :attr:`payloads` (issue 19: an entry object and a heap push per message were a
+    tenth of the consume path)."""
+
+    __slots__ = ("client", "deadline", "delivered_at", "payloads", "seq")
+
+    def __init__(
+        self, client: int, delivered_at: float, deadline: float, seq: int, payloads: dict[int, T]
+    ) -> None:
+        self.client = client
+        self.delivered_at = delivered_at
+        self.deadline = deadline
+        self.seq = seq
+        self.payloads = payloads
+        """Its keys still in flight; empty once all are finished, touched or expired."""
+
+    def entry(self, key: int, payload: T) -> InFlight[T]:
+        return InFlight(key, payload, self.client, self.delivered_at, self.deadline, self.seq)
 
 
 class InFlightTable(Generic[T]):
-    """The in-flight messages of one channel, keyed by internal message id."""
+    """The in-flight messages of one channel, keyed by internal message id.
+
+    Kept per delivery batch (:class:`_Batch`): a routing pass hands a consumer
+    hundreds of messages at once, so the heap has one ``(deadline, seq, batch)``
+    entry per batch and each message only a dict slot. A TOUCH moves its message to
+    a batch of its own; a batch with nothing left is stale in the heap and skipped
+    when it surfaces, and the heap is pruned when stale batches outnumber live ones.
+    """
 
     def __init__(self, max_msg_timeout: float) -> None:
         """``max_msg_timeout``: a TOUCH never moves a deadline past delivery + this."""
         self.max_msg_timeout: Final = max_msg_timeout
-        self._entries: dict[int, InFlight[T]] = {}
-        self._heap: list[tuple[float, int, int]] = []
-        self._by_client: dict[int, set[int]] = {}
+        self._entries: dict[int, _Batch[T]] = {}
+        self._heap: list[tuple[float, int, _Batch[T]]] = []
+        self._live_batches = 0
+        self._counts: dict[int, int] = {}
+        """Messages each client holds."""
+        self._batches_of: dict[int, set[_Batch[T]]] = {}
+        """Each client's batches that still hold messages (for a disconnect)."""
         self._seq = itertools.count()
 
     def __len__(self) -> int:
@@ -75,12 +111,12 @@ class InFlightTable(Generic[T]):
 
     def get(self, key: int) -> InFlight[T] | None:
         """The entry for ``key``, if it is in flight."""
-        return self._entries.get(key)
+        batch = self._entries.get(key)
+        return batch.entry(key, batch.payloads[key]) if batch is not None else None
 
     def count_for(self, client: int) -> int:
         """How many messages ``client`` holds."""
-        keys = self._by_client.get(client)
-        return len(keys) if keys else 0
+        return self._counts.get(client, 0)
 
     def add(self, key: int, payload: T, client: int, now: float, timeout: float) -> float:
         """Record a delivery; returns its deadline (``now + timeout``).
@@ -88,31 +124,73 @@ class InFlightTable(Generic[T]):
         Raises:
             ValueError: ``key`` is already in flight (nsqd refuses that internally too).
         """
-        if key in self._entries:
-            raise ValueError(f"message {key} is already in flight")
-        seq = next(self._seq)
+        return self.add_many([(key, payload)], client, now, timeout)
+
+    def add_many(
+        self, items: Sequence[tuple[int, T]], client: int, now: float, timeout: float
+    ) -> float:
+        """Record a batch delivered to ``client`` at ``now``: ``(key, payload)`` pairs,
+        one deadline for all; returns it.
+
+        Raises:
+            ValueError: a key is already in flight; nothing of the batch is recorded.
+        """
+        entries = self._entries
+        payloads = dict(items)
+        if len(payloads) != len(items) or not entries.keys().isdisjoint(payloads):
+            raise ValueError(f"a message of {list(payloads)} is already in flight")
         deadline = now + timeout
-        self._entries[key] = InFlight(key, payload, client, now, deadline, seq)
-        heapq.heappush(self._heap, (deadline, seq, key))
-        self._by_client.setdefault(client, set()).add(key)
+        if not payloads:
+            return deadline
+        self._insert(_Batch(client, now, deadline, next(self._seq), payloads))
         return deadline
 
-    def _owned(self, key: int, client: int) -> InFlight[T]:
-        entry = self._entries.get(key)
-        if entry is None:
-            raise InFlightError(NOT_IN_FLIGHT)
-        if entry.client != client:
-            raise InFlightError(NOT_OWNER)
-        return entry
-
-    def _drop(self, entry: InFlight[T]) -> None:
-        del self._entries[entry.key]
-        keys = self._by_client[entry.client]
-        keys.discard(entry.key)
-        if not keys:
-            del self._by_client[entry.client]
-        if len(self._heap) > 2 * len(self._entries) + 64:
+    def _insert(self, batch: _Batch[T]) -> None:
+        """A new batch of messages, none of them in flight yet."""
+        payloads = batch.payloads
+        client = batch.client
+        self._entries.update(dict.fromkeys(payloads, batch))
+        self._counts[client] = self._counts.get(client, 0) + len(payloads)
+        batches = self._batches_of.get(client)
+        if batches is None:
+            self._batches_of[client] = {batch}
+        else:
+            batches.add(batch)
+        self._live_batches += 1
+        heapq.heappush(self._heap, (batch.deadline, batch.seq, batch))
+        if len(self._heap) > 2 * self._live_batches + 64:
             self._prune()
+
+    def _owned(self, key: int, client: int) -> _Batch[T]:
+        batch = self._entries.get(key)
+        if batch is None:
+            raise InFlightError(NOT_IN_FLIGHT)
+        if batch.client != client:
+            raise InFlightError(NOT_OWNER)
+        return batch
+
+    def _take(self, key: int, batch: _Batch[T]) -> T:
+        """Out of flight: ``key`` of ``batch``."""
+        payload = batch.payloads.pop(key)
+        del self._entries[key]
+        client = batch.client
+        left = self._counts[client] - 1
+        if left:
+            self._counts[client] = left
+        else:
+            del self._counts[client]
+        if not batch.payloads:
+            self._retire(batch)
+        return payload
+
+    def _retire(self, batch: _Batch[T]) -> None:
+        """``batch`` holds nothing any more (its heap entry stays, stale)."""
+        self._live_batches -= 1
+        batches = self._batches_of.get(batch.client)
+        if batches is not None:
+            batches.discard(batch)
+            if not batches:
+                del self._batches_of[batch.client]
 
     def finish(self, key: int, client: int) -> InFlight[T]:
         """FIN or REQ: take the message out of flight; only its owner may.
@@ -120,9 +198,40 @@ class InFlightTable(Generic[T]):
         Raises:
             InFlightError: not in flight, or owned by another client.
         """
-        entry = self._owned(key, client)
-        self._drop(entry)
-        return entry
+        batch = self._owned(key, client)
+        return batch.entry(key, self._take(key, batch))
+
+    def finish_many(self, keys: Sequence[int], client: int) -> tuple[list[int], list[int]]:
+        """FIN of many keys in order: (the keys taken out of flight, the keys refused).
+
+        What :meth:`finish` does for each, in one pass (issue 19); a refused key is
+        not in flight or not ``client``'s (:meth:`reason` says which).
+        """
+        entries = self._entries
+        finished: list[int] = []
+        refused: list[int] = []
+        for key in keys:
+            batch = entries.get(key)
+            if batch is None or batch.client != client:
+                refused.append(key)
+                continue
+            del entries[key]
+            payloads = batch.payloads
+            del payloads[key]
+            if not payloads:
+                self._retire(batch)
+            finished.append(key)
+        if finished:
+            left = self._counts[client] - len(finished)
+            if left:
+                self._counts[client] = left
+            else:
+                del self._counts[client]
+        return finished, refused
+
+    def reason(self, key: int) -> str:
+        """Why a FIN/REQ/TOUCH of ``key`` by a client that does not hold it was refused."""
+        return NOT_IN_FLIGHT if key not in self._entries else NOT_OWNER
 
     def touch(self, key: int, client: int, now: float, timeout: float) -> float:
         """TOUCH: deadline = now + timeout, never past delivery + max-msg-timeout.
@@ -132,19 +241,19 @@ class InFlightTable(Generic[T]):
         Raises:
             InFlightError: not in flight, or owned by another client.
         """
-        entry = self._owned(key, client)
-        entry.deadline = min(now + timeout, entry.delivered_at + self.max_msg_timeout)
-        entry.seq = next(self._seq)
-        heapq.heappush(self._heap, (entry.deadline, entry.seq, key))
-        return entry.deadline
+        batch = self._owned(key, client)
+        deadline = min(now + timeout, batch.delivered_at + self.max_msg_timeout)
+        payload = self._take(key, batch)
+        seq = next(self._seq)
+        self._insert(_Batch(client, batch.delivered_at, deadline, seq, {key: payload}))
+        return deadline
 
     def next_deadline(self) -> float | None:
         """The earliest live deadline, or None when nothing is in flight."""
         heap = self._heap
         while heap:
-            deadline, seq, key = heap[0]
-            entry = self._entries.get(key)
-            if entry is not None and entry.seq == seq:
+            deadline, _, batch = heap[0]
+            if batch.payloads:
                 return deadline
             heapq.heappop(heap)
         return None
@@ -153,31 +262,56 @@ class InFlightTable(Generic[T]):
         """Remove and return every entry whose deadline is ``<= now``, earliest first."""
         expired: list[InFlight[T]] = []
         heap = self._heap
+        entries = self._entries
         while heap and heap[0][0] <= now:
-            _, seq, key = heapq.heappop(heap)
-            entry = self._entries.get(key)
-            if entry is not None and entry.seq == seq:
-                self._drop(entry)
-                expired.append(entry)
+            _, _, batch = heapq.heappop(heap)
+            payloads = batch.payloads
+            if not payloads:
+                continue
+            for key, payload in payloads.items():
+                del entries[key]
+                expired.append(batch.entry(key, payload))
+            self._uncount(batch.client, len(payloads))
+            batch.payloads = {}
+            self._retire(batch)
         return expired
+
+    def _uncount(self, client: int, count: int) -> None:
+        left = self._counts[client] - count
+        if left:
+            self._counts[client] = left
+        else:
+            del self._counts[client]
 
     def remove_client(self, client: int) -> list[InFlight[T]]:
         """A client went away: take all its messages out of flight, oldest delivery first."""
-        keys = self._by_client.pop(client, None)
-        if not keys:
+        batches = self._batches_of.pop(client, None)
+        if not batches:
             return []
-        removed = [self._entries.pop(key) for key in keys]
+        removed: list[InFlight[T]] = []
+        entries = self._entries
+        for batch in batches:
+            for key, payload in batch.payloads.items():
+                del entries[key]
+                removed.append(batch.entry(key, payload))
+            batch.payloads = {}
+            self._live_batches -= 1
+        self._counts.pop(client, None)
         removed.sort(key=lambda entry: (entry.delivered_at, entry.key))
-        if len(self._heap) > 2 * len(self._entries) + 64:
+        if len(self._heap) > 2 * self._live_batches + 64:
             self._prune()
         return removed
 
     def clear(self) -> list[InFlight[T]]:
         """Channel empty: drop everything (returned for accounting)."""
-        removed = list(self._entries.values())
+        removed = [batch.entry(key, batch.payloads[key]) for key, batch in self._entries.items()]
+        for _, _, batch in self._heap:
+            batch.payloads = {}
         self._entries.clear()
         self._heap.clear()
-        self._by_client.clear()
+        self._live_batches = 0
+        self._counts.clear()
+        self._batches_of.clear()
         return removed
 
     def statistics(self) -> InFlightStatistics:
@@ -185,6 +319,6 @@ class InFlightTable(Generic[T]):
         return InFlightStatistics(len(self._entries), len(self._heap))
 
     def _prune(self) -> None:
-        """Drop stale heap entries so the heap stays within about twice the table."""
-        self._heap = [(e.deadline, e.seq, e.key) for e in self._entries.values()]
+        """Drop the heap's stale batches (nothing left in them)."""
+        self._heap = [item for item in self._heap if item[2].payloads]
         heapq.heapify(self._heap)

@@ -25,8 +25,9 @@ if TYPE_CHECKING:
     import os
     from collections.abc import Callable
 
-MAX_CHUNKS: Final = 4
-"""Cold chunks kept installed: a few channels at different places in a backlog."""
+MAX_CHUNKS: Final = 8
+"""Cold chunks kept installed: a few channels at different places in a backlog,
+each with the chunk it reads and the one read ahead (``dispatch/router.py``)."""
 CACHE_BYTES: Final = 32 << 20
 """Record bytes the tail cache holds at most, whatever its record count: 10,000
 records of 200 bytes are 2 MB, but 1,000 of 1 MB held a gigabyte (issue 14). Past
@@ -221,6 +222,14 @@ class _LogState:
         self._chunks.append(_Chunk(min(from_id, records[0].internal_id), last + 1, records, dense))
         if len(self._chunks) > self.max_chunks:
             del self._chunks[0]
+
+    def chunk_stop(self, from_id: int) -> int | None:
+        """Where the installed chunk holding ``from_id`` ends: where a read ahead of
+        it starts (None: no chunk holds it)."""
+        for chunk in reversed(self._chunks):
+            if chunk.start <= from_id < chunk.stop:
+                return chunk.stop
+        return None
 
     def _offset_in_memory(self, internal_id: int) -> int | None:
         """The offset of the first record from ``internal_id`` on, if memory knows."""

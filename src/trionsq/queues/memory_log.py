@@ -147,6 +147,10 @@ class MemoryLog:
     def install_chunk(self, from_id: int, records: list[Record]) -> None:
         """Nothing to keep: reads come from memory."""
 
+    def chunk_stop(self, from_id: int) -> int | None:
+        """No chunks: nothing is read from disk."""
+        return None
+
     def offset_of(self, internal_id: int, *, floor: int | None = None) -> int:
         """The offset of the first record from ``internal_id`` on (``next_offset`` if none)."""
         del floor

@@ -96,3 +96,6 @@ class PartitionLog(Protocol):
 
     def install_chunk(self, from_id: int, records: list[Record]) -> None:
         """Keep what :meth:`read_cold` returned so :meth:`read` serves it."""
+
+    def chunk_stop(self, from_id: int) -> int | None:
+        """Where the installed chunk holding ``from_id`` ends (None: none holds it)."""

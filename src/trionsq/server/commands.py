@@ -39,6 +39,7 @@ from ..protocol.commands import (
     Cls,
     Dpub,
     Fin,
+    FinMany,
     Identify,
     InternalCreateTopic,
     Mpub,
@@ -201,7 +202,10 @@ class CommandLayer:
 
             self.auth = AuthSession(broker.config, remote_address=remote_address)
         self.protocol = ServerConnection(
-            settings, publish_gate=gate_for(broker, self.auth), gated_verbs=_GATED_VERBS
+            settings,
+            publish_gate=gate_for(broker, self.auth),
+            gated_verbs=_GATED_VERBS,
+            fin_runs=True,
         )
         self.outbound = OutboundBuffer(
             buffer_size=settings.output_buffer_size,
@@ -699,6 +703,15 @@ class CommandLayer:
         except InFlightError as error:
             self._reply(error_frame(broker_errors.fin_failed(event.message_id, error.reason)))
 
+    def _fin_many(self, event: FinMany) -> None:
+        """A run of FINs read together: one pass over the channel, one router wake-up;
+        each refused one gets its own E_FIN_FAILED, in order, as a lone FIN would."""
+        if self.subscription is None:
+            return
+        for internal_id, reason in self.subscription.finish_many(event.internal_ids):
+            message_id = b"%016x" % internal_id  # as sent: the fast path takes lowercase only
+            self._reply(error_frame(broker_errors.fin_failed(message_id, reason)))
+
     def _req(self, event: Req) -> None:
         if self.subscription is None:
             return
@@ -738,6 +751,7 @@ class CommandLayer:
         InternalCreateTopic: _internal_create_topic,
         Rdy: _rdy,
         Fin: _fin,
+        FinMany: _fin_many,
         Req: _req,
         Touch: _touch,
         Cls: _cls,

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from ..protocol.frames import FRAME_TYPE_MESSAGE, frame
 from ..protocol.message import (
+    MESSAGE_FRAME_HEAD,
     Message,
     binary_id,
     encode_message,
@@ -78,13 +79,13 @@ class OutboundBuffer:
             self._first_message_at = now
         buffer = self._buffer
         if not (self.extended or self.detail):
-            make_id = binary_id if self.binary_ids else None
-            for d in deliveries:
-                r = d.record
-                message_id = (
-                    make_id(r.internal_id, r.trace_id) if make_id else hex_id(r.internal_id)
-                )
-                buffer += encode_message_frame(r.timestamp, d.attempts, message_id, r.body)
+            if self.binary_ids:
+                for d in deliveries:
+                    r = d.record
+                    message_id = binary_id(r.internal_id, r.trace_id)
+                    buffer += encode_message_frame(r.timestamp, d.attempts, message_id, r.body)
+                return
+            buffer += _hex_id_frames(deliveries)
             return
         for d in deliveries:
             r = d.record
@@ -123,3 +124,18 @@ class OutboundBuffer:
         self._urgent = False
         self._first_message_at = None
         return data
+
+
+def _hex_id_frames(deliveries: list[Delivery]) -> bytes:
+    """Plain message frames with nsqd's hex ids for a batch, joined once (the common
+    layout: pieces gathered, then one copy, instead of two concatenations each)."""
+    pack = MESSAGE_FRAME_HEAD.pack
+    parts: list[bytes] = []
+    append = parts.append
+    for d in deliveries:
+        r = d.record
+        body = r.body
+        append(pack(len(body) + 30, FRAME_TYPE_MESSAGE, r.timestamp, d.attempts))
+        append(b"%016x" % r.internal_id)
+        append(body)
+    return b"".join(parts)

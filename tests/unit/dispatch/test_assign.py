@@ -77,3 +77,25 @@ def test_more_room_means_more_messages() -> None:
     slots = [ConsumerSlot(1, 1), ConsumerSlot(2, 10)]
     result = assign([(i, None) for i in range(8)], slots, tag_of)
     assert {c: len(ms) for c, ms in result.deliveries.items()} == {1: 1, 2: 7}
+
+
+untagged_consumers = st.lists(
+    st.builds(ConsumerSlot, st.integers(0, 1000), st.integers(0, 40)),
+    max_size=5,
+    unique_by=lambda c: c.client_id,
+)
+
+
+@given(st.integers(0, 120), untagged_consumers, st.integers(0, 10))
+def test_the_sliced_round_robin_is_the_walked_one(
+    count: int, slots: list[ConsumerSlot], turn: int
+) -> None:
+    """Untagged consumers take the slicing shortcut when nobody runs out of room;
+    with a tagged consumer beside them (room 0, tag unused) the rotation is walked.
+    Both must place every message alike."""
+    messages = [(i, None) for i in range(count)]
+    walked = assign(messages, [*slots, ConsumerSlot(-1, 0, "unused")], tag_of, turn=turn)
+    sliced = assign(messages, slots, tag_of, turn=turn)
+    assert sliced.deliveries == walked.deliveries
+    assert sliced.waiting == walked.waiting
+    assert sliced.next_turn == walked.next_turn

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import trio
 import trio.testing
 
 from trionsq.broker.channel import Channel, Consumer, Delivery
-from trionsq.dispatch.router import ChannelRunner
+from trionsq.dispatch.router import COLD_READ_RECORDS, ChannelRunner
 from trionsq.queues.memory_log import MemoryLog
+from trionsq.queues.topic_log import TopicLog
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 WALL = 1_700_000_000_000_000_000
 
@@ -18,9 +24,11 @@ class RecordingOutbox:
     def __init__(self) -> None:
         self.batches: list[tuple[float, list[Delivery]]] = []
         self.closed = False
+        self.pushed = trio.Event()
 
     def push(self, deliveries: list[Delivery]) -> None:
         self.batches.append((trio.current_time(), deliveries))
+        self.pushed.set()
 
     def close(self) -> None:
         self.closed = True
@@ -138,3 +146,34 @@ async def test_a_timed_out_message_comes_back_behind_the_waiting_one(
         await trio.testing.wait_all_tasks_blocked()
         assert outbox.seen()[2:] == [(t0 + 65, 1, 2)]
         runner.cancel_scope.cancel()
+
+
+async def test_the_chunk_after_a_cold_read_is_read_ahead(tmp_path: Path) -> None:
+    """A backlog only on disk: while the router delivers the first chunk, the next
+    is read in a thread of its own, so the consumer does not wait for it later.
+    Real time: the reads run in worker threads, which a mock clock does not wait for."""
+    log, _ = TopicLog.open(tmp_path, "t-0", max_bytes_per_file=1 << 30, cache_records=0)
+    log.append([b"%d" % i for i in range(3 * COLD_READ_RECORDS)], WALL)
+    channel = Channel("c", log, log.start_id, max_msg_timeout=900.0)
+    consumer = Consumer(1, msg_timeout=60.0)
+    consumer.rdy = 10
+    channel.subscribe(consumer)
+    outbox = RecordingOutbox()
+    runner = ChannelRunner(channel, {1: outbox}, wall_clock=lambda: WALL)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(runner.run)
+        runner.wake()
+        with trio.fail_after(30):
+            await outbox.pushed.wait()  # the first chunk was read, installed and routed
+            prefetch = runner._prefetch  # started before that chunk was routed
+            if prefetch is not None:  # (else already done)
+                await prefetch[1].wait()
+        assert [d.record.internal_id for _, batch in outbox.batches for d in batch] == list(
+            range(1, 11)
+        )
+        second = log.chunk_stop(log.start_id)
+        assert second is not None
+        assert not log.is_cold(second)  # read ahead and installed
+        assert log.chunk_stop(second) is not None
+        runner.cancel_scope.cancel()
+    log.close()

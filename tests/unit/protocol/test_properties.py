@@ -35,6 +35,7 @@ from trionsq.protocol.client import (
     encode_command,
     encode_commands,
 )
+from trionsq.protocol.commands import FinMany
 from trionsq.protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_MESSAGE, frame
 
 from . import strategies as s
@@ -169,6 +170,43 @@ def test_a_cap_on_events_per_call_only_spreads_them_over_calls(
                 break
             batch = conn.receive_data(conn.take_unparsed(), cap)
     assert events == list(scenario.events)
+
+
+def fins_expanded(events: list[Event]) -> list[Event]:
+    """Each :class:`FinMany` as the :class:`Fin` events it stands for."""
+    expanded: list[Event] = []
+    for event in events:
+        if isinstance(event, FinMany):
+            expanded += [Fin(b"%016x" % internal_id) for internal_id in event.internal_ids]
+        else:
+            expanded.append(event)
+    return expanded
+
+
+@MORE
+@given(scenario=s.scenarios(), data=st.data())
+def test_fin_runs_stand_for_the_same_fins(scenario: s.Scenario, data: st.DataObject) -> None:
+    """The broker's parser gathers runs of plain FINs (``fin_runs``): however the bytes
+    are cut, the runs stand for exactly the FINs of the plain parser, in order."""
+    stream = scenario.stream
+    chunks = s.split(stream, data.draw(s.cuts_for(len(stream))))
+    conn = ServerConnection(scenario.settings, fin_runs=True)
+    assert fins_expanded(feed_chunks(conn, chunks)) == list(scenario.events)
+
+
+@FAST
+@given(ids=st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=50), cut=st.integers(0, 2000))
+def test_a_run_of_fins_is_one_event_per_read(ids: list[int], cut: int) -> None:
+    """FINs of a subscribed consumer, cut anywhere: whole lines read together make one
+    FinMany; a line split by the cut is completed by the next read, as a plain Fin."""
+    conn = ServerConnection(fin_runs=True)
+    conn.receive_data(MAGIC_V2 + b"SUB t c\n")
+    stream = b"".join(b"FIN %016x\n" % internal_id for internal_id in ids)
+    cut = min(max(cut, 1), len(stream) - 1)  # an empty read would be EOF
+    events = conn.receive_data(stream[:cut]) + conn.receive_data(stream[cut:])
+    assert fins_expanded(events) == [Fin(b"%016x" % internal_id) for internal_id in ids]
+    assert all(type(event) in (Fin, FinMany) for event in events)
+    assert len(events) <= 3  # a run, the split line, a run
 
 
 @FAST

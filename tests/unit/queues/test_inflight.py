@@ -74,6 +74,38 @@ def test_heap_stays_bounded_under_many_touches() -> None:
     assert table.statistics().in_flight == 0
 
 
+def test_a_batch_shares_one_deadline_and_leaves_key_by_key() -> None:
+    table: InFlightTable[str] = InFlightTable(max_msg_timeout=900)
+    assert table.add_many([(1, "a"), (2, "b"), (3, "c")], client=5, now=0.0, timeout=60) == 60.0
+    with pytest.raises(ValueError, match="already in flight"):
+        table.add_many([(4, "d"), (2, "again")], client=5, now=1.0, timeout=60)
+    assert 4 not in table  # nothing of a refused batch is kept
+    assert table.count_for(5) == 3
+    finished, refused = table.finish_many([2, 9, 2], client=5)
+    assert (finished, refused) == ([2], [9, 2])
+    assert [table.reason(key) for key in refused] == [NOT_IN_FLIGHT, NOT_IN_FLIGHT]
+    assert table.finish_many([1], client=6) == ([], [1])
+    assert table.reason(1) == NOT_OWNER
+    table.touch(3, client=5, now=30.0, timeout=60)  # leaves the batch for one of its own
+    assert table.next_deadline() == 60.0  # key 1 still holds the batch's deadline
+    assert [(e.key, e.payload) for e in table.pop_expired(60.0)] == [(1, "a")]
+    assert table.next_deadline() == 90.0
+    assert table.count_for(5) == 1
+    assert [e.key for e in table.pop_expired(90.0)] == [3]
+    assert table.next_deadline() is None
+    assert table.count_for(5) == 0
+
+
+def test_finished_batches_do_not_pile_up_in_the_heap() -> None:
+    table: InFlightTable[int] = InFlightTable(max_msg_timeout=900)
+    for start in range(0, 100_000, 100):
+        keys = range(start, start + 100)
+        table.add_many([(key, key) for key in keys], client=1, now=float(start), timeout=60)
+        assert table.finish_many(list(keys), client=1)[1] == []
+    assert len(table) == 0
+    assert table.statistics().heap_entries <= 66  # stale batches pruned, not kept 60 s
+
+
 class InFlightModel(RuleBasedStateMachine):
     """The table against a plain dict scanned linearly."""
 
@@ -95,6 +127,34 @@ class InFlightModel(RuleBasedStateMachine):
             return
         self.table.add(key, key, client, self.now, timeout)
         self.model[key] = (client, self.now, self.now + timeout)
+
+    @rule(
+        keys=st.lists(st.integers(0, 30), max_size=8, unique=True),
+        client=st.integers(0, 3),
+        timeout=st.floats(0.5, 60),
+    )
+    def add_many(self, keys: list[int], client: int, timeout: float) -> None:
+        items = [(key, key) for key in keys]
+        if any(key in self.model for key in keys):
+            with pytest.raises(ValueError, match="already"):
+                self.table.add_many(items, client, self.now, timeout)
+            return
+        deadline = self.table.add_many(items, client, self.now, timeout)
+        for key in keys:
+            self.model[key] = (client, self.now, deadline)
+
+    @rule(keys=st.lists(st.integers(0, 30), max_size=8), client=st.integers(0, 3))
+    def finish_many(self, keys: list[int], client: int) -> None:
+        expected_finished: list[int] = []
+        expected_refused: list[int] = []
+        for key in keys:
+            owner = self.model.get(key)
+            if owner is not None and owner[0] == client:
+                expected_finished.append(key)
+                del self.model[key]
+            else:
+                expected_refused.append(key)
+        assert self.table.finish_many(keys, client) == (expected_finished, expected_refused)
 
     @rule(key=st.integers(0, 30), client=st.integers(0, 3))
     def finish(self, key: int, client: int) -> None:

@@ -20,6 +20,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from trionsq.queues import record_codec as record_codec_module
 from trionsq.queues import recovery as recovery_module
 from trionsq.queues import segment_walk as segment_walk_module
+from trionsq.queues.log_state import MAX_CHUNKS
 from trionsq.queues.memory_log import MemoryLog
 from trionsq.queues.record import Record, decode_records, encode_record
 from trionsq.queues.topic_log import HEADER_SIZE, RecoveryReport, TopicLog, segment_name
@@ -840,12 +841,15 @@ def test_cold_reads_of_a_reopened_log_with_a_tiny_cache(tmp_path: Path) -> None:
 
 def test_installed_chunks_are_bounded(tmp_path: Path) -> None:
     log, _ = open_log(tmp_path, cache_records=0)
-    fill(log, 10)
-    for start in (1, 20, 40, 60, 80):
+    starts = [1 + 20 * number for number in range(MAX_CHUNKS + 1)]  # one more than it keeps
+    fill(log, 2 * len(starts))
+    for start in starts:
         log.install_chunk(start, log.read_cold(start, 5))
     assert log.is_cold(1)
-    assert not log.is_cold(20)
-    assert log.read(80, 100) == log.read_cold(80, 5)
+    assert not log.is_cold(starts[1])
+    assert log.read(starts[-1], 100) == log.read_cold(starts[-1], 5)
+    assert log.chunk_stop(starts[-1]) == starts[-1] + 5
+    assert log.chunk_stop(1) is None
 
 
 @pytest.mark.parametrize("reopened", [False, True])

@@ -80,3 +80,29 @@ async def test_a_subscriber_gets_a_message_pushed_and_a_bad_fin_is_refused(
     assert isinstance(frames[0], ErrorReply)
     assert frames[0].code == "E_FIN_FAILED"
     assert not frames[0].fatal
+
+
+async def test_a_run_of_fins_is_finished_at_once_and_each_refusal_answered_in_order(
+    nursery: trio.Nursery,
+) -> None:
+    """FINs read together go through the channel as one run (one router wake-up); the
+    ones refused still get nsqd's E_FIN_FAILED each, in the order they were sent."""
+    broker = Broker(NsqdConfig.loopback(), nursery, drive=ChannelRunner)
+    consumer = layer_for(broker, client_id=7)
+    await send(consumer, Sub("t", "c"), Rdy(3), preamble=MAGIC)
+    await send(layer_for(broker, client_id=8), Mpub("t", (b"a", b"b", b"c")), preamble=MAGIC)
+    await trio.testing.wait_all_tasks_blocked()
+    frames = ClientConnection().receive_data(consumer.outbound.take())
+    ids = [frame.message.id for frame in frames if isinstance(frame, MessageFrame)]
+    assert len(ids) == 3
+    unknown = b"%016x" % 999
+    frames = await send(consumer, Fin(ids[0]), Fin(unknown), Fin(ids[1]), Fin(ids[0]), Fin(ids[2]))
+    assert [(f.code, f.error.text) for f in frames if isinstance(f, ErrorReply)] == [
+        ("E_FIN_FAILED", f"E_FIN_FAILED FIN {unknown.decode()} failed ID not in flight"),
+        ("E_FIN_FAILED", f"E_FIN_FAILED FIN {ids[0].decode()} failed ID not in flight"),
+    ]
+    assert len(frames) == 2
+    channel = broker.topics["t"].partitions[0].channels["c"]
+    assert len(channel.in_flight) == 0
+    assert channel.finish_count == 3
+    assert channel.cursor.confirmed_id == channel.cursor.read_id  # all three confirmed
