@@ -122,6 +122,9 @@ class WorkerConfig:
     ordered_partition: int | None = None
     """consume: SUB_ORDERED on this partition (one message in flight per partition);
     mpub: the partition to publish to."""
+    ordered_window: int = 0
+    """consume: IDENTIFY ``ordered_window`` (trionsq's extension: this many messages of
+    the ordered partition in flight at once); 0: not sent."""
 
 
 @attrs.define
@@ -453,9 +456,10 @@ def connect(cfg: WorkerConfig, client_id: str) -> socket.socket:
             heartbeat_interval=cfg.heartbeat_ms,
             output_buffer_size=cfg.output_buffer_size,
             output_buffer_timeout=cfg.output_buffer_timeout,
-            feature_negotiation=youzan,
+            feature_negotiation=youzan or cfg.ordered_window > 0,
             extend_support=youzan,
             desired_tag=cfg.desired_tag or "",
+            ordered_window=cfg.ordered_window,
         )
         sock.sendall(MAGIC_V2 + encode_identify(request))
         expect_response(sock, ClientConnection())
@@ -851,6 +855,7 @@ def build_configs(args: argparse.Namespace) -> list[WorkerConfig]:
                 tags=getattr(args, "tags", 0),
                 desired_tag=desired_tags[i] if desired_tags else None,
                 ordered_partition=i % ordered if ordered else None,
+                ordered_window=getattr(args, "ordered_window", 0),
             )
         )
     return configs
@@ -1297,6 +1302,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="SUB_ORDERED, process i on partition i %% N (the topic needs N partitions; "
         "default 0: plain SUB)",
+    )
+    consume.add_argument(
+        "--ordered-window",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --ordered-partitions: IDENTIFY ordered_window N, so N messages of a "
+        "partition may be in flight at once, in order (trionsq's extension; default 0: "
+        "not sent, one at a time)",
     )
     consume.add_argument(
         "--desired-tags",

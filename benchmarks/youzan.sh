@@ -43,3 +43,5 @@ echo "== fill: 4 partitions of an ordered topic"
 $L mpub $A --topic ordered -p 4 --partitions 4 --count 200000 --seconds 60 | show
 echo "== SUB_ORDERED: one consumer per partition, RDY 50 (one message in flight per partition)"
 $L consume $A --topic ordered -p 4 --ordered-partitions 4 --rdy 50 --seconds 10 | show
+echo "== SUB_ORDERED with IDENTIFY ordered_window 50: up to 50 in flight per partition, in order"
+$L consume $A --topic ordered -p 4 --ordered-partitions 4 --rdy 50 --ordered-window 50 --seconds 10 | show

@@ -64,6 +64,9 @@ class Consumer:
     """``desired_tag`` on an ext topic (tag dispatch); None: untagged."""
     sample_rate: int = 0
     """1..99: deliver about that percentage, drop the rest for this channel."""
+    ordered_window: int = 1
+    """SUB_ORDERED: messages of the partition it may hold at once, in order (IDENTIFY
+    ``ordered_window``, trionsq's extension; 1 is Youzan's one at a time)."""
     rdy: int = 0
     closing: bool = False
     message_count: int = 0
@@ -268,10 +271,19 @@ class Channel:
             self.paused
             or self.draining
             or consumer.closing
-            or (self.ordered and len(self.in_flight))
+            or (self.ordered and len(self.in_flight) >= self.ordered_window())
         ):
             return 0
         return max(0, consumer.rdy - self.in_flight.count_for(consumer.client_id))
+
+    def ordered_window(self) -> int:
+        """How many messages an ordered channel may have in flight: its consumer's
+        window while it has one consumer, else one (Youzan's rule)."""
+        consumers = self.consumers
+        if len(consumers) == 1:
+            for consumer in consumers.values():
+                return consumer.ordered_window
+        return 1
 
     # ---------------------------------------------------------------- delivery
 
@@ -466,9 +478,23 @@ class Channel:
             consumer.requeue_count += 1
         if delay <= 0:
             self._put_back((entry.payload,))
+            if self.ordered:
+                self._rewind_after(internal_id)
         else:
             self.deferred.push(internal_id, now + delay, entry.payload)
         return entry.payload
+
+    def _rewind_after(self, internal_id: int) -> None:
+        """An ordered channel's message goes back: whatever of its window was sent
+        after it goes back too, so the partition is delivered again from it, in
+        order (nothing newer may reach the consumer before it; a no-op with a window
+        of one, where nothing else is in flight)."""
+        later = self.in_flight.take_after(internal_id)
+        for entry in later:
+            self._delivered_once(entry.key)
+        self._put_back([entry.payload for entry in later])
+        if later:
+            self.requeued = deque(sorted(self.requeued, key=_requeued_id))
 
     def touch(self, client_id: int, internal_id: int, now: float) -> float:
         """TOUCH: a fresh msg_timeout, capped by max-msg-timeout. Raises InFlightError."""
@@ -495,6 +521,8 @@ class Channel:
             if consumer is not None:
                 consumer.timeout_count += 1
         self._put_back([entry.payload for entry in expired])
+        if self.ordered and expired:
+            self._rewind_after(min(entry.key for entry in expired))
         due = self.deferred.pop_due(now)
         self._put_back(due)
         return len(expired) + len(due)
@@ -554,3 +582,7 @@ class Channel:
             client_count=len(self.consumers),
             paused=self.paused,
         )
+
+
+def _requeued_id(item: tuple[int, Record]) -> int:
+    return item[1].internal_id

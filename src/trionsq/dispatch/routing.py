@@ -38,7 +38,7 @@ def route(channel: Channel, now: float, wall_ns: int) -> dict[int, list[Delivery
     ]
     room = min(sum(slot.room for slot in slots), channel.max_batch)
     if channel.ordered:
-        room = min(room, 1 - len(channel.in_flight))
+        room = min(room, channel.ordered_window() - len(channel.in_flight))
     if room <= 0:
         return {}
     held = frozenset(slot.tag for slot in slots if slot.tag is not None)

@@ -221,12 +221,20 @@ class Fin:
 
 @attrs.frozen
 class FinMany:
-    """A run of FINs that arrived as whole ``FIN <16 lowercase hex>\\n`` lines in one
-    read, as internal ids, in order: the server's fast path for consumers that
-    finish every message (issue 19). Any other FIN, and every client-side FIN, is a
-    :class:`Fin`; the broker answers both the same way."""
+    """A run of FINs that arrived as whole lines in one read (``FIN <16 lowercase
+    hex>\\n``, or ``FIN <16-byte binary id>\\n`` once ids are binary), in order: the
+    server's fast path for consumers that finish every message (issue 19). Any other
+    FIN, and every client-side FIN, is a :class:`Fin`; the broker answers both alike."""
 
     internal_ids: tuple[int, ...]
+    lines: bytes
+    """The run as sent: ``message_ids`` gives each id back for an error text."""
+
+    @property
+    def message_ids(self) -> list[bytes]:
+        """Each FIN's 16 id bytes as the client sent them."""
+        lines = self.lines
+        return [lines[at : at + 16] for at in range(4, len(lines), 21)]
 
 
 @attrs.frozen

@@ -76,6 +76,8 @@ class IdentifyRequest:
     ext_filter: ExtFilter | None = None
     short_id: str = ""
     long_id: str = ""
+    ordered_window: int = 0
+    """trionsq: messages of an ordered partition in flight at once (0: not asked, 1)."""
 
 
 @attrs.frozen
@@ -99,6 +101,9 @@ class NegotiatedSettings:
     extend_support: bool
     desired_tag: str
     feature_negotiation: bool
+    ordered_window: int = 1
+    """SUB_ORDERED: how many messages of the partition may be in flight to this
+    consumer at once, in order (trionsq's extension; Youzan's is 1)."""
 
     @classmethod
     def defaults(cls, settings: ServerSettings) -> NegotiatedSettings:
@@ -127,13 +132,18 @@ class IdentifyResponse:
     topology_zone: str = ""
     desired_tag: str = ""
     """Youzan: present only when the client asked for a tag."""
+    ordered_window: int = 0
+    """trionsq: present only when the client asked for one (so it knows it holds)."""
 
 
 _converter = make_converter()
 _converter.register_unstructure_hook(
     IdentifyResponse,
     make_dict_unstructure_fn(
-        IdentifyResponse, _converter, desired_tag=override(omit_if_default=True)
+        IdentifyResponse,
+        _converter,
+        desired_tag=override(omit_if_default=True),
+        ordered_window=override(omit_if_default=True),
     ),
 )
 
@@ -192,6 +202,9 @@ def negotiate(
     tag_length = len(request.desired_tag.encode("utf-8"))
     if tag_length > MAX_TAG_LENGTH:
         raise _invalid(f"invalid tag len {tag_length}, exceed limit {MAX_TAG_LENGTH}")
+    window = request.ordered_window
+    if not 0 <= window <= settings.max_rdy_count:
+        raise _invalid(f"ordered window ({window}) is invalid")
 
     tls_v1 = settings.tls_available and request.tls_v1
     deflate = settings.deflate and request.deflate
@@ -219,10 +232,11 @@ def negotiate(
         extend_support=request.extend_support,
         desired_tag=request.desired_tag,
         feature_negotiation=request.feature_negotiation,
+        ordered_window=window or 1,
     )
     if not request.feature_negotiation:
         return negotiated, None
-    return negotiated, _response(negotiated, settings)
+    return negotiated, _response(negotiated, settings, window_asked=window > 0)
 
 
 def _heartbeat_ms(asked: int, settings: ServerSettings) -> int:
@@ -267,7 +281,9 @@ def _msg_timeout_ms(asked: int, settings: ServerSettings) -> int:
     raise _invalid(f"msg timeout ({asked}) is invalid")
 
 
-def _response(negotiated: NegotiatedSettings, settings: ServerSettings) -> IdentifyResponse:
+def _response(
+    negotiated: NegotiatedSettings, settings: ServerSettings, *, window_asked: bool
+) -> IdentifyResponse:
     """The JSON reply to a ``feature_negotiation`` IDENTIFY."""
     return IdentifyResponse(
         max_rdy_count=settings.max_rdy_count,
@@ -286,4 +302,5 @@ def _response(negotiated: NegotiatedSettings, settings: ServerSettings) -> Ident
         topology_region=settings.topology_region,
         topology_zone=settings.topology_zone,
         desired_tag=negotiated.desired_tag,
+        ordered_window=negotiated.ordered_window if window_asked else 0,
     )

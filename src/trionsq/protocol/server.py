@@ -81,6 +81,18 @@ that finishes each message sends hundreds per read, parsed here at once into one
 per event: more than one read holds."""
 
 
+_BINARY_FIN_RUN = re.compile(rb"(?:FIN [\x00-\xff]{16}\n){1,4096}")
+"""The same with Youzan's binary ids (SUB_ORDERED, partitions, extend_support): the
+16 bytes after ``FIN `` are the id whatever they are, as the line parser reads them."""
+_BINARY_FIN_LINE = struct.Struct(">4sQ8sc")
+"""``FIN ``, the internal id, the trace id, the newline."""
+
+
+def _binary_fin_ids(data: bytes, start: int, stop: int) -> tuple[int, ...]:
+    """The internal ids (first 8 bytes of each binary id) of a run of FIN lines."""
+    return tuple([line[1] for line in _BINARY_FIN_LINE.iter_unpack(data[start:stop])])
+
+
 def _fin_ids(data: bytes, start: int, stop: int) -> tuple[int, ...]:
     """The internal ids of the whole FIN lines in ``data[start:stop]``: the hex of
     all of them decoded at once, then read as big-endian 8-byte ints."""
@@ -224,7 +236,8 @@ class ServerConnection(PublishReaders):
                 if self._fin_runs and data.startswith(b"FIN ", pos) and not self._partial_line:
                     run = self._fin_run(data, pos)
                     if run > pos:
-                        events.append(FinMany(_fin_ids(data, pos, run)))
+                        ids = _binary_fin_ids if self.binary_ids else _fin_ids
+                        events.append(FinMany(ids(data, pos, run), data[pos:run]))
                         pos = run
                         continue
                 line, pos = self._read_line(data, pos, end)
@@ -307,16 +320,16 @@ class ServerConnection(PublishReaders):
         return data[pos:newline], newline + 1
 
     def _fin_run(self, data: bytes, pos: int) -> int:
-        """Where the run of plain ``FIN <hex id>`` lines from ``pos`` ends (``pos``: no
-        run here, the line parser takes it, errors and all)."""
-        if self.binary_ids or (self.settings.tls_required and not self.tls):
+        """Where the run of whole ``FIN <id>`` lines from ``pos`` ends (``pos``: no run
+        here, the line parser takes it, errors and all)."""
+        if self.settings.tls_required and not self.tls:
             return pos
         if (
             self.state is not ConnectionState.SUBSCRIBED
             and self.state is not ConnectionState.CLOSING
         ):
             return pos
-        match = _FIN_RUN.match(data, pos)
+        match = (_BINARY_FIN_RUN if self.binary_ids else _FIN_RUN).match(data, pos)
         return pos if match is None else match.end()
 
     def _dispatch(self, line: bytes, data: bytes, pos: int, end: int, events: list[Event]) -> int:

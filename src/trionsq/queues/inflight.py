@@ -302,6 +302,16 @@ class InFlightTable(Generic[T]):
             self._prune()
         return removed
 
+    def take_after(self, key: int) -> list[InFlight[T]]:
+        """Take every message with a key above ``key`` out of flight, by key (an
+        ordered channel going back to ``key``)."""
+        later = sorted(k for k in self._entries if k > key)
+        taken: list[InFlight[T]] = []
+        for k in later:
+            batch = self._entries[k]
+            taken.append(batch.entry(k, self._take(k, batch)))
+        return taken
+
     def clear(self) -> list[InFlight[T]]:
         """Channel empty: drop everything (returned for accounting)."""
         removed = [batch.entry(key, batch.payloads[key]) for key, batch in self._entries.items()]

@@ -13,10 +13,8 @@ from __future__ import annotations
 import os
 import struct
 import zlib
-from collections import deque
 from itertools import accumulate, chain, repeat
 from operator import add
-from types import MemberDescriptorType
 from typing import TYPE_CHECKING, Final
 
 import attrs
@@ -24,7 +22,7 @@ import attrs
 from .record import DEFERRED, FIXED_SIZE, MAX_EXT_LENGTH, Record
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Sequence
+    from collections.abc import Iterator, Sequence
 
 # The record encoding of record.py, precompiled for this module's loops.
 _SIZE: Final = struct.Struct(">I")
@@ -136,44 +134,6 @@ def _intact(buffer: bytes, index: int, size: int) -> tuple[int, int] | None:
     return internal_id, timestamp
 
 
-_RECORD_FIELDS: Final = (
-    "offset",
-    "raw_size",
-    "internal_id",
-    "timestamp",
-    "body",
-    "trace_id",
-    "ext_version",
-    "ext",
-    "deliver_at",
-)
-
-
-def _slot_setters() -> tuple[Callable[[Record, object], None], ...] | None:
-    """Record's slot descriptors, if Record is still the plain frozen attrs class this
-    module knows (no validator, converter or init hook); None otherwise."""
-    fields = attrs.fields(Record)
-    if tuple(field.name for field in fields) != _RECORD_FIELDS or any(
-        field.validator is not None or field.converter is not None or not field.init
-        for field in fields
-    ):
-        return None
-    if hasattr(Record, "__attrs_pre_init__") or hasattr(Record, "__attrs_post_init__"):
-        return None
-    if set(getattr(Record, "__slots__", ())) - {"__weakref__"} != set(_RECORD_FIELDS):
-        return None  # e.g. a cached hash, which __init__ would have to reset
-    descriptors = [vars(Record).get(name) for name in _RECORD_FIELDS]
-    setters: list[Callable[[Record, object], None]] = []
-    for descriptor in descriptors:
-        if not isinstance(descriptor, MemberDescriptorType):
-            return None
-        setters.append(descriptor.__set__)
-    return tuple(setters)
-
-
-_SETTERS: Final = _slot_setters()
-
-
 def _make_records(
     count: int,
     offsets: list[int],
@@ -183,44 +143,26 @@ def _make_records(
     bodies: Sequence[bytes],
     trace_ids: Sequence[int] | None,
 ) -> list[Record]:
-    """The records of a plain batch, built column by column.
+    """The records of a plain batch, with one ``map`` over ``Record``.
 
-    Equal to calling ``Record(...)`` per record, about a third faster: attrs' frozen
-    ``__init__`` goes through ``object.__setattr__`` by name for each field, while
-    this fills each slot for the whole batch with one ``map`` over its descriptor.
-    Only used while :func:`_slot_setters` recognises Record.
+    (While Record was a frozen attrs class, filling its slots column by column was
+    faster; its plain ``__init__`` now is, 2.4x, issue 19.)
     """
     traces = repeat(0, count) if trace_ids is None else trace_ids
-    if _SETTERS is None:
-        return list(
-            map(
-                Record,
-                offsets,
-                sizes,
-                ids,
-                repeat(timestamp, count),
-                bodies,
-                traces,
-                repeat(0, count),
-                repeat(b"", count),
-                repeat(0, count),
-            )
+    return list(
+        map(
+            Record,
+            offsets,
+            sizes,
+            ids,
+            repeat(timestamp, count),
+            bodies,
+            traces,
+            repeat(0, count),
+            repeat(b"", count),
+            repeat(0, count),
         )
-    records = list(map(object.__new__, repeat(Record, count)))
-    columns = (
-        offsets,
-        sizes,
-        ids,
-        repeat(timestamp, count),
-        bodies,
-        traces,
-        repeat(0, count),
-        repeat(b"", count),
-        repeat(0, count),
     )
-    for setter, column in zip(_SETTERS, columns, strict=True):
-        deque(map(setter, records, column), 0)
-    return records
 
 
 def _encode_plain(
@@ -236,6 +178,8 @@ def _encode_plain(
     out of the loop: this is the MPUB hot path.
     """
     count = len(bodies)
+    if count == 1:  # a PUB: the maps' set-up would cost more than the record
+        return _encode_one(bodies[0], timestamp, first_id, offset, trace_ids)
     ids = range(first_id, first_id + count)
     zeros = repeat(0, count)
     lengths = list(map(len, bodies))
@@ -256,6 +200,18 @@ def _encode_plain(
     offsets = list(accumulate(sizes, initial=offset))
     records = _make_records(count, offsets, sizes, ids, timestamp, bodies, trace_ids)
     return data, records, offsets
+
+
+def _encode_one(
+    body: bytes, timestamp: int, internal_id: int, offset: int, trace_ids: Sequence[int] | None
+) -> tuple[bytes, list[Record], list[int]]:
+    """:func:`_encode_plain` for one body, written out (8 us -> about 1.5 us a PUB)."""
+    trace_id = 0 if trace_ids is None else trace_ids[0]
+    payload = _FIELDS.pack(timestamp, internal_id, trace_id, 0, 0) + body
+    size = len(body) + FIXED_SIZE
+    data = _PREFIX.pack(size - 4, _crc32(payload)) + payload
+    record = Record(offset, size, internal_id, timestamp, body, trace_id, 0, b"", 0)
+    return data, [record], [offset, offset + size]
 
 
 def _encode_general(

@@ -655,6 +655,7 @@ class CommandLayer:
             msg_timeout=negotiated.msg_timeout_ms / 1000,
             tag=(negotiated.desired_tag or None) if ext else None,
             sample_rate=negotiated.sample_rate,
+            ordered_window=negotiated.ordered_window,
         )
         self.outbound.binary_ids = self.protocol.binary_ids
         self.outbound.extended = ext
@@ -708,9 +709,15 @@ class CommandLayer:
         each refused one gets its own E_FIN_FAILED, in order, as a lone FIN would."""
         if self.subscription is None:
             return
-        for internal_id, reason in self.subscription.finish_many(event.internal_ids):
-            message_id = b"%016x" % internal_id  # as sent: the fast path takes lowercase only
-            self._reply(error_frame(broker_errors.fin_failed(message_id, reason)))
+        refused = self.subscription.finish_many(event.internal_ids)
+        if not refused:
+            return
+        ids, sent_as, at = event.internal_ids, event.message_ids, 0
+        for internal_id, reason in refused:  # in the order sent: find each one's id bytes
+            while ids[at] != internal_id:
+                at += 1
+            self._reply(error_frame(broker_errors.fin_failed(sent_as[at], reason)))
+            at += 1
 
     def _req(self, event: Req) -> None:
         if self.subscription is None:

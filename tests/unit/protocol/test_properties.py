@@ -177,7 +177,7 @@ def fins_expanded(events: list[Event]) -> list[Event]:
     expanded: list[Event] = []
     for event in events:
         if isinstance(event, FinMany):
-            expanded += [Fin(b"%016x" % internal_id) for internal_id in event.internal_ids]
+            expanded += [Fin(message_id) for message_id in event.message_ids]
         else:
             expanded.append(event)
     return expanded
