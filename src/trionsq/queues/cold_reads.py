@@ -234,33 +234,32 @@ class _ColdReads(_SegmentRecovery):
         Returns how many bytes of the buffer it went through, and what is left of
         ``wanted`` and of ``budget``.
         """
-        offset_base = segment.first_offset - HEADER_SIZE
+        base = segment.first_offset - HEADER_SIZE + position  # offset of buffer[0]
         unpack = _HEAD.unpack_from
         crc32 = _crc32
         make = Record
         add = out.append
+        fields_at, body_at, min_size = _FIELDS_AT, _BODY_AT, _MIN_SIZE_FIELD
         length = len(buffer)
         view = memoryview(buffer)
         at = 0
         while length - at >= FIXED_SIZE:
             size, crc, timestamp, internal_id, trace_id, flags, ext_version = unpack(buffer, at)
-            stop = at + 4 + size
-            if stop > length or size < _MIN_SIZE_FIELD:
+            raw = size + 4
+            stop = at + raw
+            if stop > length or size < min_size:
                 break
             if internal_id >= from_id:
                 if flags or ext_version:
-                    record = _decode(buffer, at, offset_base + position + at, size)
-                elif crc32(view[at + _FIELDS_AT : stop]) == crc:
+                    record = _decode(buffer, at, base + at, size)
+                elif crc32(view[at + fields_at : stop]) == crc:
                     record = make(
-                        offset_base + position + at,
-                        size + 4,
+                        base + at,
+                        raw,
                         internal_id,
                         timestamp,
-                        buffer[at + _BODY_AT : stop],
+                        buffer[at + body_at : stop],
                         trace_id,
-                        0,
-                        b"",
-                        0,
                     )
                 else:
                     record = None
@@ -269,7 +268,7 @@ class _ColdReads(_SegmentRecovery):
                 else:
                     add(record)
                     wanted -= 1
-                    budget -= size + 4
+                    budget -= raw
                     if not wanted or budget <= 0:
                         at = stop
                         break
