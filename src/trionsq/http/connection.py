@@ -23,6 +23,7 @@ import trio
 
 from ..addresses import peer_address
 from .messages import Request, Response
+from .simple_request import parse_simple_request
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -224,12 +225,17 @@ async def serve_http_connection(
     with trio.CancelScope() as deadline:
         deadline.deadline = trio.current_time() + IDLE_TIMEOUT
         while True:
-            conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
             if not leftover:
                 leftover = await transport.receive()  # idle until the next request begins
                 if not leftover:
                     return None
             deadline.deadline = trio.current_time() + REQUEST_TIMEOUT
+            simple = await _answer_simple(transport, leftover, dispatch, body_limit)
+            if simple is not None:
+                leftover = simple
+                deadline.deadline = trio.current_time() + IDLE_TIMEOUT
+                continue
+            conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
             conn.receive_data(leftover)
             event = await _next_event(transport, conn)
             if not isinstance(event, h11.Request):
@@ -287,6 +293,34 @@ async def _next_event(transport: Transport, conn: h11.Connection) -> object:
         if conn.they_are_waiting_for_100_continue:
             await transport.send(b"HTTP/1.1 100 Continue\r\n\r\n")
         conn.receive_data(await transport.receive())
+
+
+async def _answer_simple(
+    transport: Transport,
+    data: bytes,
+    dispatch: Callable[[Request], Awaitable[Response]],
+    body_limit: Callable[[Request, int | None], Response | int],
+) -> bytes | None:
+    """Answer the plain request at the front of ``data`` without h11 (see
+    :mod:`.simple_request`); returns what followed it, or None to let h11 take it (an
+    unusual request, a body still coming, one the route refuses by its size)."""
+    simple = parse_simple_request(data, MAX_HEADER_BYTES)
+    if simple is None:
+        return None
+    length = len(simple.body) if "content-length" in simple.headers else None
+    request = Request.from_target(
+        simple.method, simple.target, simple.headers, simple.body, remote_address=transport.peer
+    )
+    limit = body_limit(request, length)  # looks at the head only
+    if isinstance(limit, Response) or len(simple.body) > limit:
+        return None
+    try:
+        answer = await dispatch(request)
+    except Exception:  # as _answer
+        log.exception("http: handler for %s %.200s failed", simple.method, simple.target)
+        answer = Response.error(500, "INTERNAL_ERROR")
+    await transport.send(encode_response(answer))
+    return data[simple.size :]
 
 
 async def _answer(
