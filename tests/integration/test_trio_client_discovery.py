@@ -290,3 +290,38 @@ async def test_sub_advanced_starts_the_channel_at_a_message_count(nsqd: BoundAdd
     assert offsets == sorted(offsets)
     assert consumer.offsets.checked == 4
     assert not consumer.offsets.skips
+
+
+async def test_an_ordered_window_stays_in_order_when_a_message_is_requeued(
+    nursery: trio.Nursery,
+) -> None:
+    """``ordered_window`` 5: the broker streams five at a time; a requeued message comes
+    back before anything after it, which the consumer had already been sent and drops."""
+    first, _ = await nursery.start(run_broker, NsqdConfig.loopback())
+    address = tcp(first)
+    first.broker.topic("seq", partitions=1, ordered=True)
+    async with open_producer(address) as producer:
+        for i in range(20):
+            await producer.publish("seq", b"%d" % i, partition=0)
+    settings = ConsumerSettings(ordered=True, ordered_window=5, max_in_flight=10)
+    handled: list[tuple[int, int]] = []
+    channel = None
+    async with open_consumer("seq", "c", address, partitions=[0], settings=settings) as consumer:
+        with trio.fail_after(20):
+            async for message in consumer:
+                number = int(message.body)
+                handled.append((number, message.attempts))
+                if number == 7 and message.attempts == 1:
+                    channel = first.broker.topics["seq"].partitions[0].channels["c"]
+                    assert [c.ordered_window for c in channel.consumers.values()] == [5]
+                    assert len(channel.in_flight) > 1  # the window is in use
+                    message.requeue(0, backoff=False)  # REQ 0: the window goes back to it
+                else:
+                    message.finish()
+                if number == 19:
+                    break
+    assert channel is not None
+    assert [number for number, _ in handled] == [*range(8), *range(7, 20)]  # never ahead
+    assert handled[8] == (7, 2)
+    assert not consumer.offsets.skips  # the planned rewind is not reported as a skip
+    assert consumer.received > len(handled)  # what was sent past 7 before it went back: dropped

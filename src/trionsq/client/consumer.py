@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
     from ..protocol.commands import Command
     from ..protocol.message import Message
+    from .connection import Connection
 
     Handler = Callable[[ClientMessage], Awaitable[object]]
     GiveUp = Callable[[ClientMessage], Awaitable[object] | object]
@@ -58,6 +59,11 @@ class ConsumerSettings:
     max_in_flight: int = 200
     ordered: bool = False
     """SUB_ORDERED: one message in flight per partition, offsets checked."""
+    ordered_window: int = 1
+    """With ``ordered``: messages of a partition held at once, in order (IDENTIFY
+    ``ordered_window``, trionsq's extension; a broker without it keeps 1). After a
+    requeue the consumer drops what it holds of that partition past the message and
+    waits for the broker to send it again, so handling stays in order."""
     start_at: OffsetSpec | None = None
     """SUB_ADVANCED from here (first subscription only; reconnects go on)."""
     max_attempts: int = 5
@@ -94,6 +100,11 @@ class Consumer:
     ) -> None:
         if settings.ordered and settings.start_at is not None:
             raise ValueError("SUB_ORDERED takes no start offset: set it with /channel/setoffset")
+        if settings.ordered_window < 1:
+            raise ValueError("ordered_window must be at least 1")
+        if settings.ordered and settings.ordered_window > 1:
+            identify = attrs.evolve(options.identify, ordered_window=settings.ordered_window)
+            options = attrs.evolve(options, identify=identify)
         self.topic = topic
         self.channel = channel
         self.settings = settings
@@ -114,6 +125,9 @@ class Consumer:
         self._nursery = nursery
         self._serving: set[Target] = set()
         self._waiting: deque[ClientMessage] = deque()
+        self._rewinding: dict[Connection, int] = {}
+        """Ordered window: a connection whose partition goes back to this offset (a
+        requeued message); what arrives past it before it is dropped."""
         self._arrived = trio.Event()
         self._crowded = trio.Event()
 
@@ -212,6 +226,22 @@ class Consumer:
         self.backing_off = bool(control.level or control.stopped)
         if wait is not None:
             self._nursery.start_soon(self._backoff_wait, wait)
+
+    def requeued(self, message: ClientMessage) -> None:
+        """An ordered window goes back to ``message``: drop what is waiting of its
+        partition past it (the broker sends all of it again, in order)."""
+        offset = message.offset
+        if not (self.settings.ordered and self.settings.ordered_window > 1) or offset is None:
+            return
+        connection = message.connection
+        self._rewinding[connection] = offset
+        kept = [
+            waiting
+            for waiting in self._waiting
+            if waiting.connection is not connection or (waiting.offset or 0) <= offset
+        ]
+        if len(kept) != len(self._waiting):
+            self._waiting = deque(kept)
 
     async def _backoff_wait(self, seconds: float) -> None:
         await trio.sleep(seconds)
@@ -333,6 +363,8 @@ class Consumer:
         link.last_message = trio.current_time()
         self.received += len(messages)
         settings = self.settings
+        if self._rewinding:
+            messages = self._past_rewind(link, messages)
         if settings.detail:
             where = (link.target.address, link.target.partition)
             for message in messages:
@@ -342,10 +374,31 @@ class Consumer:
         if settings.trace:
             trace_consumed(link.connection, link.target.partition, messages)
         connection, partition = link.connection, link.target.partition
+        if not messages:
+            return
         self._waiting.extend(
             ClientMessage(message, connection, self, partition) for message in messages
         )
         self._arrived.set()
+
+
+    def _past_rewind(self, link: Link, messages: list[Message]) -> list[Message]:
+        """Messages of a partition going back: those sent before the broker went
+        back are dropped (it sends them again) until the requeued one comes."""
+        connection = link.connection
+        offset = self._rewinding.get(connection)
+        if offset is None:
+            return messages
+        kept: list[Message] = []
+        for message in messages:
+            if offset is not None:
+                if (message.offset or 0) > offset:
+                    continue  # sent before the rewind: it comes again after the requeued one
+                del self._rewinding[connection]
+                offset = None
+                self.offsets.restart((link.target.address, link.target.partition))
+            kept.append(message)
+        return kept
 
 
 @asynccontextmanager

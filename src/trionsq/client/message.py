@@ -21,6 +21,9 @@ class Outcomes(Protocol):
 
     def outcome(self, succeeded: bool) -> None: ...
 
+    def requeued(self, message: ClientMessage) -> None:
+        """``message`` was requeued (an ordered window goes back to it)."""
+
 
 class MessageFields:
     """What a delivered message carries, read from its ``message``: shared by the
@@ -76,6 +79,11 @@ class ClientMessage(MessageFields):
         self._outcomes = outcomes
         self.responded = False
 
+    @property
+    def connection(self) -> Connection:
+        """The connection it came on (its answer goes back there)."""
+        return self._connection
+
     def finish(self) -> None:
         """FIN: done with it. Queued, not awaited."""
         self._respond(encode_fin(self.message.id))
@@ -86,6 +94,7 @@ class ClientMessage(MessageFields):
         """REQ: deliver it again after ``delay`` seconds; with ``backoff`` the
         consumer also slows down, as go-nsq's ``Requeue`` does."""
         self._respond(encode_req(self.message.id, round(delay * 1000)))
+        self._outcomes.requeued(self)
         if backoff:
             self._outcomes.outcome(False)
 

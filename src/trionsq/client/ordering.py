@@ -44,6 +44,11 @@ class OffsetCheck:
         """The most recent problems (the oldest are dropped past a thousand)."""
         self.checked = 0
 
+    def restart(self, where: tuple[str, int | None]) -> None:
+        """The partition went back on purpose (an ordered window after a requeue): the
+        next message starts the check afresh."""
+        self._last.pop(where, None)
+
     def check(self, where: tuple[str, int | None], message: Message) -> OffsetSkip | None:
         """Record ``message`` (detail layout) from partition ``where``; the problem, if any."""
         offset, size = message.offset, message.raw_size
