@@ -493,7 +493,7 @@ class Channel:
         for entry in later:
             self._delivered_once(entry.key)
         self._put_back([entry.payload for entry in later])
-        if later:
+        if len(self.requeued) > 1:  # what goes out again goes in partition order
             self.requeued = deque(sorted(self.requeued, key=_requeued_id))
 
     def touch(self, client_id: int, internal_id: int, now: float) -> float:
