@@ -381,7 +381,6 @@ class Consumer:
         )
         self._arrived.set()
 
-
     def _past_rewind(self, link: Link, messages: list[Message]) -> list[Message]:
         """Messages of a partition going back: those sent before the broker went
         back are dropped (it sends them again) until the requeued one comes."""
