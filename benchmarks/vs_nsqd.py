@@ -18,7 +18,8 @@ both alike:
   against the topic's message count afterwards.
 - ``rss``: the broker's peak RSS (its process tree, ``/proc/<pid>/status`` VmRSS every
   50 ms, and VmHWM at the end) while ``bench_writer`` MPUBs a backlog for a fixed 12 s to a
-  topic with no channel.
+  topic with no channel; also its idle RSS just before (the runtime's floor) and the
+  growth from there to the peak (what the backlog costs), shown without a goal.
 
 Why: issue 19 asks for figures taken the way users will take them, with go-nsq's access
 pattern (NSQ's bench tools are go-nsq clients), against the real Go nsqd on the same
@@ -89,7 +90,7 @@ if TYPE_CHECKING:
 
 BROKERS: Final = ("nsqd", "trionsq")
 WORKLOADS: Final = ("mpub", "consume", "loadgen-consume", "pub", "http-pub", "rss")
-GOALS: Final[dict[str, tuple[str, float]]] = {
+GOALS: Final[dict[str, tuple[str, float] | None]] = {
     "mpub": (">=", 1.5),
     "consume": (">=", 1.0),
     "loadgen-consume": (">=", 1.0),
@@ -97,9 +98,13 @@ GOALS: Final[dict[str, tuple[str, float]]] = {
     "http-pub": (">=", 0.5),
     "rss peak": ("<=", 1.0),
     "rss VmHWM": ("<=", 1.0),
+    "rss idle": None,
+    "rss growth": None,
 }
-"""Issue 19's goals for trionsq/nsqd (loadgen-consume has none of its own: consume's)."""
-ROWS: Final = {"rss": ("rss peak", "rss VmHWM")}
+"""Issue 19's goals for trionsq/nsqd (loadgen-consume has none of its own: consume's);
+None: shown for understanding, no goal (the idle RSS is the runtime's floor, the growth
+is what the backlog itself costs)."""
+ROWS: Final = {"rss": ("rss peak", "rss VmHWM", "rss idle", "rss growth")}
 """Workloads that give more than one row (the others give one, named after them)."""
 SIZE: Final = 200
 BATCH: Final = 200
@@ -172,9 +177,12 @@ class Row:
 
 def met(workload: str, ratio: float | None) -> str:
     """``yes``, ``NO``, or ``?`` without a ratio."""
+    target = GOALS[workload]
+    if target is None:
+        return "-"
     if ratio is None:
         return "?"
-    direction, goal = GOALS[workload]
+    direction, goal = target
     ok = ratio >= goal if direction == ">=" else ratio <= goal
     return "yes" if ok else "NO"
 
@@ -559,9 +567,11 @@ def tree_kib(pid: int, field: str) -> int:
 
 
 def measure_rss(settings: Settings, broker: Broker, warnings: list[str]) -> dict[str, Figure]:
-    """Peak RSS while bench_writer MPUBs a backlog for 12 s to a topic with no channel."""
+    """Peak RSS while bench_writer MPUBs a backlog for 12 s to a topic with no channel,
+    the idle RSS before it, and the growth between them."""
     pid = broker.process.pid
-    peak = [tree_kib(pid, "VmRSS")]
+    idle = tree_kib(pid, "VmRSS")
+    peak = [idle]
     done = threading.Event()
 
     def sample() -> None:
@@ -590,6 +600,8 @@ def measure_rss(settings: Settings, broker: Broker, warnings: list[str]) -> dict
     return {
         "rss peak": Figure(round(peak[0] / 1024, 1), "MB", details),
         "rss VmHWM": Figure(round(hwm / 1024, 1), "MB", details),
+        "rss idle": Figure(round(idle / 1024, 1), "MB", details),
+        "rss growth": Figure(round((peak[0] - idle) / 1024, 1), "MB", details),
     }
 
 
@@ -620,7 +632,9 @@ def table(rows: list[Row], rounds: int) -> list[list[str]]:
     names = list(dict.fromkeys(row.workload for row in rows))
     for name in names:
         mine = [row for row in rows if row.workload == name]
-        direction, goal = GOALS[name]
+        target = GOALS[name]
+        direction, goal = target if target is not None else ("<=", math.nan)
+        shown = "-" if target is None else f"{direction} {goal:g}"
         for row in mine:
             label = name if rounds == 1 else f"{name} #{row.round}"
             ratio = row.ratio()
@@ -630,7 +644,7 @@ def table(rows: list[Row], rounds: int) -> list[list[str]]:
                     fmt_value(row.figures.get("nsqd"), row.errors.get("nsqd")),
                     fmt_value(row.figures.get("trionsq"), row.errors.get("trionsq")),
                     "-" if ratio is None else f"{ratio:.2f}",
-                    f"{direction} {goal:g}",
+                    shown,
                     met(name, ratio),
                 ]
             )
@@ -646,7 +660,7 @@ def table(rows: list[Row], rounds: int) -> list[list[str]]:
                     "",
                     "",
                     "-" if worst is None else f"{worst:.2f}",
-                    f"{direction} {goal:g}",
+                    shown,
                     met(name, worst),
                 ]
             )
@@ -858,7 +872,9 @@ def main() -> int:
             "seconds": args.seconds,
             "backlog_seconds": settings.backlog_seconds,
             "rounds": args.rounds,
-            "goals": {name: f"{d} {g:g}" for name, (d, g) in GOALS.items()},
+            "goals": {
+                name: f"{goal[0]} {goal[1]:g}" for name, goal in GOALS.items() if goal is not None
+            },
             "rows": [
                 {
                     "workload": row.workload,
