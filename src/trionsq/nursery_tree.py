@@ -9,7 +9,8 @@ below)::
     ├── broker nursery
     │   ├── per channel: ChannelRunner [own CancelScope; delete = cancel]   dispatch/router.py
     │   │   ├── router task    cursor -> ready consumers, in batches
-    │   │   └── expiry task    in-flight + deferred deadlines (ExpiryTimer)
+    │   │   ├── expiry task    in-flight + deferred deadlines (ExpiryTimer)
+    │   │   └── read ahead     the next cold chunk of a disk backlog (one read, then ends)
     │   ├── storage: syncer (fsync by --sync-every/--sync-timeout)       broker/storage.py
     │   ├── storage: persister (metadata + channel states, atomic, 1 s)   broker/storage.py
     │   ├── alarm clock: wakes idle connections' pumps at their due times  server/alarms.py
@@ -250,6 +251,7 @@ TREE: Final = (
     ("channel runner", "broker nursery"),
     ("channel router", "channel runner"),
     ("channel expiry", "channel runner"),
+    ("channel read ahead", "channel runner"),
     ("alarm clock", "broker nursery"),
     ("statsd", "broker nursery"),
     ("tcp listener", "broker nursery"),
@@ -278,6 +280,7 @@ TASKS: Final = {
     "serve_nsqd": "serve_nsqd",
     "channel runner": "ChannelRunner.run",  # the router loop runs in this task
     "channel expiry": "ExpiryTimer.run",
+    "channel read ahead": "ChannelRunner._read_ahead",
     "alarm clock": "AlarmClock.run",
     "statsd": "StatsdPusher.run",
     "tcp listener": "serve_connections",
