@@ -75,10 +75,7 @@ class Subscription:
                     refused.append((internal_id, error.reason))
             return refused
         failed = channel.finish_many(self.consumer.client_id, internal_ids)
-        if channel.ordered:
-            self._driver.route_now()  # room in its window: the next go in this write
-        else:
-            self._driver.wake()
+        self._driver.route_now()  # the room they freed is filled in this same write
         if not failed:
             return []
         in_flight = channel.in_flight
