@@ -447,16 +447,9 @@ class Channel:
         """FIN of many ids in order, as :meth:`finish` each; returns the ids refused
         (:meth:`InFlightTable.reason` says why), in order."""
         finished, refused = self.in_flight.finish_many(internal_ids, client_id)
-        attempts = self._attempts
-        ahead = self._ahead
-        cursor_finish = self.cursor.finish
+        forget = self._forget
         for key in finished:
-            if attempts:
-                attempts.pop(key, None)
-            if ahead and key in ahead:  # the cursor confirms it when it passes it
-                ahead[key] = True
-            else:
-                cursor_finish(key)
+            forget(key)
         self.finish_count += len(finished)
         consumer = self.consumers.get(client_id)
         if consumer is not None:

@@ -62,8 +62,8 @@ class Subscription:
     def finish_many(self, internal_ids: Sequence[int]) -> list[tuple[int, str]]:
         """FIN of each id in order; returns the refused ones with nsqd's reason.
 
-        One wake-up of the router for the whole run (issue 19), or one routing pass
-        for an ordered channel; e2e latency needs each record: those go one by one.
+        One routing pass for the whole run, in the caller's task (issue 19); e2e
+        latency needs each record: those go one by one.
         """
         channel = self.channel
         if channel.latency is not None:

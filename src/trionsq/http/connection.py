@@ -314,13 +314,21 @@ async def _answer_simple(
     limit = body_limit(request, length)  # looks at the head only
     if isinstance(limit, Response) or len(simple.body) > limit:
         return None
-    try:
-        answer = await dispatch(request)
-    except Exception:  # as _answer
-        log.exception("http: handler for %s %.200s failed", simple.method, simple.target)
-        answer = Response.error(500, "INTERNAL_ERROR")
+    answer = await _dispatched(dispatch, request, simple.target)
     await transport.send(encode_response(answer))
     return data[simple.size :]
+
+
+async def _dispatched(
+    dispatch: Callable[[Request], Awaitable[Response]], request: Request, target: str
+) -> Response:
+    """The handler's answer; a handler that fails is a 500, logged in one line and a
+    traceback (``target`` as sent: it may be long, a query)."""
+    try:
+        return await dispatch(request)
+    except Exception:
+        log.exception("http: handler for %s %.200s failed", request.method, target)
+        return Response.error(500, "INTERNAL_ERROR")
 
 
 async def _answer(
@@ -361,11 +369,7 @@ async def _answer(
             break
         return None, False  # closed mid-body, or malformed (answered)
     body = b"".join(chunks)
-    try:
-        return await dispatch(attrs.evolve(head, body=body)), whole
-    except Exception:  # one line and a traceback; the target may be long (a query)
-        log.exception("http: handler for %s %.200s failed", method, target)
-        return Response.error(500, "INTERNAL_ERROR"), whole
+    return await _dispatched(dispatch, attrs.evolve(head, body=body), target), whole
 
 
 async def _refuse(

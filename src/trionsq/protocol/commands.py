@@ -219,6 +219,10 @@ class Fin:
     message_id: bytes
 
 
+FIN_LINE_LENGTH: Final = 21
+"""``FIN `` + a 16-byte id (hex or binary) + ``\\n``: every line of a :class:`FinMany`."""
+
+
 @attrs.frozen
 class FinMany:
     """A run of FINs that arrived as whole lines in one read (``FIN <16 lowercase
@@ -234,7 +238,7 @@ class FinMany:
     def message_ids(self) -> list[bytes]:
         """Each FIN's 16 id bytes as the client sent them."""
         lines = self.lines
-        return [lines[at : at + 16] for at in range(4, len(lines), 21)]
+        return [lines[at : at + 16] for at in range(4, len(lines), FIN_LINE_LENGTH)]
 
 
 @attrs.frozen

@@ -27,6 +27,7 @@ from types import GeneratorType
 from typing import TYPE_CHECKING, ClassVar
 
 from .commands import (
+    FIN_LINE_LENGTH,
     Auth,
     Cls,
     Fin,
@@ -72,8 +73,6 @@ if TYPE_CHECKING:
 
 __all__ = ["ConnectionState", "Event", "PublishGate", "PublishHeader", "ServerConnection"]
 
-_FIN_LINE_LENGTH = 21
-"""``FIN `` + 16 hex characters + ``\\n``."""
 _FIN_RUN = re.compile(rb"(?:FIN [0-9a-f]{16}\n){1,4096}")
 """FINs as every client sends them back (nsqd's ids are lowercase hex): a consumer
 that finishes each message sends hundreds per read, parsed here at once into one
@@ -96,7 +95,7 @@ def _binary_fin_ids(data: bytes, start: int, stop: int) -> tuple[int, ...]:
 def _fin_ids(data: bytes, start: int, stop: int) -> tuple[int, ...]:
     """The internal ids of the whole FIN lines in ``data[start:stop]``: the hex of
     all of them decoded at once, then read as big-endian 8-byte ints."""
-    count = (stop - start) // _FIN_LINE_LENGTH
+    count = (stop - start) // FIN_LINE_LENGTH
     hex_digits = data[start:stop].replace(b"FIN ", b"").replace(b"\n", b"")
     ids: tuple[int, ...] = struct.unpack(f">{count}Q", bytes.fromhex(hex_digits.decode()))
     return ids

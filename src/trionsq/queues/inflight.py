@@ -173,12 +173,7 @@ class InFlightTable(Generic[T]):
         """Out of flight: ``key`` of ``batch``."""
         payload = batch.payloads.pop(key)
         del self._entries[key]
-        client = batch.client
-        left = self._counts[client] - 1
-        if left:
-            self._counts[client] = left
-        else:
-            del self._counts[client]
+        self._uncount(batch.client, 1)
         if not batch.payloads:
             self._retire(batch)
         return payload
@@ -222,11 +217,7 @@ class InFlightTable(Generic[T]):
                 self._retire(batch)
             finished.append(key)
         if finished:
-            left = self._counts[client] - len(finished)
-            if left:
-                self._counts[client] = left
-            else:
-                del self._counts[client]
+            self._uncount(client, len(finished))
         return finished, refused
 
     def reason(self, key: int) -> str:
@@ -315,8 +306,6 @@ class InFlightTable(Generic[T]):
     def clear(self) -> list[InFlight[T]]:
         """Channel empty: drop everything (returned for accounting)."""
         removed = [batch.entry(key, batch.payloads[key]) for key, batch in self._entries.items()]
-        for _, _, batch in self._heap:
-            batch.payloads = {}
         self._entries.clear()
         self._heap.clear()
         self._live_batches = 0

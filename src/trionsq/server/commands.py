@@ -705,7 +705,7 @@ class CommandLayer:
             self._reply(error_frame(broker_errors.fin_failed(event.message_id, error.reason)))
 
     def _fin_many(self, event: FinMany) -> None:
-        """A run of FINs read together: one pass over the channel, one router wake-up;
+        """A run of FINs read together: one pass over the channel, one routing pass;
         each refused one gets its own E_FIN_FAILED, in order, as a lone FIN would."""
         if self.subscription is None:
             return
