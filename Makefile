@@ -1,4 +1,5 @@
-# Two front doors: `make serve` and `make test`. Both build .venv from pyproject.toml first:
+# Two front doors: `make serve` and `make test`. Both build .venv from pyproject.toml first
+# (and the optional C speedups of setup.py where a C compiler exists):
 # serve installs the broker alone, test adds the test toolchain and third-party clients.
 PYTHON ?= python3
 VENV := .venv
@@ -16,12 +17,12 @@ $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(RUNTIME): pyproject.toml | $(VENV)/bin/python
+$(RUNTIME): pyproject.toml setup.py src/trionsq/_speedups.c | $(VENV)/bin/python
 	$(BIN)/python -m pip install --quiet -e .
 	$(COMPILE)
 	touch $(RUNTIME)
 
-$(STAMP): pyproject.toml | $(VENV)/bin/python
+$(STAMP): pyproject.toml setup.py src/trionsq/_speedups.c | $(VENV)/bin/python
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	$(COMPILE)
 	touch $(RUNTIME) $(STAMP)

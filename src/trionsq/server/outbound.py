@@ -21,8 +21,11 @@ from ..protocol.message import (
     encode_message_frame,
     hex_id,
 )
+from ..speedups import compiled
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ..broker.channel import Delivery
 
 __all__ = ["OutboundBuffer"]
@@ -131,10 +134,11 @@ _HEAD_AND_ID: Final = struct.Struct(MESSAGE_FRAME_HEAD.format + "16s")
 """A message frame's head with its 16-byte id, packed in one call."""
 
 
-def _hex_id_frames(deliveries: list[Delivery]) -> bytes:
+def _hex_id_frames_py(deliveries: list[Delivery]) -> bytes:
     """Plain message frames with nsqd's hex ids for a batch, joined once (the common
     layout: head and id packed together, then one copy for all: 0.50 -> 0.33 us a
-    message against a pack, a concatenation and three pieces each)."""
+    message against a pack, a concatenation and three pieces each). The pure-Python
+    twin of ``trionsq._speedups.hex_id_frames``."""
     pack = _HEAD_AND_ID.pack
     parts: list[bytes] = []
     append = parts.append
@@ -152,3 +156,9 @@ def _hex_id_frames(deliveries: list[Delivery]) -> bytes:
         )
         append(body)
     return b"".join(parts)
+
+
+_hex_id_frames: Final[Callable[[list[Delivery]], bytes]] = (
+    _hex_id_frames_py if compiled is None else compiled.hex_id_frames
+)
+"""The frames of a plain batch: compiled where built, else :func:`_hex_id_frames_py`."""

@@ -138,3 +138,34 @@ def test_an_ephemeral_feed_reads_up_to_a_stop_over_its_gaps() -> None:
     assert [r.internal_id for r in feed.take(10, stop_id=4)] == [1, 2]
     assert [r.internal_id for r in feed.take(1, stop_id=7)] == [4]
     assert [r.internal_id for r in feed.take(10)] == [5, 6]
+
+
+@given(
+    before=st.lists(st.integers(-2, 45), max_size=20),
+    runs=st.lists(
+        st.one_of(
+            st.lists(st.integers(-2, 45), max_size=12),
+            st.tuples(st.integers(0, 44), st.integers(1, 12)).map(
+                lambda s: list(range(s[0], s[0] + s[1]))
+            ),
+        ),
+        max_size=6,
+    ),
+)
+def test_finish_many_is_finish_of_each(before: list[int], runs: list[list[int]]) -> None:
+    """A run of FINs, in order or not, leaves the cursor as one finish per id would;
+    runs in delivery order take the one-step path, the rest the loop."""
+    log = filled(40)
+    one_by_one = ChannelCursor(log, 1)
+    batched = ChannelCursor(log, 1)
+    one_by_one.take(35)
+    batched.take(35)
+    for internal_id in before:
+        one_by_one.finish(internal_id)
+        batched.finish(internal_id)
+    for run in runs:
+        for internal_id in run:
+            one_by_one.finish(internal_id)
+        batched.finish_many(run)
+        assert batched.confirmed_id == one_by_one.confirmed_id
+        assert batched.statistics() == one_by_one.statistics()

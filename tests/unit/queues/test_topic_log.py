@@ -8,6 +8,7 @@ import shutil
 import tempfile
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from trionsq.queues import cold_reads, record_codec
 from trionsq.queues import recovery as recovery_module
 from trionsq.queues import segment_walk as segment_walk_module
 from trionsq.queues.log_state import MAX_CHUNKS
@@ -25,9 +27,24 @@ from trionsq.queues.record import Record, decode_records, encode_record
 from trionsq.queues.topic_log import HEADER_SIZE, RecoveryReport, TopicLog, segment_name
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
 NAME = "topic-0"
+
+
+DECODE_TWINS = {"compiled": record_codec._decode_run, "pure": record_codec._decode_run_py}
+"""Cold reads' per-record loop: the one in use (compiled where built) and the pure one."""
+
+
+@contextmanager
+def decode_twin(name: str) -> Iterator[None]:
+    """Cold reads decode with the named twin while the block runs."""
+    before = vars(cold_reads)["_decode_run"]
+    setattr(cold_reads, "_decode_run", DECODE_TWINS[name])  # noqa: B010 (a Final name)
+    try:
+        yield
+    finally:
+        setattr(cold_reads, "_decode_run", before)  # noqa: B010
 
 
 def open_log(
@@ -74,13 +91,20 @@ def segment_files(directory: Path) -> list[Path]:
     return sorted(directory.glob(f"{NAME}.*.log"))
 
 
-def read_everything(log: TopicLog, from_id: int | None = None, limit: int = 10**9) -> list[Record]:
+def read_everything(
+    log: TopicLog,
+    from_id: int | None = None,
+    limit: int = 10**9,
+    *,
+    chunk: int = 7,
+    max_bytes: int = 700,
+) -> list[Record]:
     """Read as a channel would: memory first, a cold read installed when needed."""
     out: list[Record] = []
     next_id = log.start_id if from_id is None else from_id
     while len(out) < limit:
         if log.is_cold(next_id):
-            log.install_chunk(next_id, log.read_cold(next_id, 7, max_bytes=700))
+            log.install_chunk(next_id, log.read_cold(next_id, chunk, max_bytes=max_bytes))
         records = log.read(next_id, limit - len(out))
         if not records:
             break
@@ -293,6 +317,7 @@ ParityMachine.TestCase.settings = settings(max_examples=100, stateful_step_count
 test_parity_with_memory_log = ParityMachine.TestCase
 
 
+@pytest.mark.parametrize("twin", sorted(DECODE_TWINS))
 @settings(max_examples=60)
 @given(
     batches=st.lists(st.integers(1, 12), min_size=2, max_size=15),
@@ -302,92 +327,90 @@ test_parity_with_memory_log = ParityMachine.TestCase
     data=st.data(),
 )
 def test_reads_around_damaged_records(
-    batches: list[int], damage: set[int], cache_records: int, chunk: int, data: st.DataObject
+    twin: str,
+    batches: list[int],
+    damage: set[int],
+    cache_records: int,
+    chunk: int,
+    data: st.DataObject,
 ) -> None:
     """Damage records anywhere but the very last one: every read skips exactly them.
 
     Damage in the last segment is found at open, in a sealed one by the first read
     that needs it (``verify_first``: all read once before the checks; otherwise the
     checks themselves are the first reads). Either way each id is counted once.
+    Run with the compiled decode loop and its pure-Python twin.
     """
-    directory = Path(tempfile.mkdtemp(prefix="topic-log-holes-"))
-    try:
-        log, _ = open_log(directory, max_bytes_per_file=500, cache_records=cache_records)
-        for count in batches:
-            fill(log, 1, per_batch=count)
-        written = log.read_cold(1, 10**6, max_bytes=1 << 30)
-        next_id = log.next_id
-        log.close()
-        damaged = {written[i].internal_id for i in damage if i < len(written) - 1}
-        starts = {
-            decode_records(path.read_bytes()[HEADER_SIZE:], 0)[0][0].internal_id: path
-            for path in segment_files(directory)
-        }
-        for internal_id in damaged:
-            record = written[internal_id - 1]
-            first = max(i for i in starts if i <= internal_id)
-            position = HEADER_SIZE + record.offset - written[first - 1].offset + 4
-            with starts[first].open("r+b") as file:
-                file.seek(position)
-                byte = file.read(1)[0]
-                file.seek(position)
-                file.write(bytes([byte ^ 0xFF]))
-        log, report = open_log(directory, max_bytes_per_file=500, cache_records=cache_records)
-        expected = [r for r in written if r.internal_id not in damaged]
-        assert log.next_id == next_id
-        last_first = max(starts)
-        assert report.missing_ids == log.holes == sum(i >= last_first for i in damaged)
-        assert report.records == len(log)
-        assert report.verified_lazily == len(starts) - 1
-        verify_first = data.draw(st.booleans())
-        if verify_first:
-            assert log.read_cold(1, 10**6, max_bytes=1 << 30) == expected
-            assert log.holes == report.missing_ids + log.late_missing_ids == len(damaged)
-            assert len(log) == len(expected)
-
-        def read_all(from_id: int, limit: int) -> list[Record]:
-            out: list[Record] = []
-            while len(out) < limit:
-                if log.is_cold(from_id):
-                    log.install_chunk(from_id, log.read_cold(from_id, chunk, max_bytes=300))
-                records = log.read(from_id, limit - len(out))
-                if not records:
-                    break
-                out.extend(records)
-                from_id = records[-1].internal_id + 1
-            return out
-
-        for _ in range(3):
-            from_id = data.draw(st.integers(0, next_id + 1))
-            limit = data.draw(st.integers(1, 40))
-            start = max(from_id, log.start_id)
-            assert (
-                read_all(from_id, limit) == [r for r in expected if r.internal_id >= start][:limit]
-            )
-            probe = data.draw(st.integers(0, next_id))
-            by_id = {r.internal_id: r for r in expected if r.internal_id >= log.start_id}
-            assert get_anywhere(log, probe) == by_id.get(probe)
-            record = written[data.draw(st.integers(0, len(written) - 1))]
-            after = next(
-                (r for r in expected if r.offset >= record.offset and r.internal_id >= start),
-                None,
-            )
-            if record.internal_id >= start:
-                assert log.seek_offset(record.offset) == (after.internal_id if after else next_id)
-            target = data.draw(st.integers(log.start_id, next_id))
-            released = sum(1 for r in expected if log.start_id <= r.internal_id < target)
+    with decode_twin(twin):
+        directory = Path(tempfile.mkdtemp(prefix="topic-log-holes-"))
+        try:
+            log, _ = open_log(directory, max_bytes_per_file=500, cache_records=cache_records)
+            for count in batches:
+                fill(log, 1, per_batch=count)
+            written = log.read_cold(1, 10**6, max_bytes=1 << 30)
+            next_id = log.next_id
+            log.close()
+            damaged = {written[i].internal_id for i in damage if i < len(written) - 1}
+            starts = {
+                decode_records(path.read_bytes()[HEADER_SIZE:], 0)[0][0].internal_id: path
+                for path in segment_files(directory)
+            }
+            for internal_id in damaged:
+                record = written[internal_id - 1]
+                first = max(i for i in starts if i <= internal_id)
+                position = HEADER_SIZE + record.offset - written[first - 1].offset + 4
+                with starts[first].open("r+b") as file:
+                    file.seek(position)
+                    byte = file.read(1)[0]
+                    file.seek(position)
+                    file.write(bytes([byte ^ 0xFF]))
+            log, report = open_log(directory, max_bytes_per_file=500, cache_records=cache_records)
+            expected = [r for r in written if r.internal_id not in damaged]
+            assert log.next_id == next_id
+            last_first = max(starts)
+            assert report.missing_ids == log.holes == sum(i >= last_first for i in damaged)
+            assert report.records == len(log)
+            assert report.verified_lazily == len(starts) - 1
+            verify_first = data.draw(st.booleans())
             if verify_first:
-                assert log.discard_before(target) == released
-                assert len(log) == sum(1 for r in expected if r.internal_id >= log.start_id)
-            else:  # a segment not read yet still counts its damaged records
-                assert log.discard_before(target) >= released
-        # every segment still held read once now: each damaged id held counts once
-        log.read_cold(log.start_id, 10**6, max_bytes=1 << 30)
-        assert log.holes == sum(i >= log.start_id for i in damaged)
-        assert len(log) == sum(1 for r in expected if r.internal_id >= log.start_id)
-        assert report.missing_ids + log.late_missing_ids <= len(damaged)
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
+                assert log.read_cold(1, 10**6, max_bytes=1 << 30) == expected
+                assert log.holes == report.missing_ids + log.late_missing_ids == len(damaged)
+                assert len(log) == len(expected)
+
+            for _ in range(3):
+                from_id = data.draw(st.integers(0, next_id + 1))
+                limit = data.draw(st.integers(1, 40))
+                start = max(from_id, log.start_id)
+                assert (
+                    read_everything(log, from_id, limit, chunk=chunk, max_bytes=300)
+                    == [r for r in expected if r.internal_id >= start][:limit]
+                )
+                probe = data.draw(st.integers(0, next_id))
+                by_id = {r.internal_id: r for r in expected if r.internal_id >= log.start_id}
+                assert get_anywhere(log, probe) == by_id.get(probe)
+                record = written[data.draw(st.integers(0, len(written) - 1))]
+                after = next(
+                    (r for r in expected if r.offset >= record.offset and r.internal_id >= start),
+                    None,
+                )
+                if record.internal_id >= start:
+                    assert log.seek_offset(record.offset) == (
+                        after.internal_id if after else next_id
+                    )
+                target = data.draw(st.integers(log.start_id, next_id))
+                released = sum(1 for r in expected if log.start_id <= r.internal_id < target)
+                if verify_first:
+                    assert log.discard_before(target) == released
+                    assert len(log) == sum(1 for r in expected if r.internal_id >= log.start_id)
+                else:  # a segment not read yet still counts its damaged records
+                    assert log.discard_before(target) >= released
+            # every segment still held read once now: each damaged id held counts once
+            log.read_cold(log.start_id, 10**6, max_bytes=1 << 30)
+            assert log.holes == sum(i >= log.start_id for i in damaged)
+            assert len(log) == sum(1 for r in expected if r.internal_id >= log.start_id)
+            assert report.missing_ids + log.late_missing_ids <= len(damaged)
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 # -- recovery ---------------------------------------------------------------------
@@ -810,7 +833,13 @@ def test_files_of_other_logs_are_left_alone(tmp_path: Path) -> None:
 # -- cold reads -------------------------------------------------------------------
 
 
-def test_cold_reads_of_a_reopened_log_with_a_tiny_cache(tmp_path: Path) -> None:
+@pytest.mark.parametrize("twin", sorted(DECODE_TWINS))
+def test_cold_reads_of_a_reopened_log_with_a_tiny_cache(tmp_path: Path, twin: str) -> None:
+    with decode_twin(twin):
+        _cold_reads_of_a_reopened_log(tmp_path)
+
+
+def _cold_reads_of_a_reopened_log(tmp_path: Path) -> None:
     log, _ = open_log(tmp_path, max_bytes_per_file=4000, cache_records=5)
     fill(log, 100, per_batch=20)
     log.close()

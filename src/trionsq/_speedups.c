@@ -1,0 +1,396 @@
+/* trionsq._speedups: optional C versions of the two per-message loops of the
+ * consume path (issue 19). Each function has a pure-Python twin with the same
+ * contract, used when this module is absent (see trionsq/speedups.py), and the
+ * tests hold the two equal on the same inputs.
+ *
+ *   decode_run     - records of a segment buffer into Record objects
+ *                    (twin: trionsq.queues.record_codec._decode_run)
+ *   hex_id_frames  - NSQ message frames with hex ids for a batch of deliveries
+ *                    (twin: trionsq.server.outbound._hex_id_frames_py)
+ *
+ * The record layout is record.py's: size u32, crc32 u32 over everything after it,
+ * timestamp i64, internal id u64, trace id u64, flags u8, ext version u8, then
+ * deliver-at i64 if flags & DEFERRED, then ext length u16 + ext if ext version,
+ * then the body; all big-endian.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define FIXED_SIZE 34   /* a record with an empty body, no ext, no delay */
+#define FIELDS_AT 8     /* where the checksummed part starts */
+#define MIN_SIZE_FIELD (FIXED_SIZE - 4)
+#define DEFERRED 0x01
+#define FRAME_TYPE_MESSAGE 2
+#define MESSAGE_HEAD 30 /* frame type + timestamp + attempts + 16-byte id */
+
+/* CRC-32 (IEEE 802.3, zlib's), slicing by 8: no zlib headers needed to build. */
+static uint32_t crc_table[8][256];
+
+static void crc_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        crc_table[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; i++)
+        for (int t = 1; t < 8; t++)
+            crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xFF];
+}
+
+static uint32_t crc32_of(const unsigned char *p, size_t n)
+{
+    uint32_t c = 0xFFFFFFFFu;
+    while (n >= 8) {
+        uint32_t lo = c ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                           (uint32_t)p[3] << 24);
+        uint32_t hi = (uint32_t)p[4] | (uint32_t)p[5] << 8 | (uint32_t)p[6] << 16 |
+                      (uint32_t)p[7] << 24;
+        c = crc_table[7][lo & 0xFF] ^ crc_table[6][(lo >> 8) & 0xFF] ^
+            crc_table[5][(lo >> 16) & 0xFF] ^ crc_table[4][lo >> 24] ^
+            crc_table[3][hi & 0xFF] ^ crc_table[2][(hi >> 8) & 0xFF] ^
+            crc_table[1][(hi >> 16) & 0xFF] ^ crc_table[0][hi >> 24];
+        p += 8;
+        n -= 8;
+    }
+    while (n--)
+        c = crc_table[0][(c ^ *p++) & 0xFF] ^ (c >> 8);
+    return c ^ 0xFFFFFFFFu;
+}
+
+static inline uint16_t be16(const unsigned char *p) { return (uint16_t)(p[0] << 8 | p[1]); }
+
+static inline uint32_t be32(const unsigned char *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static inline uint64_t be64(const unsigned char *p)
+{
+    return (uint64_t)be32(p) << 32 | be32(p + 4);
+}
+
+/* Where a record's optional parts and body are; 0 if its fields are damaged. */
+typedef struct {
+    Py_ssize_t at;        /* record start in the buffer */
+    Py_ssize_t ext_at;    /* ext bytes start (ext_len 0: none) */
+    Py_ssize_t ext_len;
+    Py_ssize_t body_at;
+    Py_ssize_t stop;
+    int64_t deliver_at;
+} Layout;
+
+static int layout_of(const unsigned char *b, Py_ssize_t at, Py_ssize_t stop, Layout *out)
+{
+    if (crc32_of(b + at + FIELDS_AT, (size_t)(stop - at - FIELDS_AT)) != be32(b + at + 4))
+        return 0;
+    unsigned flags = b[at + 32], ext_version = b[at + 33];
+    Py_ssize_t cursor = at + FIXED_SIZE;
+    out->at = at;
+    out->stop = stop;
+    out->deliver_at = 0;
+    out->ext_at = cursor;
+    out->ext_len = 0;
+    if (flags & DEFERRED) {
+        if (cursor + 8 > stop)
+            return 0;
+        out->deliver_at = (int64_t)be64(b + cursor);
+        cursor += 8;
+    }
+    if (ext_version) {
+        if (cursor + 2 > stop)
+            return 0;
+        Py_ssize_t length = be16(b + cursor);
+        cursor += 2;
+        if (cursor + length > stop)
+            return 0;
+        out->ext_at = cursor;
+        out->ext_len = length;
+        cursor += length;
+    }
+    out->body_at = cursor;
+    return 1;
+}
+
+static PyObject *make_record(const unsigned char *b, const Layout *l, long long base,
+                             PyObject *make, PyObject *empty)
+{
+    const unsigned char *r = b + l->at;
+    PyObject *args[9] = {NULL};
+    PyObject *record = NULL;
+    args[0] = PyLong_FromLongLong(base + l->at);
+    args[1] = PyLong_FromSsize_t(l->stop - l->at);
+    args[2] = PyLong_FromUnsignedLongLong(be64(r + 16));
+    args[3] = PyLong_FromLongLong((long long)be64(r + 8));
+    args[4] = PyBytes_FromStringAndSize((const char *)b + l->body_at, l->stop - l->body_at);
+    args[5] = PyLong_FromUnsignedLongLong(be64(r + 24));
+    args[6] = PyLong_FromLong(r[33]);
+    if (l->ext_len) {
+        args[7] = PyBytes_FromStringAndSize((const char *)b + l->ext_at, l->ext_len);
+    } else {
+        Py_INCREF(empty);
+        args[7] = empty;
+    }
+    args[8] = PyLong_FromLongLong(l->deliver_at);
+    for (int i = 0; i < 9; i++)
+        if (args[i] == NULL)
+            goto done;
+    record = PyObject_Vectorcall(make, args, 9, NULL);
+done:
+    for (int i = 0; i < 9; i++)
+        Py_XDECREF(args[i]);
+    return record;
+}
+
+PyDoc_STRVAR(decode_run_doc,
+"decode_run(buffer, at, base, from_id, wanted, budget, make, out)\n"
+"-> (at, wanted, budget, damaged)\n\n"
+"Append make(...) for each whole record of buffer from at on whose id is at\n"
+"least from_id, until wanted are taken or budget bytes are spent; stop at a\n"
+"damaged one (damaged True, at pointing to it). Checksums are verified with the\n"
+"GIL released.");
+
+static PyObject *decode_run(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "decode_run takes 8 arguments");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    PyObject *result = NULL;
+    Layout *taken = NULL;
+    Py_ssize_t at = PyLong_AsSsize_t(args[1]);
+    long long base = PyLong_AsLongLong(args[2]);
+    int overflow = 0;
+    long long from_signed = PyLong_AsLongLongAndOverflow(args[3], &overflow);
+    uint64_t from_id = from_signed > 0 ? (uint64_t)from_signed : 0;
+    if (overflow > 0)
+        from_id = PyLong_AsUnsignedLongLong(args[3]); /* ids of 2**63 and over */
+    Py_ssize_t wanted = PyLong_AsSsize_t(args[4]);
+    Py_ssize_t budget = PyLong_AsSsize_t(args[5]);
+    PyObject *make = args[6], *out = args[7];
+    if (PyErr_Occurred())
+        goto done;
+    if (!PyList_Check(out)) {
+        PyErr_SetString(PyExc_TypeError, "out must be a list");
+        goto done;
+    }
+    const unsigned char *b = view.buf;
+    Py_ssize_t length = view.len;
+    Py_ssize_t most = length / FIXED_SIZE + 1; /* whole records fit at most */
+    if (wanted > 0 && wanted < most)
+        most = wanted;
+    taken = PyMem_Malloc(sizeof(Layout) * (size_t)most);
+    if (taken == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t count = 0;
+    int damaged = 0;
+    /* Walk and verify without the GIL: the event loop's thread runs meanwhile. */
+    Py_BEGIN_ALLOW_THREADS
+    if (at < 0)
+        at = length; /* nothing to walk; the caller passed a bad position */
+    while (length - at >= FIXED_SIZE) {
+        uint32_t size = be32(b + at);
+        Py_ssize_t stop = at + (Py_ssize_t)size + 4;
+        if (stop > length || size < MIN_SIZE_FIELD)
+            break;
+        if (be64(b + at + 16) >= from_id) {
+            if (!layout_of(b, at, stop, &taken[count])) {
+                damaged = 1;
+                break;
+            }
+            count++;
+            wanted--;
+            budget -= stop - at;
+            if (!wanted || budget <= 0) {
+                at = stop;
+                break;
+            }
+        }
+        at = stop;
+    }
+    Py_END_ALLOW_THREADS
+    PyObject *empty = PyBytes_FromStringAndSize(NULL, 0);
+    if (empty == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *record = make_record(b, &taken[i], base, make, empty);
+        if (record == NULL || PyList_Append(out, record) < 0) {
+            Py_XDECREF(record);
+            Py_DECREF(empty);
+            goto done;
+        }
+        Py_DECREF(record);
+    }
+    Py_DECREF(empty);
+    result = Py_BuildValue("nnnO", at, wanted, budget, damaged ? Py_True : Py_False);
+done:
+    PyMem_Free(taken);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+PyDoc_STRVAR(hex_id_frames_doc,
+"hex_id_frames(deliveries) -> bytes\n\n"
+"NSQ message frames (nsqd's 16 hex digit ids) for each delivery's record and\n"
+"attempts, joined.");
+
+static PyObject *str_record, *str_body, *str_timestamp, *str_attempts, *str_internal_id;
+
+static int delivery_fields(PyObject *delivery, PyObject **body, long long *timestamp,
+                           long *attempts, unsigned long long *internal_id)
+{
+    PyObject *record = PyObject_GetAttr(delivery, str_record);
+    if (record == NULL)
+        return -1;
+    PyObject *value = NULL;
+    *body = PyObject_GetAttr(record, str_body);
+    if (*body == NULL)
+        goto fail;
+    if (!PyBytes_Check(*body)) {
+        PyErr_SetString(PyExc_TypeError, "a record's body must be bytes");
+        goto fail;
+    }
+    if ((value = PyObject_GetAttr(record, str_timestamp)) == NULL)
+        goto fail;
+    *timestamp = PyLong_AsLongLong(value);
+    Py_DECREF(value);
+    if ((value = PyObject_GetAttr(record, str_internal_id)) == NULL)
+        goto fail;
+    *internal_id = PyLong_AsUnsignedLongLong(value);
+    Py_DECREF(value);
+    if ((value = PyObject_GetAttr(delivery, str_attempts)) == NULL)
+        goto fail;
+    *attempts = PyLong_AsLong(value);
+    Py_DECREF(value);
+    if (PyErr_Occurred())
+        goto fail;
+    if (*attempts < 0 || *attempts > 0xFFFF) {
+        PyErr_SetString(PyExc_OverflowError, "attempts out of range for a frame");
+        goto fail;
+    }
+    Py_DECREF(record);
+    return 0;
+fail:
+    Py_CLEAR(*body);
+    Py_DECREF(record);
+    return -1;
+}
+
+static void put_be32(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)(v >> 24);
+    p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
+}
+
+static PyObject *hex_id_frames(PyObject *Py_UNUSED(self), PyObject *deliveries)
+{
+    static const char digits[] = "0123456789abcdef";
+    PyObject *seq = PySequence_Fast(deliveries, "deliveries must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    PyObject *result = NULL;
+    typedef struct {
+        PyObject *body;
+        long long timestamp;
+        long attempts;
+        unsigned long long id;
+    } Fields;
+    Fields *fields = PyMem_Calloc((size_t)(n ? n : 1), sizeof(Fields));
+    if (fields == NULL) {
+        Py_DECREF(seq);
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t total = 0, got = 0;
+    for (; got < n; got++) {
+        Fields *f = &fields[got];
+        if (delivery_fields(items[got], &f->body, &f->timestamp, &f->attempts, &f->id) < 0)
+            goto done;
+        Py_ssize_t body_len = PyBytes_GET_SIZE(f->body);
+        if (body_len > (Py_ssize_t)UINT32_MAX - MESSAGE_HEAD) {
+            PyErr_SetString(PyExc_OverflowError, "body too large for a frame");
+            Py_CLEAR(f->body);
+            goto done;
+        }
+        total += 4 + MESSAGE_HEAD + body_len;
+    }
+    result = PyBytes_FromStringAndSize(NULL, total);
+    if (result == NULL)
+        goto done;
+    unsigned char *p = (unsigned char *)PyBytes_AS_STRING(result);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Fields *f = &fields[i];
+        Py_ssize_t body_len = PyBytes_GET_SIZE(f->body);
+        put_be32(p, (uint32_t)(body_len + MESSAGE_HEAD));
+        put_be32(p + 4, FRAME_TYPE_MESSAGE);
+        uint64_t ts = (uint64_t)f->timestamp;
+        put_be32(p + 8, (uint32_t)(ts >> 32));
+        put_be32(p + 12, (uint32_t)ts);
+        p[16] = (unsigned char)(f->attempts >> 8);
+        p[17] = (unsigned char)f->attempts;
+        for (int k = 0; k < 16; k++)
+            p[18 + k] = (unsigned char)digits[(f->id >> (60 - 4 * k)) & 0xF];
+        memcpy(p + 34, PyBytes_AS_STRING(f->body), (size_t)body_len);
+        p += 34 + body_len;
+    }
+done:
+    for (Py_ssize_t i = 0; i < got; i++)
+        Py_XDECREF(fields[i].body);
+    PyMem_Free(fields);
+    Py_DECREF(seq);
+    return result;
+}
+
+static PyObject *crc32_py(PyObject *Py_UNUSED(self), PyObject *arg)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    uint32_t c = crc32_of(view.buf, (size_t)view.len);
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLong(c);
+}
+
+static PyMethodDef methods[] = {
+    {"decode_run", (PyCFunction)(void (*)(void))decode_run, METH_FASTCALL, decode_run_doc},
+    {"hex_id_frames", hex_id_frames, METH_O, hex_id_frames_doc},
+    {"crc32", crc32_py, METH_O, "zlib's CRC-32 of a bytes-like object (for the tests)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "trionsq._speedups",
+    "Optional C loops of the consume path; see trionsq.speedups.", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__speedups(void)
+{
+    crc_init();
+    if (!(str_record = PyUnicode_InternFromString("record")) ||
+        !(str_body = PyUnicode_InternFromString("body")) ||
+        !(str_timestamp = PyUnicode_InternFromString("timestamp")) ||
+        !(str_attempts = PyUnicode_InternFromString("attempts")) ||
+        !(str_internal_id = PyUnicode_InternFromString("internal_id")))
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddIntConstant(m, "FIXED_SIZE", FIXED_SIZE) < 0 ||
+        PyModule_AddIntConstant(m, "MESSAGE_HEAD", MESSAGE_HEAD) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

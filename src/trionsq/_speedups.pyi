@@ -1,0 +1,24 @@
+"""Types of the optional C module (src/trionsq/_speedups.c); see trionsq.speedups."""
+
+from collections.abc import Sequence
+from typing import Final
+
+from .broker.channel import Delivery
+from .queues.record import Record
+
+FIXED_SIZE: Final[int]
+MESSAGE_HEAD: Final[int]
+
+def decode_run(
+    buffer: bytes,
+    at: int,
+    base: int,
+    from_id: int,
+    wanted: int,
+    budget: int,
+    make: type[Record],
+    out: list[Record],
+    /,
+) -> tuple[int, int, int, bool]: ...
+def hex_id_frames(deliveries: Sequence[Delivery], /) -> bytes: ...
+def crc32(data: bytes, /) -> int: ...

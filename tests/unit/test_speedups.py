@@ -1,0 +1,191 @@
+"""The compiled loops (trionsq._speedups) against their pure-Python twins.
+
+Both twins get the same inputs (well-formed logs, damaged records, torn tails, odd
+start points and limits) and must give the same results, so the broker behaves the
+same with or without a C compiler; the pure twins also run the rest of the suite
+under ``TRIONSQ_PURE_PYTHON=1``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import struct
+import zlib
+from typing import TYPE_CHECKING
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from trionsq.broker.channel import Delivery
+from trionsq.queues.record import Record, encode_record, record_size
+from trionsq.queues.record_codec import _decode_run_py
+from trionsq.server.outbound import _hex_id_frames_py
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+
+def _compiled() -> ModuleType:
+    """The C module; its absence fails here unless this machine cannot build it."""
+    try:
+        from trionsq import _speedups
+    except ImportError:
+        compiler = shutil.which("cc") or shutil.which("gcc")
+        assert compiler is None, (
+            f"{compiler} is here but trionsq._speedups was not built: pip install -e . again"
+        )
+        pytest.skip("no C compiler on this machine: the pure-Python twins run alone")
+    return _speedups
+
+
+def _record(internal_id: int, body: bytes, ext_version: int, ext: bytes, deliver_at: int) -> Record:
+    size = record_size(
+        len(body), ext_version, len(ext) if ext_version else 0, deferred=deliver_at != 0
+    )
+    return Record(
+        0,
+        size,
+        internal_id,
+        1_700_000_000_000_000_000 + internal_id % 2**60,
+        body,
+        internal_id * 7 % 2**64,
+        ext_version,
+        ext if ext_version else b"",
+        deliver_at,
+    )
+
+
+@st.composite
+def _logs(draw: st.DrawFn) -> bytes:
+    """A run of encoded records with consecutive ids, maybe damaged or torn."""
+    count = draw(st.integers(0, 12))
+    first = draw(st.integers(1, 2**64 - 20))
+    parts = [
+        encode_record(
+            _record(
+                first + n,
+                draw(st.binary(max_size=80)),
+                draw(st.sampled_from([0, 0, 2])),
+                draw(st.binary(max_size=20)),
+                draw(st.sampled_from([0, 0, 1_800_000_000_000_000_000])),
+            )
+        )
+        for n in range(count)
+    ]
+    data = bytearray(b"".join(parts))
+    for _ in range(draw(st.integers(0, 2))):  # flipped bytes: checksums, sizes, fields
+        if data:
+            at = draw(st.integers(0, len(data) - 1))
+            data[at] ^= draw(st.integers(1, 255))
+    cut = draw(st.integers(0, 40))  # a torn tail
+    return bytes(data[: max(len(data) - cut, 0)] if draw(st.booleans()) else data)
+
+
+@given(
+    buffer=_logs(),
+    at=st.integers(0, 60),
+    base=st.integers(0, 2**40),
+    from_id=st.one_of(st.integers(-5, 2**63 - 1), st.integers(2**63, 2**64 - 1)),
+    wanted=st.integers(1, 15),
+    budget=st.integers(1, 3_000),
+)
+def test_decode_run_twins_agree(
+    buffer: bytes, at: int, base: int, from_id: int, wanted: int, budget: int
+) -> None:
+    compiled = _compiled()
+    at = min(at, len(buffer))
+    if buffer and at:  # start on a record boundary, as cold reads do, or anywhere
+        at = at if at % 2 else 0
+    pure: list[Record] = []
+    fast: list[Record] = []
+    expected = _decode_run_py(buffer, at, base, from_id, wanted, budget, Record, pure)
+    got = compiled.decode_run(buffer, at, base, from_id, wanted, budget, Record, fast)
+    assert got == expected
+    assert fast == pure
+
+
+def test_decode_run_reads_every_kind_of_record() -> None:
+    compiled = _compiled()
+    records = [
+        _record(1, b"plain", 0, b"", 0),
+        _record(2, b"", 0, b"", 0),
+        _record(3, b"with ext", 2, b'{"##tag":"a"}', 0),
+        _record(4, b"deferred", 0, b"", 1_800_000_000_000_000_000),
+        _record(5, b"both", 2, b"{}", 1_800_000_000_000_000_000),
+    ]
+    buffer = b"".join(map(encode_record, records))
+    out: list[Record] = []
+    at, wanted, budget, damaged = compiled.decode_run(buffer, 0, 100, 0, 10, 10**6, Record, out)
+    assert (at, wanted, damaged) == (len(buffer), 5, False)
+    assert budget == 10**6 - len(buffer)
+    offsets = [100]
+    for r in records[:-1]:
+        offsets.append(offsets[-1] + r.raw_size)
+    assert out == [
+        Record(o, r.raw_size, r.internal_id, r.timestamp, r.body, *_tail(r))
+        for o, r in zip(offsets, records, strict=True)
+    ]
+
+
+def _tail(r: Record) -> tuple[int, int, bytes, int]:
+    return r.trace_id, r.ext_version, r.ext, r.deliver_at
+
+
+def test_decode_run_stops_at_a_damaged_record_and_points_at_it() -> None:
+    compiled = _compiled()
+    good = encode_record(_record(1, b"a" * 10, 0, b"", 0))
+    bad = bytearray(encode_record(_record(2, b"b" * 10, 0, b"", 0)))
+    bad[-1] ^= 0xFF
+    buffer = good + bytes(bad) + good
+    for decode in (compiled.decode_run, _decode_run_py):
+        out: list[Record] = []
+        assert decode(buffer, 0, 0, 0, 10, 10**6, Record, out) == (
+            len(good),
+            9,
+            10**6 - len(good),
+            True,
+        )
+        assert [r.internal_id for r in out] == [1]
+
+
+@given(st.binary(max_size=5_000))
+def test_crc32_is_zlibs(data: bytes) -> None:
+    assert _compiled().crc32(data) == zlib.crc32(data)
+
+
+deliveries = st.lists(
+    st.builds(
+        lambda internal_id, timestamp, body, attempts: Delivery(
+            Record(0, 0, internal_id, timestamp, body), attempts
+        ),
+        st.integers(0, 2**64 - 1),
+        st.integers(-(2**63), 2**63 - 1),
+        st.binary(max_size=300),
+        st.integers(0, 0xFFFF),
+    ),
+    max_size=20,
+)
+
+
+@given(deliveries)
+def test_hex_id_frames_twins_agree(batch: list[Delivery]) -> None:
+    assert _compiled().hex_id_frames(batch) == _hex_id_frames_py(batch)
+
+
+def test_hex_id_frames_are_nsqd_message_frames() -> None:
+    batch = [Delivery(Record(0, 0, 0xABC, 5, b"hello"), 3)]
+    frames = _compiled().hex_id_frames(batch)
+    size, frame_type, timestamp, attempts = struct.unpack_from(">IIqH", frames)
+    assert (size, frame_type, timestamp, attempts) == (30 + 5, 2, 5, 3)
+    assert frames[18:] == b"0000000000000abchello"
+
+
+def test_hex_id_frames_refuses_what_no_frame_can_carry() -> None:
+    compiled = _compiled()
+    with pytest.raises(OverflowError):
+        compiled.hex_id_frames([Delivery(Record(0, 0, 1, 5, b"x"), 70_000)])
+    with pytest.raises(TypeError):
+        compiled.hex_id_frames([Delivery(Record(0, 0, 1, 5, "text"), 1)])  # type: ignore[arg-type]
+    with pytest.raises(AttributeError):
+        compiled.hex_id_frames([object()])
