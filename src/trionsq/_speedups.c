@@ -7,6 +7,8 @@
  *                    (twin: trionsq.queues.record_codec._decode_run)
  *   hex_id_frames  - NSQ message frames with hex ids for a batch of deliveries
  *                    (twin: trionsq.server.outbound._hex_id_frames_py)
+ *   encode_plain   - an MPUB batch (no ext, no delay) into log bytes and Records
+ *                    (twin: trionsq.queues.record_codec._encode_plain_py)
  *
  * The record layout is record.py's: size u32, crc32 u32 over everything after it,
  * timestamp i64, internal id u64, trace id u64, flags u8, ext version u8, then
@@ -352,6 +354,155 @@ done:
     return result;
 }
 
+static void put_be64(unsigned char *p, uint64_t v)
+{
+    put_be32(p, (uint32_t)(v >> 32));
+    put_be32(p + 4, (uint32_t)v);
+}
+
+PyDoc_STRVAR(encode_plain_doc,
+"encode_plain(bodies, timestamp, first_id, offset, trace_ids, make)\n"
+"-> (data, records, offsets) | None\n\n"
+"The log bytes of a batch with no ext and no delay, its records (make(...) with\n"
+"each body object itself) and the offsets of its records and end; None when a\n"
+"body is not exactly bytes (the caller encodes it in Python). Bytes are written\n"
+"and checksummed with the GIL released.");
+
+static PyObject *encode_plain(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "encode_plain takes 6 arguments");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(args[0], "bodies must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    PyObject *result = NULL, *data = NULL, *records = NULL, *offsets = NULL, *traces = NULL;
+    PyObject **bodies = NULL;
+    uint64_t *trace_ids = NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), held = 0;
+    long long timestamp = PyLong_AsLongLong(args[1]);
+    unsigned long long first_id = PyLong_AsUnsignedLongLong(args[2]);
+    long long offset = PyLong_AsLongLong(args[3]);
+    PyObject *make = args[5];
+    if (PyErr_Occurred())
+        goto done;
+    bodies = PyMem_Malloc(sizeof(PyObject *) * (size_t)(n ? n : 1));
+    trace_ids = PyMem_Calloc((size_t)(n ? n : 1), sizeof(uint64_t));
+    if (bodies == NULL || trace_ids == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t total = 0;
+    for (; held < n; held++) {
+        PyObject *body = PySequence_Fast_GET_ITEM(seq, held);
+        if (!PyBytes_CheckExact(body)) {
+            result = Py_None; /* not bytes: the Python twin handles the batch */
+            Py_INCREF(result);
+            goto done;
+        }
+        if (PyBytes_GET_SIZE(body) > (Py_ssize_t)UINT32_MAX - (FIXED_SIZE - 4)) {
+            PyErr_SetString(PyExc_OverflowError, "body too large for a record");
+            goto done;
+        }
+        Py_INCREF(body); /* kept alive while the GIL is released */
+        bodies[held] = body;
+        total += FIXED_SIZE + PyBytes_GET_SIZE(body);
+    }
+    if (args[4] != Py_None) {
+        traces = PySequence_Fast(args[4], "trace_ids must be a sequence");
+        if (traces == NULL)
+            goto done;
+        if (PySequence_Fast_GET_SIZE(traces) < n) {
+            PyErr_SetString(PyExc_ValueError, "trace_ids need one entry per body");
+            goto done;
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            trace_ids[i] = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(traces, i));
+            if (PyErr_Occurred())
+                goto done;
+        }
+    }
+    data = PyBytes_FromStringAndSize(NULL, total);
+    if (data == NULL)
+        goto done;
+    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(data);
+    Py_BEGIN_ALLOW_THREADS
+    unsigned char *p = out;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t length = PyBytes_GET_SIZE(bodies[i]);
+        put_be32(p, (uint32_t)(length + FIXED_SIZE - 4));
+        put_be64(p + 8, (uint64_t)timestamp);
+        put_be64(p + 16, first_id + (uint64_t)i);
+        put_be64(p + 24, trace_ids[i]);
+        p[32] = 0;
+        p[33] = 0;
+        memcpy(p + FIXED_SIZE, PyBytes_AS_STRING(bodies[i]), (size_t)length);
+        put_be32(p + 4, crc32_of(p + FIELDS_AT, (size_t)(length + FIXED_SIZE - FIELDS_AT)));
+        p += FIXED_SIZE + length;
+    }
+    Py_END_ALLOW_THREADS
+    records = PyList_New(n);
+    offsets = PyList_New(n + 1);
+    if (records == NULL || offsets == NULL)
+        goto done;
+    PyObject *zero = PyLong_FromLong(0), *empty = PyBytes_FromStringAndSize(NULL, 0);
+    PyObject *stamp = PyLong_FromLongLong(timestamp);
+    long long at = offset;
+    int failed = zero == NULL || empty == NULL || stamp == NULL;
+    for (Py_ssize_t i = 0; i < n && !failed; i++) {
+        Py_ssize_t size = FIXED_SIZE + PyBytes_GET_SIZE(bodies[i]);
+        PyObject *start = PyLong_FromLongLong(at);
+        PyObject *call[9] = {
+            start,
+            PyLong_FromSsize_t(size),
+            PyLong_FromUnsignedLongLong(first_id + (unsigned long long)i),
+            stamp,
+            bodies[i],
+            traces == NULL ? zero : PySequence_Fast_GET_ITEM(traces, i),
+            zero,
+            empty,
+            zero,
+        };
+        PyObject *record = NULL;
+        if (call[0] != NULL && call[1] != NULL && call[2] != NULL)
+            record = PyObject_Vectorcall(make, call, 9, NULL);
+        Py_XDECREF(call[1]);
+        Py_XDECREF(call[2]);
+        if (record == NULL) {
+            Py_XDECREF(start);
+            failed = 1;
+            break;
+        }
+        PyList_SET_ITEM(records, i, record);
+        PyList_SET_ITEM(offsets, i, start); /* the list takes the reference */
+        at += size;
+    }
+    if (!failed) {
+        PyObject *end = PyLong_FromLongLong(at);
+        if (end == NULL)
+            failed = 1;
+        else
+            PyList_SET_ITEM(offsets, n, end);
+    }
+    Py_XDECREF(zero);
+    Py_XDECREF(empty);
+    Py_XDECREF(stamp);
+    if (!failed)
+        result = PyTuple_Pack(3, data, records, offsets);
+done:
+    for (Py_ssize_t i = 0; i < held; i++)
+        Py_DECREF(bodies[i]);
+    PyMem_Free(bodies);
+    PyMem_Free(trace_ids);
+    Py_XDECREF(traces);
+    Py_XDECREF(data);
+    Py_XDECREF(records);
+    Py_XDECREF(offsets);
+    Py_DECREF(seq);
+    return result;
+}
+
 static PyObject *crc32_py(PyObject *Py_UNUSED(self), PyObject *arg)
 {
     Py_buffer view;
@@ -365,6 +516,7 @@ static PyObject *crc32_py(PyObject *Py_UNUSED(self), PyObject *arg)
 static PyMethodDef methods[] = {
     {"decode_run", (PyCFunction)(void (*)(void))decode_run, METH_FASTCALL, decode_run_doc},
     {"hex_id_frames", hex_id_frames, METH_O, hex_id_frames_doc},
+    {"encode_plain", (PyCFunction)(void (*)(void))encode_plain, METH_FASTCALL, encode_plain_doc},
     {"crc32", crc32_py, METH_O, "zlib's CRC-32 of a bytes-like object (for the tests)."},
     {NULL, NULL, 0, NULL},
 };

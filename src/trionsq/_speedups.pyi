@@ -20,5 +20,14 @@ def decode_run(
     out: list[Record],
     /,
 ) -> tuple[int, int, int, bool]: ...
+def encode_plain(
+    bodies: Sequence[bytes],
+    timestamp: int,
+    first_id: int,
+    offset: int,
+    trace_ids: Sequence[int] | None,
+    make: type[Record],
+    /,
+) -> tuple[bytes, list[Record], list[int]] | None: ...
 def hex_id_frames(deliveries: Sequence[Delivery], /) -> bytes: ...
 def crc32(data: bytes, /) -> int: ...

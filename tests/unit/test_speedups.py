@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from trionsq.broker.channel import Delivery
 from trionsq.queues.record import Record, encode_record, record_size
-from trionsq.queues.record_codec import _decode_run_py
+from trionsq.queues.record_codec import _decode_run_py, _encode_plain_py
 from trionsq.server.outbound import _hex_id_frames_py
 
 if TYPE_CHECKING:
@@ -147,6 +147,45 @@ def test_decode_run_stops_at_a_damaged_record_and_points_at_it() -> None:
             True,
         )
         assert [r.internal_id for r in out] == [1]
+
+
+@st.composite
+def _plain_batches(
+    draw: st.DrawFn,
+) -> tuple[list[bytes], int, int, int, list[int] | None]:
+    bodies = draw(st.lists(st.binary(max_size=300), min_size=1, max_size=30))
+    traces = st.lists(st.integers(0, 2**64 - 1), min_size=len(bodies), max_size=len(bodies) + 2)
+    return (
+        bodies,
+        draw(st.integers(-(2**63), 2**63 - 1)),
+        draw(st.integers(1, 2**63)),
+        draw(st.integers(0, 2**50)),
+        draw(st.none() | traces),
+    )
+
+
+@given(_plain_batches())
+def test_encode_plain_twins_agree_and_read_back(
+    batch: tuple[list[bytes], int, int, int, list[int] | None],
+) -> None:
+    compiled = _compiled()
+    bodies, timestamp, first_id, offset, trace_ids = batch
+    encoded = compiled.encode_plain(bodies, timestamp, first_id, offset, trace_ids, Record)
+    assert encoded == _encode_plain_py(bodies, timestamp, first_id, offset, trace_ids)
+    assert encoded is not None
+    data, records, _ = encoded
+    assert all(r.body is b for r, b in zip(records, bodies, strict=True))  # shared, not copied
+    back: list[Record] = []
+    decoded = _decode_run_py(data, 0, offset, 0, 10**6, 10**12, Record, back)
+    assert decoded == (len(data), 10**6 - len(bodies), 10**12 - len(data), False)
+    assert back == records
+
+
+def test_encode_plain_leaves_other_bodies_to_python() -> None:
+    compiled = _compiled()
+    assert compiled.encode_plain([b"a", bytearray(b"b")], 1, 1, 0, None, Record) is None
+    with pytest.raises(ValueError, match="one entry per body"):
+        compiled.encode_plain([b"a", b"b"], 1, 1, 0, [7], Record)
 
 
 @given(st.binary(max_size=5_000))

@@ -231,6 +231,15 @@ def _make_records(
     )
 
 
+_encode_plain_c: Final[
+    Callable[
+        [Sequence[bytes], int, int, int, Sequence[int] | None, type[Record]],
+        tuple[bytes, list[Record], list[int]] | None,
+    ]
+    | None
+] = None if compiled is None else compiled.encode_plain
+
+
 def _encode_plain(
     bodies: Sequence[bytes],
     timestamp: int,
@@ -239,6 +248,26 @@ def _encode_plain(
     trace_ids: Sequence[int] | None,
 ) -> tuple[bytes, list[Record], list[int]]:
     """A batch with no ext and no delay: its bytes, its records, its offsets and end.
+
+    Compiled where built (bytes written and checksummed outside the GIL; MPUB x200
+    0.87 -> 0.35 us a record), else :func:`_encode_plain_py`, which also takes a
+    batch with a body that is not exactly ``bytes``.
+    """
+    if _encode_plain_c is not None:
+        encoded = _encode_plain_c(bodies, timestamp, first_id, offset, trace_ids, Record)
+        if encoded is not None:
+            return encoded
+    return _encode_plain_py(bodies, timestamp, first_id, offset, trace_ids)
+
+
+def _encode_plain_py(
+    bodies: Sequence[bytes],
+    timestamp: int,
+    first_id: int,
+    offset: int,
+    trace_ids: Sequence[int] | None,
+) -> tuple[bytes, list[Record], list[int]]:
+    """The pure-Python twin of ``trionsq._speedups.encode_plain``.
 
     Every per-record step is a ``map`` over a C function, which keeps the interpreter
     out of the loop: this is the MPUB hot path.
