@@ -40,8 +40,9 @@ $L consume $A --topic tagged -p 8 --rdy 200 --desired-tags "tag0,tag1,tag2,tag3,
 
 create "topic=ordered&ordered=true&partition_num=4"
 echo "== fill: 4 partitions of an ordered topic"
-$L mpub $A --topic ordered -p 4 --partitions 4 --count 200000 --seconds 60 | show
+$L mpub $A --topic ordered -p 4 --partitions 4 --count 400000 --seconds 60 | show
 echo "== SUB_ORDERED: one consumer per partition, RDY 50 (one message in flight per partition)"
-$L consume $A --topic ordered -p 4 --ordered-partitions 4 --rdy 50 --seconds 10 | show
+$L consume $A --topic ordered -p 4 --ordered-partitions 4 --rdy 50 --count 50000 --seconds 60 | show
 echo "== SUB_ORDERED with IDENTIFY ordered_window 50: up to 50 in flight per partition, in order"
-$L consume $A --topic ordered -p 4 --ordered-partitions 4 --rdy 50 --ordered-window 50 --seconds 10 | show
+# counts, not seconds: a run that drains the 350,000 left would report count / seconds
+$L consume $A --topic ordered -p 4 --ordered-partitions 4 --rdy 50 --ordered-window 50 --count 250000 --seconds 60 | show
