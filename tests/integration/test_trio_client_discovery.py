@@ -12,11 +12,13 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 import httpx
+import orjson
 import pytest
 import trio
 
 from trionsq import NsqdConfig
 from trionsq.client import (
+    ConnectionOptions,
     ConsumerSettings,
     NsqError,
     ProducerSettings,
@@ -24,6 +26,7 @@ from trionsq.client import (
     open_producer,
     partition_for_key,
 )
+from trionsq.protocol import IdentifyRequest
 from trionsq.protocol.commands import OffsetSpec
 from trionsq.testing import wait_until
 
@@ -205,6 +208,49 @@ async def test_handler_mode_finishes_requeues_backs_off_and_gives_up(nsqd: Bound
     (channel,) = nsqd.broker.find_channel("h", "c")
     # the give-up's FIN, written as the consumer closed
     await wait_until(lambda: not channel.depth and not channel.in_flight, "all finished")
+
+
+async def test_dead_letter_lets_the_broker_keep_max_attempts(nsqd: BoundAddresses) -> None:
+    """``dead_letter=True``: the broker keeps the bound (IDENTIFY ``max_attempts``): the
+    third failure sends the message to ``<topic>.dead``, where a consumer reads it with
+    its origin and delivery count; the give-up hook is never needed."""
+    address = tcp(nsqd)
+    async with open_producer(address) as producer:
+        await producer.publish("dl", b"bad")
+    settings = ConsumerSettings(
+        max_attempts=3, dead_letter=True, requeue_delay=0.0, backoff_unit=0.05
+    )
+    failures = 0
+
+    async def handler(message: ClientMessage) -> None:
+        nonlocal failures
+        failures += 1
+        raise RuntimeError("cannot handle this one")
+
+    async def give_up(message: ClientMessage) -> None:
+        raise AssertionError("the broker dead-letters it first")
+
+    async with (
+        open_consumer("dl", "c", address, settings=settings) as consumer,
+        trio.open_nursery() as handlers,
+    ):
+        handlers.start_soon(partial(consumer.handle, handler, on_give_up=give_up))
+        (channel,) = nsqd.broker.find_channel("dl", "c")
+        with trio.fail_after(20):
+            await wait_until(lambda: channel.dead_letter_count == 1, "dead-lettered")
+        handlers.cancel_scope.cancel()
+    assert failures == 3
+    ext = ConnectionOptions(IdentifyRequest(extend_support=True))
+    async with open_consumer("dl.dead", "r", address, options=ext) as reader:
+        message = await reader.__anext__()
+        message.finish()
+    assert message.body == b"bad"
+    headers = orjson.loads(message.message.ext or b"{}")
+    assert (headers["##dead_attempts"], headers["##dead_from_channel"]) == ("3", "c")
+    refused = ConsumerSettings(max_attempts=0, dead_letter=True)
+    with pytest.raises(ValueError, match="max_attempts of 1 to 65535"):
+        async with open_consumer("dl", "c", address, settings=refused):
+            pass
 
 
 async def test_more_connections_than_max_in_flight_still_drain_every_partition(

@@ -19,6 +19,7 @@ import trio
 from ..protocol.message import EXT_VERSION_JSON
 from ..protocol.names import is_ephemeral
 from . import idempotence, trace_log
+from .dead_letters import dead_letter_header
 from .events import EventHub
 from .health import APPEND, CREATE, READ, StorageFault
 from .idempotence import Stored
@@ -411,6 +412,7 @@ class Broker:
                 {},
                 read_outcome=self._cold_read_outcome,
                 changed=self._state_changed if persisted else None,  # nothing to tell in memory
+                dead_letters=self._publish_dead_letters,
             )
             self.runners[key] = runner
             await self._nursery.start(runner.run)
@@ -543,6 +545,31 @@ class Broker:
             self._wake_topic(topic_name)
         return True
 
+    def _publish_dead_letters(self, channel: Channel) -> None:
+        """Messages that left ``channel`` past its bound go to its dead-letter topic
+        (created as an ext topic), with their headers, origin and delivery count. If
+        the topic cannot take them (a storage fault) they go back to the channel."""
+        letters, channel.dead_letters = channel.dead_letters, []
+        if not letters:
+            return
+        name = channel.dead_topic()
+        bodies = [record.body for record, _ in letters]
+        try:
+            topic = self.topic(name, ext=name not in self.topics)
+            if topic.ext:
+                exts = [
+                    dead_letter_header(
+                        record, deliveries, channel.topic, channel.name, channel.partition
+                    )
+                    for record, deliveries in letters
+                ]
+                self.publish(name, bodies, time.time_ns(), ext_version=EXT_VERSION_JSON, exts=exts)
+            else:  # a plain topic of that name existed: the bodies alone
+                self.publish(name, bodies, time.time_ns())
+        except StorageFault as fault:
+            log.error("channel %s/%s: dead letters kept: %s", channel.topic, channel.name, fault)
+            channel.take_back_dead_letters(letters)
+
     def _state_changed(self) -> None:
         """Something the persister writes may have changed."""
         if self.storage is not None and self.storage.enabled:
@@ -618,6 +645,19 @@ class Broker:
         if channels:
             kind = "channel_paused" if paused else "channel_unpaused"
             self.events.emit("channel", kind, topic_name, channel=channel_name)
+        return bool(channels)
+
+    def set_dead_letter(
+        self, topic_name: str, channel_name: str, max_attempts: int, dead_topic: str = ""
+    ) -> bool:
+        """Set a channel's dead-letter bound (0: none) and topic (empty:
+        ``<topic>.dead``) in every partition; False if no such channel. Messages put
+        back from now on are held against it (persisted with the channel)."""
+        channels = self.find_channel(topic_name, channel_name)
+        for channel in channels:
+            channel.max_attempts = max_attempts
+            channel.dead_letter_topic = dead_topic
+            self._wake(channel)
         return bool(channels)
 
     def _wake(self, channel: Channel) -> None:

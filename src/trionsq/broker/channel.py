@@ -67,6 +67,9 @@ class Consumer:
     ordered_window: int = 1
     """SUB_ORDERED: messages of the partition it may hold at once, in order (IDENTIFY
     ``ordered_window``, trionsq's extension; 1 is Youzan's one at a time)."""
+    max_attempts: int = 0
+    """IDENTIFY ``max_attempts`` (trionsq's extension): the dead-letter bound it asks
+    for while the channel has none of its own (0: none)."""
     rdy: int = 0
     closing: bool = False
     message_count: int = 0
@@ -98,6 +101,9 @@ class ChannelStatistics:
     timeout_count: int
     client_count: int
     paused: bool
+    max_attempts: int = 0
+    """The dead-letter bound in force (0: none)."""
+    dead_letter_count: int = 0
 
 
 @attrs.frozen
@@ -229,6 +235,18 @@ class Channel:
         """Ids taken out of order (deferred at publish) that the cursor has not passed,
         with whether they were finished meanwhile."""
         self._attempts: dict[int, int] = {}
+        self.max_attempts = 0
+        """Dead-letter bound set over HTTP (``/channel/dead_letter``, persisted): a
+        message delivered this many times and put back again (REQ, timeout, its
+        consumer gone) goes to :meth:`dead_topic` instead. 0: the consumers' IDENTIFY
+        bound, if any (:meth:`attempts_bound`)."""
+        self.dead_letter_topic = ""
+        """Where dead letters go; empty: ``<topic>.dead``."""
+        self.dead_letter_count = 0
+        """Messages that left for the dead-letter topic since start (/stats)."""
+        self.dead_letters: list[tuple[Record, int]] = []
+        """Left the channel, not yet published to the dead-letter topic: (record,
+        deliveries). The broker takes them after each routing pass."""
         self.turn = 0
         """Where the next routing pass starts its round-robin over the consumers."""
         self._rng = rng if rng is not None else random.Random()  # noqa: S311 - sampling, not crypto
@@ -245,7 +263,7 @@ class Channel:
         returned = [entry.payload for entry in self.in_flight.remove_client(client_id)]
         for record in returned:
             self._delivered_once(record.internal_id)
-        self._put_back(returned)
+        self._put_back(self._below_bound(returned))
         return returned
 
     def set_rdy(self, client_id: int, count: int) -> None:
@@ -472,6 +490,8 @@ class Channel:
         consumer = self.consumers.get(client_id)
         if consumer is not None:
             consumer.requeue_count += 1
+        if not self._below_bound((entry.payload,)):
+            return entry.payload  # dead-lettered: nothing of the partition waits for it
         if delay <= 0:
             self._put_back((entry.payload,))
             if self.ordered:
@@ -516,12 +536,50 @@ class Channel:
             consumer = self.consumers.get(entry.client)
             if consumer is not None:
                 consumer.timeout_count += 1
-        self._put_back([entry.payload for entry in expired])
+        self._put_back(self._below_bound([entry.payload for entry in expired]))
         if self.ordered and expired:
             self._rewind_after(min(entry.key for entry in expired))
         due = self.deferred.pop_due(now)
         self._put_back(due)
         return len(expired) + len(due)
+
+    def attempts_bound(self) -> int:
+        """The dead-letter bound in force: the channel's own, else the lowest a
+        subscribed consumer asked for in IDENTIFY, else 0 (none: nsqd's behaviour)."""
+        if self.max_attempts:
+            return self.max_attempts
+        asked = [c.max_attempts for c in self.consumers.values() if c.max_attempts]
+        return min(asked) if asked else 0
+
+    def take_back_dead_letters(self, letters: Sequence[tuple[Record, int]]) -> None:
+        """Dead letters the dead-letter topic refused: back in the channel, delivered
+        again (their counts restored)."""
+        for record, deliveries in letters:
+            self._attempts[record.internal_id] = deliveries
+        self.dead_letter_count -= len(letters)
+        self._put_back([record for record, _ in letters])
+
+    def dead_topic(self) -> str:
+        """The dead-letter topic's name."""
+        return self.dead_letter_topic or f"{self.topic}.dead"
+
+    def _below_bound(self, records: Sequence[Record]) -> Sequence[Record]:
+        """Of messages about to be put back, those still below the dead-letter bound;
+        the others leave the channel for :attr:`dead_letters` (finished here)."""
+        bound = self.attempts_bound()
+        if not bound or not records:
+            return records
+        kept: list[Record] = []
+        attempts = self._attempts
+        for record in records:
+            deliveries = attempts.get(record.internal_id, 1)
+            if deliveries < bound:
+                kept.append(record)
+                continue
+            self.dead_letters.append((record, deliveries))
+            self.dead_letter_count += 1
+            self._forget(record.internal_id)
+        return kept
 
     def _put_back(self, records: Sequence[Record]) -> None:
         """nsqd's channel put for a redelivery: behind what waits in the channel now.
@@ -577,6 +635,8 @@ class Channel:
             timeout_count=self.timeout_count,
             client_count=len(self.consumers),
             paused=self.paused,
+            max_attempts=self.attempts_bound(),
+            dead_letter_count=self.dead_letter_count,
         )
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 import attrs
+from cattrs.gen import make_dict_unstructure_fn, override
 
 from ..persist import (
     StorageFormatError,
@@ -75,6 +76,21 @@ class ChannelMeta:
 
     name: str
     paused: bool
+    max_attempts: int = 0
+    """Dead-letter bound set over HTTP (0: none; written only when set)."""
+    dead_letter_topic: str = ""
+    """Named dead-letter topic (empty: ``<topic>.dead``; written only when set)."""
+
+
+_CONVERTER.register_unstructure_hook(
+    ChannelMeta,
+    make_dict_unstructure_fn(
+        ChannelMeta,
+        _CONVERTER,
+        max_attempts=override(omit_if_default=True),
+        dead_letter_topic=override(omit_if_default=True),
+    ),
+)
 
 
 @attrs.frozen
@@ -157,10 +173,12 @@ def snapshot(broker: Topics) -> Metadata:
         if topic.ephemeral:
             continue
         paused: dict[str, bool] = {}
+        dead_letters: dict[str, tuple[int, str]] = {}
         for partition in topic.partitions:
             for channel_name, channel in partition.channels.items():
                 if not is_ephemeral(channel_name):
                     paused[channel_name] = paused.get(channel_name, False) or channel.paused
+                    dead_letters[channel_name] = (channel.max_attempts, channel.dead_letter_topic)
         topics.append(
             TopicMeta(
                 name=name,
@@ -168,7 +186,7 @@ def snapshot(broker: Topics) -> Metadata:
                 paused=topic.paused,
                 ext=topic.ext,
                 ordered=topic.ordered,
-                channels=tuple(ChannelMeta(c, paused[c]) for c in sorted(paused)),
+                channels=tuple(ChannelMeta(c, paused[c], *dead_letters[c]) for c in sorted(paused)),
             )
         )
     return Metadata(METADATA_VERSION, tuple(topics))

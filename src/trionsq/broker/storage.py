@@ -199,6 +199,8 @@ class Storage:
                     if state is not None:
                         self._restore_channel(meta.name, partition.index, channel, state, now, wall)
                     channel.paused = channel_meta.paused
+                    channel.max_attempts = channel_meta.max_attempts
+                    channel.dead_letter_topic = channel_meta.dead_letter_topic
                 self._restore_holds(meta.name, partition)
             if meta.paused:
                 topic.set_paused(True)

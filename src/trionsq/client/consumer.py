@@ -23,6 +23,7 @@ import attrs
 import trio
 
 from ..protocol.commands import OffsetSpec, Sub, SubAdvanced, SubOrdered
+from ..protocol.identify import MAX_ATTEMPTS_BOUND
 from .connection import ConnectionClosedError, NsqError, open_connection
 from .discovery import Discovery, Placement, Target
 from .groups import single_errors
@@ -68,6 +69,11 @@ class ConsumerSettings:
     """SUB_ADVANCED from here (first subscription only; reconnects go on)."""
     max_attempts: int = 5
     """Handler mode: past this many deliveries the give-up hook gets the message (0: never)."""
+    dead_letter: bool = False
+    """Ask the broker to keep ``max_attempts`` instead (IDENTIFY ``max_attempts``,
+    trionsq's extension): a message delivered that many times and put back again goes
+    to the channel's dead-letter topic (``<topic>.dead``), in any mode, even when this
+    consumer is gone before it handles it."""
     requeue_delay: float = 90.0
     """Handler mode: a failed message comes back after this times its attempts..."""
     max_requeue_delay: float = 900.0
@@ -104,6 +110,11 @@ class Consumer:
             raise ValueError("ordered_window must be at least 1")
         if settings.ordered and settings.ordered_window > 1:
             identify = attrs.evolve(options.identify, ordered_window=settings.ordered_window)
+            options = attrs.evolve(options, identify=identify)
+        if settings.dead_letter:
+            if not 0 < settings.max_attempts <= MAX_ATTEMPTS_BOUND:
+                raise ValueError(f"dead_letter needs max_attempts of 1 to {MAX_ATTEMPTS_BOUND}")
+            identify = attrs.evolve(options.identify, max_attempts=settings.max_attempts)
             options = attrs.evolve(options, identify=identify)
         self.topic = topic
         self.channel = channel

@@ -44,8 +44,12 @@ class ChannelRunner:
         wall_clock: Callable[[], int] = time.time_ns,
         read_outcome: Callable[[OSError | None], None] | None = None,
         changed: Callable[[], None] | None = None,
+        dead_letters: Callable[[Channel], None] | None = None,
     ) -> None:
         self.channel = channel
+        self._dead_letters = dead_letters
+        """Told after a pass that left dead letters in the channel (the broker
+        publishes them to the dead-letter topic)."""
         self.outboxes = outboxes
         self._read_outcome = read_outcome
         self._changed = changed
@@ -194,6 +198,8 @@ class ChannelRunner:
             outbox = self.outboxes.get(client_id)
             if outbox is not None:
                 outbox.push(batch)
+        if channel.dead_letters and self._dead_letters is not None:
+            self._dead_letters(channel)
         self.deadline_changed()
         if self._changed is not None:
             self._changed()

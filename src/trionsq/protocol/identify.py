@@ -30,6 +30,8 @@ __all__ = [
 ]
 
 MAX_TAG_LENGTH: Final = 100
+MAX_ATTEMPTS_BOUND: Final = 0xFFFF
+"""The largest dead-letter bound: a message frame's attempts field is 16 bits."""
 _INT32_MAX: Final = 2**31 - 1
 
 
@@ -78,6 +80,9 @@ class IdentifyRequest:
     long_id: str = ""
     ordered_window: int = 0
     """trionsq: messages of an ordered partition in flight at once (0: not asked, 1)."""
+    max_attempts: int = 0
+    """trionsq: deliveries after which a message goes to the channel's dead-letter
+    topic instead of coming back (0: not asked)."""
 
 
 @attrs.frozen
@@ -104,6 +109,8 @@ class NegotiatedSettings:
     ordered_window: int = 1
     """SUB_ORDERED: how many messages of the partition may be in flight to this
     consumer at once, in order (trionsq's extension; Youzan's is 1)."""
+    max_attempts: int = 0
+    """Dead-letter bound this consumer asked for (trionsq's extension; 0: none)."""
 
     @classmethod
     def defaults(cls, settings: ServerSettings) -> NegotiatedSettings:
@@ -134,6 +141,8 @@ class IdentifyResponse:
     """Youzan: present only when the client asked for a tag."""
     ordered_window: int = 0
     """trionsq: present only when the client asked for one (so it knows it holds)."""
+    max_attempts: int = 0
+    """trionsq: present only when the client asked for a dead-letter bound."""
 
 
 _converter = make_converter()
@@ -144,6 +153,7 @@ _converter.register_unstructure_hook(
         _converter,
         desired_tag=override(omit_if_default=True),
         ordered_window=override(omit_if_default=True),
+        max_attempts=override(omit_if_default=True),
     ),
 )
 
@@ -205,6 +215,8 @@ def negotiate(
     window = request.ordered_window
     if not 0 <= window <= settings.max_rdy_count:
         raise _invalid(f"ordered window ({window}) is invalid")
+    if not 0 <= request.max_attempts <= MAX_ATTEMPTS_BOUND:
+        raise _invalid(f"max attempts ({request.max_attempts}) is invalid")
 
     tls_v1 = settings.tls_available and request.tls_v1
     deflate = settings.deflate and request.deflate
@@ -233,6 +245,7 @@ def negotiate(
         desired_tag=request.desired_tag,
         feature_negotiation=request.feature_negotiation,
         ordered_window=window or 1,
+        max_attempts=request.max_attempts,
     )
     if not request.feature_negotiation:
         return negotiated, None
@@ -303,4 +316,5 @@ def _response(
         topology_zone=settings.topology_zone,
         desired_tag=negotiated.desired_tag,
         ordered_window=negotiated.ordered_window if window_asked else 0,
+        max_attempts=negotiated.max_attempts,
     )

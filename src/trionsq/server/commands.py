@@ -656,6 +656,7 @@ class CommandLayer:
             tag=(negotiated.desired_tag or None) if ext else None,
             sample_rate=negotiated.sample_rate,
             ordered_window=negotiated.ordered_window,
+            max_attempts=negotiated.max_attempts,
         )
         self.outbound.binary_ids = self.protocol.binary_ids
         self.outbound.extended = ext

@@ -38,7 +38,9 @@ from ..protocol.broker_errors import pub_failed
 from ..protocol.commands import OffsetSpec
 from ..protocol.errors import ProtocolError
 from ..protocol.ext_header import TRACE_ID_KEY, ExtHeader, check_ext_header
+from ..protocol.identify import MAX_ATTEMPTS_BOUND
 from ..protocol.message import EXT_VERSION_JSON
+from ..protocol.names import is_ephemeral, is_valid_name
 from ..protocol.strconv import go_atoi, go_parse_uint64
 from ..version import NSQD_RELEASE, TRIONSQ_VERSION, version_string
 from .admin_stream import AdminStream, StreamContext
@@ -170,6 +172,7 @@ class NsqdHttpApi:
             "/channel/delete": self._channel_delete,
             "/channel/empty": self._channel_empty,
             "/channel/pause": self._channel_pause,
+            "/channel/dead_letter": self._channel_dead_letter,
             "/channel/unpause": self._channel_unpause,
         }
         self.routes: dict[str, dict[str, Callable[[Request], Awaitable[Response]]]] = {
@@ -664,6 +667,24 @@ class NsqdHttpApi:
 
     async def _channel_unpause(self, request: Request) -> Response:
         self.broker.set_channel_paused(*self._existing_channel(request), paused=False)
+        return Response.empty()
+
+    async def _channel_dead_letter(self, request: Request) -> Response:
+        """trionsq's dead-letter bound: ``max_attempts`` deliveries (0 turns it off,
+        up to 65535), then the message goes to ``dead_topic`` (default
+        ``<topic>.dead``). Creates the channel, as ``/channel/create`` does."""
+        topic, channel = self._topic_and_channel(request)
+        raw = request.query.get("max_attempts", [None])[0]
+        if raw is None:
+            raise HttpError(400, "MISSING_ARG_MAX_ATTEMPTS")
+        if not (raw.isascii() and raw.isdigit()) or int(raw) > MAX_ATTEMPTS_BOUND:
+            raise HttpError(400, "INVALID_ARG_MAX_ATTEMPTS")
+        dead_topic = request.query.get("dead_topic", [""])[0]
+        effective = dead_topic or f"{topic}.dead"
+        if not is_valid_name(effective.encode()) or is_ephemeral(effective) or effective == topic:
+            raise HttpError(400, "INVALID_ARG_DEAD_TOPIC")
+        await self.broker.create_channel(topic, channel)
+        self.broker.set_dead_letter(topic, channel, int(raw), dead_topic)
         return Response.empty()
 
     async def _channel_setoffset(self, request: Request) -> Response:

@@ -73,6 +73,9 @@ class ChannelSnapshot:
     paused: bool
     e2e: LatencyResult | None
     """None when latency tracking is off."""
+    max_attempts: int = 0
+    """Dead-letter bound in force (trionsq's extension; the JSON has it only when set)."""
+    dead_letter_count: int = 0
 
 
 @attrs.frozen
@@ -387,6 +390,8 @@ def _channel_snapshot(
         clients=clients,
         paused=all(s.paused for s in stats),
         e2e=aggregate(_windows(parts), now),
+        max_attempts=max(s.max_attempts for s in stats),
+        dead_letter_count=sum(s.dead_letter_count for s in stats),
     )
 
 
@@ -467,7 +472,16 @@ def _channel_json(c: ChannelSnapshot) -> dict[str, object]:
         "clients": None if c.clients is None else [_client_json(s) for s in c.clients],
         "paused": c.paused,
         "e2e_processing_latency": _e2e_json(c.e2e),
+        **_dead_letter_json(c),
     }
+
+
+def _dead_letter_json(c: ChannelSnapshot) -> dict[str, object]:
+    """trionsq's dead-letter fields, only for a channel that has a bound or sent any
+    (a channel without keeps nsqd's exact document)."""
+    if not (c.max_attempts or c.dead_letter_count):
+        return {}
+    return {"max_attempts": c.max_attempts, "dead_letter_count": c.dead_letter_count}
 
 
 def _client_json(s: ClientStatistics) -> dict[str, object]:
