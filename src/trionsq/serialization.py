@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, TypeVar
 import attrs
 import cattrs
 import orjson
-from cattrs.gen import make_dict_structure_fn
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -128,3 +128,13 @@ def _drop_nulls(root: dict[str, object]) -> None:
 def dumps(value: object, converter: cattrs.Converter = _CONVERTER) -> bytes:
     """Unstructure ``value`` and encode it as compact JSON bytes."""
     return orjson.dumps(converter.unstructure(value))
+
+
+def omit_defaults(converter: cattrs.Converter, cls: type[object], *fields: str) -> None:
+    """Unstructure ``cls`` with ``fields`` left out while they hold their default: the
+    optional keys of a document (an extension's field absent from what a client or an
+    older file expects)."""
+    overrides = {name: override(omit_if_default=True) for name in fields}
+    # cattrs types the per-field overrides and its own flags as one **kwargs
+    unstructure = make_dict_unstructure_fn(cls, converter, **overrides)  # type: ignore[arg-type]
+    converter.register_unstructure_hook(cls, unstructure)

@@ -277,6 +277,8 @@ class Broker:
             raise self._storage_fault(APPEND, error) from error
         if self.storage is not None and records:
             self.storage.appended(partition.log, len(records))
+        if exts and ext_version and partition.ttl.note_published(exts):
+            self._state_changed()  # the metadata remembers the topic's ##ttl headers
         if self.trace_log and trace_ids is not None:
             trace_log.published(topic_name, partition_index, records, source)
         if deliver_at and records and not partition.paused:
@@ -646,6 +648,16 @@ class Broker:
             kind = "channel_paused" if paused else "channel_unpaused"
             self.events.emit("channel", kind, topic_name, channel=channel_name)
         return bool(channels)
+
+    def set_topic_ttl(self, topic_name: str, ttl_ns: int) -> None:
+        """A topic's TTL (0: none), for all its channels at once; persisted. Its
+        channels are woken so messages already past it leave now."""
+        topic = self.topics[topic_name]
+        topic.ttl.ttl_ns = ttl_ns
+        self._state_changed()
+        for partition in topic.partitions:
+            for channel in partition.channels.values():
+                self._wake(channel)
 
     def set_dead_letter(
         self, topic_name: str, channel_name: str, max_attempts: int, dead_topic: str = ""

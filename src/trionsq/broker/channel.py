@@ -32,6 +32,7 @@ from ..queues.deferred import DeferredQueue
 from ..queues.inflight import InFlightTable
 from ..queues.record import Record
 from .latency import LatencyWindow
+from .ttl import TopicTtl
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -104,6 +105,9 @@ class ChannelStatistics:
     max_attempts: int = 0
     """The dead-letter bound in force (0: none)."""
     dead_letter_count: int = 0
+    ttl_ns: int = 0
+    """The topic's TTL (0: none)."""
+    expired_count: int = 0
 
 
 @attrs.frozen
@@ -244,6 +248,10 @@ class Channel:
         """Where dead letters go; empty: ``<topic>.dead``."""
         self.dead_letter_count = 0
         """Messages that left for the dead-letter topic since start (/stats)."""
+        self.ttl = TopicTtl()
+        """The topic's TTL rules (shared with its other channels; broker/ttl.py)."""
+        self.expired_count = 0
+        """Messages skipped at delivery past their TTL since start (/stats)."""
         self.dead_letters: list[tuple[Record, int]] = []
         """Left the channel, not yet published to the dead-letter topic: (record,
         deliveries). The broker takes them after each routing pass."""
@@ -551,6 +559,21 @@ class Channel:
         asked = [c.max_attempts for c in self.consumers.values() if c.max_attempts]
         return min(asked) if asked else 0
 
+    def drop_expired(self, records: list[Record], wall_ns: int) -> list[Record]:
+        """Of messages about to be delivered, those within their TTL (the topic's or
+        their ``##ttl``, from the publish time); the others leave the channel unseen,
+        counted in :attr:`expired_count`."""
+        rules = self.ttl
+        kept: list[Record] = []
+        for record in records:
+            limit = rules.limit_ns(record)
+            if limit and wall_ns - record.timestamp >= limit:
+                self.expired_count += 1
+                self._forget(record.internal_id)
+            else:
+                kept.append(record)
+        return kept
+
     def take_back_dead_letters(self, letters: Sequence[tuple[Record, int]]) -> None:
         """Dead letters the dead-letter topic refused: back in the channel, delivered
         again (their counts restored)."""
@@ -637,6 +660,8 @@ class Channel:
             paused=self.paused,
             max_attempts=self.attempts_bound(),
             dead_letter_count=self.dead_letter_count,
+            ttl_ns=self.ttl.ttl_ns,
+            expired_count=self.expired_count,
         )
 
 

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 import attrs
-from cattrs.gen import make_dict_unstructure_fn, override
 
 from ..persist import (
     StorageFormatError,
@@ -34,7 +33,7 @@ from ..persist import (
     write_atomic,
 )
 from ..protocol.names import is_ephemeral, is_valid_name
-from ..serialization import dumps
+from ..serialization import dumps, omit_defaults
 
 if TYPE_CHECKING:
     import os
@@ -82,15 +81,7 @@ class ChannelMeta:
     """Named dead-letter topic (empty: ``<topic>.dead``; written only when set)."""
 
 
-_CONVERTER.register_unstructure_hook(
-    ChannelMeta,
-    make_dict_unstructure_fn(
-        ChannelMeta,
-        _CONVERTER,
-        max_attempts=override(omit_if_default=True),
-        dead_letter_topic=override(omit_if_default=True),
-    ),
-)
+omit_defaults(_CONVERTER, ChannelMeta, "max_attempts", "dead_letter_topic")
 
 
 @attrs.frozen
@@ -104,6 +95,13 @@ class TopicMeta:
     """Created with ``extend``: messages carry an ext header (PUB_EXT)."""
     ordered: bool
     channels: tuple[ChannelMeta, ...]
+    ttl_ns: int = 0
+    """The topic's TTL (0: none; written only when set)."""
+    ttl_headers: bool = False
+    """A message with ``##ttl`` was published to it (written only when so)."""
+
+
+omit_defaults(_CONVERTER, TopicMeta, "ttl_ns", "ttl_headers")
 
 
 @attrs.frozen
@@ -187,6 +185,8 @@ def snapshot(broker: Topics) -> Metadata:
                 ext=topic.ext,
                 ordered=topic.ordered,
                 channels=tuple(ChannelMeta(c, paused[c], *dead_letters[c]) for c in sorted(paused)),
+                ttl_ns=topic.ttl.ttl_ns,
+                ttl_headers=topic.ttl.headers,
             )
         )
     return Metadata(METADATA_VERSION, tuple(topics))

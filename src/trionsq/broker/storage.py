@@ -190,6 +190,8 @@ class Storage:
             topic = broker.topic(
                 meta.name, partitions=meta.partitions, ext=meta.ext, ordered=meta.ordered
             )
+            topic.ttl.ttl_ns = meta.ttl_ns
+            topic.ttl.headers = meta.ttl_headers
             for partition in topic.partitions:
                 for channel_meta in meta.channels:
                     state = self._load_channel_state(meta.name, partition.index, channel_meta.name)

@@ -18,6 +18,7 @@ from ..queues.ephemeral import EphemeralFeed
 from ..queues.memory_log import MemoryLog
 from .channel import Channel
 from .holds import ReaderHolds
+from .ttl import TopicTtl
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -72,8 +73,10 @@ class Partition:
         ephemeral: bool,
         latency: LatencySettings | None = None,
         log: PartitionLog | None = None,
+        ttl: TopicTtl | None = None,
     ) -> None:
-        """``log``: the partition's storage (a durable TopicLog has MemoryLog's methods)."""
+        """``log``: the partition's storage (a durable TopicLog has MemoryLog's methods);
+        ``ttl``: the topic's TTL rules, which its channels share."""
         self.topic: Final = topic
         self.index: Final = index
         self.max_msg_timeout: Final = max_msg_timeout
@@ -97,6 +100,7 @@ class Partition:
         empty) while a hold may keep them in the log: no later first channel gets them."""
         self.idempotence: IdempotenceTable | None = None
         """The ``##idempotency_key`` values stored lately (made at the first one)."""
+        self.ttl = ttl if ttl is not None else TopicTtl()
 
     def channel(self, name: str, *, oldest: bool = False) -> Channel:
         """The channel, created if missing.
@@ -130,6 +134,7 @@ class Partition:
             feed=feed,
             latency=self.latency,
         )
+        channel.ttl = self.ttl
         self.channels[name] = channel
         if self.paused:
             if feed is None:
@@ -310,6 +315,8 @@ class Topic:
         """Youzan ext topic: messages may carry a JSON header (PUB_EXT), consumers
         must IDENTIFY with ``extend_support`` and may ask for a dispatch tag. A topic
         can be upgraded to ext, never back."""
+        self.ttl: Final = TopicTtl()
+        """TTL rules (broker/ttl.py), shared with every partition's channels."""
         self.ordered: Final = ordered
         """Created for ordered consumption: consumers must SUB_ORDERED and publishers
         name a partition (spec §8.3 step 6, §8.6 rule 5)."""
@@ -335,6 +342,7 @@ class Topic:
                 ephemeral=self.ephemeral,
                 latency=self._latency,
                 log=self._open_log(index) if self._open_log is not None else None,
+                ttl=self.ttl,
             )
             for index in range(len(self.partitions), count)
         ]

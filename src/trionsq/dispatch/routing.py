@@ -46,6 +46,8 @@ def route(channel: Channel, now: float, wall_ns: int) -> dict[int, list[Delivery
         _repark(channel, held)
     channel.pass_tags = {}
     batch = _collect(channel, room, slots, now, wall_ns)
+    if batch and channel.ttl.active:
+        batch = channel.drop_expired(batch, wall_ns)
     if not batch:
         return {}
     result = assign(batch, slots, lambda record: _tag_of(channel, record), turn=channel.turn)

@@ -8,6 +8,7 @@ answer uses only their code). Pure: no I/O, no trio.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Final
 
 import attrs
@@ -28,6 +29,7 @@ __all__ = [
     "ExtHeader",
     "check_ext_header",
     "idempotency_key_of",
+    "ttl_seconds_of",
 ]
 
 TRACE_ID_KEY: Final = "##trace_id"
@@ -41,6 +43,13 @@ UTF-8 bytes; the partition stores a message with a key it already holds only onc
 MAX_IDEMPOTENCY_KEY_BYTES: Final = 256
 BAD_IDEMPOTENCY_KEY: Final = (
     f"{IDEMPOTENCY_KEY} must be a non-empty string of at most {MAX_IDEMPOTENCY_KEY_BYTES} bytes"
+)
+TTL_KEY: Final = "##ttl"
+"""trionsq's own: the message's time to live in seconds, a JSON string of a positive
+decimal number (``"30"``, ``"0.5"``); past it the message is skipped at delivery."""
+MAX_TTL_SECONDS: Final = 10 * 365 * 86400
+BAD_TTL: Final = (
+    f"{TTL_KEY} must be a string of a positive number of seconds up to {MAX_TTL_SECONDS}"
 )
 MAX_EXT_HEADER_DEPTH: Final = 254
 """Most levels of objects and arrays in a header: what orjson can write back (HTTP
@@ -59,6 +68,11 @@ class ExtHeader:
     """``##client_dispatch_tag`` when it is a string."""
     idempotency_key: str | None = None
     """``##idempotency_key`` when present (it is then a valid key)."""
+    ttl: float | None = None
+    """``##ttl`` in seconds when present (it is then valid)."""
+
+
+_DECIMAL: Final = re.compile(r"[0-9]{1,12}(\.[0-9]{1,9})?")
 
 
 def _soft(code: str, description: str) -> ProtocolError:
@@ -109,7 +123,21 @@ def check_ext_header(
             return _soft(
                 "E_INVALID_JSON_HEADER", f"fail to parse json header:{BAD_IDEMPOTENCY_KEY}"
             )
-    return ExtHeader(fields, trace_id, tag, key)
+    ttl: float | None = None
+    if TTL_KEY in fields:
+        ttl = ttl_seconds_of(fields)
+        if ttl is None:
+            return _soft("E_INVALID_JSON_HEADER", f"fail to parse json header:{BAD_TTL}")
+    return ExtHeader(fields, trace_id, tag, key, ttl)
+
+
+def ttl_seconds_of(fields: Mapping[str, object]) -> float | None:
+    """The header's ``##ttl`` in seconds if it is a valid one, else None."""
+    raw = fields.get(TTL_KEY)
+    if not isinstance(raw, str) or not _DECIMAL.fullmatch(raw):
+        return None
+    seconds = float(raw)
+    return seconds if 0 < seconds <= MAX_TTL_SECONDS else None
 
 
 def idempotency_key_of(fields: Mapping[str, object]) -> str | None:

@@ -9,9 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final
 
 import attrs
-from cattrs.gen import make_dict_unstructure_fn, override
 
-from ..serialization import JsonDecodeError, dumps, make_converter, structure_json
+from ..serialization import JsonDecodeError, dumps, make_converter, omit_defaults, structure_json
 from .errors import ProtocolError
 
 if TYPE_CHECKING:
@@ -146,16 +145,7 @@ class IdentifyResponse:
 
 
 _converter = make_converter()
-_converter.register_unstructure_hook(
-    IdentifyResponse,
-    make_dict_unstructure_fn(
-        IdentifyResponse,
-        _converter,
-        desired_tag=override(omit_if_default=True),
-        ordered_window=override(omit_if_default=True),
-        max_attempts=override(omit_if_default=True),
-    ),
-)
+omit_defaults(_converter, IdentifyResponse, "desired_tag", "ordered_window", "max_attempts")
 
 
 def decode_identify_request(body: bytes) -> IdentifyRequest:

@@ -27,9 +27,8 @@ import struct
 from typing import Final
 
 import attrs
-from cattrs.gen import make_dict_unstructure_fn, override
 
-from ..serialization import JsonDecodeError, dumps, make_converter, structure_json
+from ..serialization import JsonDecodeError, dumps, make_converter, omit_defaults, structure_json
 from .errors import ProtocolError
 from .names import MAX_PARTITION_NUM, is_valid_name
 
@@ -176,16 +175,7 @@ class LookupdInfo:
 
 
 _converter = make_converter()
-_converter.register_unstructure_hook(
-    PeerInfo,
-    make_dict_unstructure_fn(
-        PeerInfo,
-        _converter,
-        topology_zone=override(omit_if_default=True),
-        topology_region=override(omit_if_default=True),
-        distributed_id=override(omit_if_default=True),
-    ),
-)
+omit_defaults(_converter, PeerInfo, "topology_zone", "topology_region", "distributed_id")
 
 
 # ---------------------------------------------------------------------- helpers

@@ -32,12 +32,13 @@ from ..broker.rules import (
     publish_target,
 )
 from ..config import TlsRequired
+from ..durations import parse_duration
 from ..http.messages import Request, Response, parse_bool
 from ..http.static import static_routes
 from ..protocol.broker_errors import pub_failed
 from ..protocol.commands import OffsetSpec
 from ..protocol.errors import ProtocolError
-from ..protocol.ext_header import TRACE_ID_KEY, ExtHeader, check_ext_header
+from ..protocol.ext_header import MAX_TTL_SECONDS, TRACE_ID_KEY, ExtHeader, check_ext_header
 from ..protocol.identify import MAX_ATTEMPTS_BOUND
 from ..protocol.message import EXT_VERSION_JSON
 from ..protocol.names import is_ephemeral, is_valid_name
@@ -173,6 +174,7 @@ class NsqdHttpApi:
             "/channel/empty": self._channel_empty,
             "/channel/pause": self._channel_pause,
             "/channel/dead_letter": self._channel_dead_letter,
+            "/topic/ttl": self._topic_ttl,
             "/channel/unpause": self._channel_unpause,
         }
         self.routes: dict[str, dict[str, Callable[[Request], Awaitable[Response]]]] = {
@@ -667,6 +669,23 @@ class NsqdHttpApi:
 
     async def _channel_unpause(self, request: Request) -> Response:
         self.broker.set_channel_paused(*self._existing_channel(request), paused=False)
+        return Response.empty()
+
+    async def _topic_ttl(self, request: Request) -> Response:
+        """trionsq's topic TTL: ``ttl`` as a Go duration (``90s``, ``2h``; ``0`` turns it
+        off, at most ten years); messages older than it are skipped at delivery."""
+        parsed_query(request)
+        name = self._existing_topic(name_arg(request, "topic", invalid="INVALID_ARG_TOPIC"))
+        raw = request.query.get("ttl", [None])[0]
+        if raw is None:
+            raise HttpError(400, "MISSING_ARG_TTL")
+        try:
+            seconds = parse_duration(raw)
+        except ValueError:
+            raise HttpError(400, "INVALID_ARG_TTL") from None
+        if not 0 <= seconds <= MAX_TTL_SECONDS or (seconds and seconds < 0.001):
+            raise HttpError(400, "INVALID_ARG_TTL")
+        self.broker.set_topic_ttl(name, int(seconds * 1e9))
         return Response.empty()
 
     async def _channel_dead_letter(self, request: Request) -> Response:

@@ -76,6 +76,9 @@ class ChannelSnapshot:
     max_attempts: int = 0
     """Dead-letter bound in force (trionsq's extension; the JSON has it only when set)."""
     dead_letter_count: int = 0
+    ttl_ns: int = 0
+    """The topic's TTL (trionsq's extension; the JSON has it only when set)."""
+    expired_count: int = 0
 
 
 @attrs.frozen
@@ -392,6 +395,8 @@ def _channel_snapshot(
         e2e=aggregate(_windows(parts), now),
         max_attempts=max(s.max_attempts for s in stats),
         dead_letter_count=sum(s.dead_letter_count for s in stats),
+        ttl_ns=max(s.ttl_ns for s in stats),
+        expired_count=sum(s.expired_count for s in stats),
     )
 
 
@@ -473,7 +478,16 @@ def _channel_json(c: ChannelSnapshot) -> dict[str, object]:
         "paused": c.paused,
         "e2e_processing_latency": _e2e_json(c.e2e),
         **_dead_letter_json(c),
+        **_ttl_json(c),
     }
+
+
+def _ttl_json(c: ChannelSnapshot) -> dict[str, object]:
+    """trionsq's TTL fields, only for a topic with a TTL or a channel that skipped a
+    message for its ``##ttl``: the TTL as Go prints a duration, and the count."""
+    if not (c.ttl_ns or c.expired_count):
+        return {}
+    return {"ttl": go_duration_string(c.ttl_ns), "expired_count": c.expired_count}
 
 
 def _dead_letter_json(c: ChannelSnapshot) -> dict[str, object]:
