@@ -31,6 +31,7 @@ from ..queues.cursor import ChannelCursor
 from ..queues.deferred import DeferredQueue
 from ..queues.inflight import InFlightTable
 from ..queues.record import Record
+from .dead_letters import dead_topic_name
 from .latency import LatencyWindow
 from .ttl import TopicTtl
 
@@ -178,11 +179,13 @@ class Channel:
         feed: EphemeralFeed | None = None,
         latency: LatencySettings | None = None,
         redelivery_window: int = REDELIVERY_WINDOW,
+        ttl: TopicTtl | None = None,
     ) -> None:
         """``feed``: an ephemeral channel reads it instead of a cursor over ``log``;
         ``latency``: track e2e processing latency on FIN (None: off, as in nsqd
         without ``--e2e-processing-latency-percentile``); ``redelivery_window``: how
-        many unread records at most go out before a message put back."""
+        many unread records at most go out before a message put back; ``ttl``: the
+        topic's TTL rules, shared with its other channels (none: never expires)."""
         self.name: Final = name
         self.topic: Final = topic
         self.partition: Final = partition
@@ -248,8 +251,8 @@ class Channel:
         """Where dead letters go; empty: ``<topic>.dead``."""
         self.dead_letter_count = 0
         """Messages that left for the dead-letter topic since start (/stats)."""
-        self.ttl = TopicTtl()
-        """The topic's TTL rules (shared with its other channels; broker/ttl.py)."""
+        self.ttl = ttl if ttl is not None else TopicTtl()
+        """The topic's TTL rules (broker/ttl.py)."""
         self.expired_count = 0
         """Messages skipped at delivery past their TTL since start (/stats)."""
         self.dead_letters: list[tuple[Record, int]] = []
@@ -584,7 +587,7 @@ class Channel:
 
     def dead_topic(self) -> str:
         """The dead-letter topic's name."""
-        return self.dead_letter_topic or f"{self.topic}.dead"
+        return dead_topic_name(self.topic, self.dead_letter_topic)
 
     def _below_bound(self, records: Sequence[Record]) -> Sequence[Record]:
         """Of messages about to be put back, those still below the dead-letter bound;

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Final
 
 import orjson
 
+from ..protocol.ext_header import stored_fields
 from ..protocol.message import EXT_VERSION_JSON
 
 if TYPE_CHECKING:
@@ -26,6 +27,12 @@ DEAD_ATTEMPTS: Final = "##dead_attempts"
 """How many times the message was delivered before it left its channel."""
 
 
+def dead_topic_name(topic: str, named: str = "") -> str:
+    """Where a channel of ``topic`` sends its dead letters: ``named``, else
+    ``<topic>.dead``."""
+    return named or f"{topic}.dead"
+
+
 def dead_letter_header(
     record: Record, deliveries: int, topic: str, channel: str, partition: int
 ) -> bytes:
@@ -34,12 +41,7 @@ def dead_letter_header(
     headers carry them."""
     headers: dict[str, object] = {}
     if record.ext_version == EXT_VERSION_JSON and record.ext:
-        try:
-            original = orjson.loads(record.ext)
-        except orjson.JSONDecodeError:
-            original = None
-        if isinstance(original, dict):
-            headers.update(original)
+        headers.update(stored_fields(record.ext) or {})
     headers[DEAD_FROM_TOPIC] = topic
     headers[DEAD_FROM_CHANNEL] = channel
     headers[DEAD_FROM_PARTITION] = str(partition)

@@ -29,9 +29,7 @@ import struct
 from collections import deque
 from typing import TYPE_CHECKING, Final, NamedTuple
 
-import orjson
-
-from ..protocol.ext_header import IDEMPOTENCY_KEY, idempotency_key_of
+from ..protocol.ext_header import IDEMPOTENCY_KEY, idempotency_key_of, stored_fields
 from ..protocol.message import EXT_VERSION_JSON
 
 if TYPE_CHECKING:
@@ -192,8 +190,5 @@ def _first_in_memory(log: PartitionLog) -> int:
 
 def _stored_key(header: bytes) -> str | None:
     """The key of a stored header (checked when it was published)."""
-    try:
-        fields = orjson.loads(header)
-    except orjson.JSONDecodeError:
-        return None
-    return idempotency_key_of(fields) if isinstance(fields, dict) else None
+    fields = stored_fields(header)
+    return idempotency_key_of(fields) if fields is not None else None

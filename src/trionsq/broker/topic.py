@@ -133,8 +133,8 @@ class Partition:
             partition=self.index,
             feed=feed,
             latency=self.latency,
+            ttl=self.ttl,
         )
-        channel.ttl = self.ttl
         self.channels[name] = channel
         if self.paused:
             if feed is None:

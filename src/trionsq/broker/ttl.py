@@ -16,9 +16,8 @@ from operator import contains
 from typing import TYPE_CHECKING, Final
 
 import attrs
-import orjson
 
-from ..protocol.ext_header import TTL_KEY, ttl_seconds_of
+from ..protocol.ext_header import TTL_KEY, stored_fields, ttl_seconds_of
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -65,11 +64,8 @@ class TopicTtl:
 def header_ttl_ns(ext: bytes) -> int | None:
     """A raw ext header's ``##ttl`` in nanoseconds, if it has a valid one (publishing
     refuses invalid ones; a record written before that rule simply has none)."""
-    try:
-        fields = orjson.loads(ext)
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(fields, dict):
+    fields = stored_fields(ext)
+    if fields is None:
         return None
     seconds = ttl_seconds_of(fields)
     return None if seconds is None else int(seconds * 1e9)

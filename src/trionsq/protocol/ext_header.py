@@ -29,6 +29,7 @@ __all__ = [
     "ExtHeader",
     "check_ext_header",
     "idempotency_key_of",
+    "stored_fields",
     "ttl_seconds_of",
 ]
 
@@ -129,6 +130,17 @@ def check_ext_header(
         if ttl is None:
             return _soft("E_INVALID_JSON_HEADER", f"fail to parse json header:{BAD_TTL}")
     return ExtHeader(fields, trace_id, tag, key, ttl)
+
+
+def stored_fields(header: bytes) -> dict[str, object] | None:
+    """A stored JSON header's object, or None if it is not one (a record written
+    before a rule, or an ext version other than JSON): for reading reserved keys back
+    from the log, where the header was checked when it was published."""
+    try:
+        fields = orjson.loads(header)
+    except orjson.JSONDecodeError:
+        return None
+    return fields if isinstance(fields, dict) else None
 
 
 def ttl_seconds_of(fields: Mapping[str, object]) -> float | None:

@@ -22,6 +22,7 @@ import attrs
 import orjson
 import trio
 
+from ..broker.dead_letters import dead_topic_name
 from ..broker.health import StorageFault
 from ..broker.offsets import OffsetError
 from ..broker.rules import (
@@ -676,7 +677,7 @@ class NsqdHttpApi:
         off, at most ten years); messages older than it are skipped at delivery."""
         parsed_query(request)
         name = self._existing_topic(name_arg(request, "topic", invalid="INVALID_ARG_TOPIC"))
-        raw = request.query.get("ttl", [None])[0]
+        raw = request.arg("ttl")
         if raw is None:
             raise HttpError(400, "MISSING_ARG_TTL")
         try:
@@ -693,13 +694,13 @@ class NsqdHttpApi:
         up to 65535), then the message goes to ``dead_topic`` (default
         ``<topic>.dead``). Creates the channel, as ``/channel/create`` does."""
         topic, channel = self._topic_and_channel(request)
-        raw = request.query.get("max_attempts", [None])[0]
+        raw = request.arg("max_attempts")
         if raw is None:
             raise HttpError(400, "MISSING_ARG_MAX_ATTEMPTS")
         if not (raw.isascii() and raw.isdigit()) or int(raw) > MAX_ATTEMPTS_BOUND:
             raise HttpError(400, "INVALID_ARG_MAX_ATTEMPTS")
-        dead_topic = request.query.get("dead_topic", [""])[0]
-        effective = dead_topic or f"{topic}.dead"
+        dead_topic = request.arg("dead_topic") or ""
+        effective = dead_topic_name(topic, dead_topic)
         if not is_valid_name(effective.encode()) or is_ephemeral(effective) or effective == topic:
             raise HttpError(400, "INVALID_ARG_DEAD_TOPIC")
         await self.broker.create_channel(topic, channel)
