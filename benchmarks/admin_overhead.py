@@ -122,6 +122,26 @@ def start_subscribers(http: str, count: int) -> subprocess.Popen[str]:
     return process
 
 
+def start_broker(tcp: str, http: str, data: str, *extra: str) -> subprocess.Popen[bytes]:
+    """A fresh durable ``trionsq serve`` on CPU 0 (warnings only), data in ``data``."""
+    command = [str(BIN / "trionsq"), "serve", "--tcp-address", tcp, "--http-address", http]
+    command += ["--data-path", data, "--log-level", "warn", *extra]
+    return subprocess.Popen(pinned(0, command))  # noqa: S603 - the broker under test
+
+
+def print_peak_rss(pid: int) -> None:
+    with open(f"/proc/{pid}/status") as status:
+        peak = next(line for line in status if line.startswith("VmHWM"))
+    print(f"broker peak RSS: {peak.split(':')[1].strip()}")
+
+
+def stop_broker(broker: subprocess.Popen[bytes], data: str) -> None:
+    broker.terminate()
+    broker.wait()
+    shutil.rmtree(data, ignore_errors=True)
+    os.sync()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=4, help="pairs of rounds (default 4)")
@@ -135,23 +155,7 @@ def main() -> None:
         return
     data = tempfile.mkdtemp(prefix="admin-overhead-")
     tcp, http = "127.0.0.1:14350", "127.0.0.1:14351"
-    broker = subprocess.Popen(  # noqa: S603 - the broker under test
-        pinned(
-            0,
-            [
-                str(BIN / "trionsq"),
-                "serve",
-                "--tcp-address",
-                tcp,
-                "--http-address",
-                http,
-                "--data-path",
-                data,
-                "--log-level",
-                "warn",
-            ],
-        )
-    )
+    broker = start_broker(tcp, http, data)
     results: dict[int, dict[str, list[float]]] = {0: {}, args.watchers: {}}
     try:
         wait_for_ping(http)
@@ -187,14 +191,9 @@ def main() -> None:
                 f"{name:8s} median without {without:>10,.0f} msg/s   with {args.watchers} "
                 f"subscribers {with_watchers:>10,.0f} msg/s   ratio {with_watchers / without:.3f}"
             )
-        with open(f"/proc/{broker.pid}/status") as status:
-            peak = next(line for line in status if line.startswith("VmHWM"))
-        print(f"broker peak RSS: {peak.split(':')[1].strip()}")
+        print_peak_rss(broker.pid)
     finally:
-        broker.terminate()
-        broker.wait()
-        shutil.rmtree(data, ignore_errors=True)
-        os.sync()
+        stop_broker(broker, data)
 
 
 if __name__ == "__main__":

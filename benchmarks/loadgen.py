@@ -125,6 +125,8 @@ class WorkerConfig:
     ordered_window: int = 0
     """consume: IDENTIFY ``ordered_window`` (trionsq's extension: this many messages of
     the ordered partition in flight at once); 0: not sent."""
+    group_member: str = ""
+    """consume: IDENTIFY ``group_member`` (trionsq's consumer groups); "": not sent."""
 
 
 @attrs.define
@@ -460,6 +462,7 @@ def connect(cfg: WorkerConfig, client_id: str) -> socket.socket:
             extend_support=youzan,
             desired_tag=cfg.desired_tag or "",
             ordered_window=cfg.ordered_window,
+            group_member=cfg.group_member,
         )
         sock.sendall(MAGIC_V2 + encode_identify(request))
         expect_response(sock, ClientConnection())
@@ -856,6 +859,7 @@ def build_configs(args: argparse.Namespace) -> list[WorkerConfig]:
                 desired_tag=desired_tags[i] if desired_tags else None,
                 ordered_partition=i % ordered if ordered else None,
                 ordered_window=getattr(args, "ordered_window", 0),
+                group_member=getattr(args, "group_member", ""),
             )
         )
     return configs
@@ -1317,6 +1321,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="T0,T1,...",
         help="IDENTIFY extend_support with one desired_tag per process, in order "
         '(an empty entry: untagged), e.g. "tag0,tag1,tag2,tag3,,,,"',
+    )
+    consume.add_argument(
+        "--group-member",
+        default="",
+        metavar="NAME",
+        help="IDENTIFY group_member NAME: join the channel's consumer group (trionsq)",
     )
     consume.add_argument(
         "--output-buffer-size",

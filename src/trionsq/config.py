@@ -134,6 +134,10 @@ class NsqdConfig(Listeners):
     """trionsq's own: ``##idempotency_key`` values each partition remembers (the most
     recently stored; 0 turns deduplication off). docs/extensions.md, "Idempotent
     publishing"."""
+    group_rebalance_delay: float = 1.0
+    """trionsq's own: how long a consumer group's membership must stay unchanged
+    before its partitions are dealt again (joins and departures within it count as
+    one change). docs/extensions.md, "Consumer groups"."""
 
     # storage
     data_path: str = ""
@@ -281,6 +285,10 @@ class NsqdConfig(Listeners):
             raise ConfigError(
                 "--auth-http-request-method must be get or post,"
                 f" got {self.auth_http_request_method!r}"
+            )
+        if self.group_rebalance_delay < 0:
+            raise ConfigError(
+                f"--group-rebalance-delay must be 0 or more, got {self.group_rebalance_delay}"
             )
         if self.idempotency_window < 0:
             raise ConfigError(

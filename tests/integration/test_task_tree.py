@@ -15,7 +15,8 @@ from trionsq.client.blocking import connect_consumer
 from trionsq.lookupd.config import LookupdConfig
 from trionsq.lookupd.server import serve_lookupd
 from trionsq.nursery_tree import CLIENT_TASKS, CLIENT_TREE, TASKS, TREE
-from trionsq.protocol import Rdy, Sub
+from trionsq.protocol import IdentifyRequest, Rdy, Sub
+from trionsq.protocol.client import encode_identify
 from trionsq.testing import ProtocolClient, wait_until
 
 if TYPE_CHECKING:
@@ -77,11 +78,16 @@ async def test_every_task_of_a_running_broker_is_where_tree_says(
         data_path=str(tmp_path),
         lookupd_tcp_addresses=[f"127.0.0.1:{lookupd.tcp[1]}"],
         statsd_address="127.0.0.1:8125",  # its task runs; the first push is a minute away
+        group_rebalance_delay=60.0,  # a group member's join waits in its task meanwhile
     )
     broker: BoundAddresses = await nursery.start(serve_nsqd, config)
     consumer = await ProtocolClient.connect(broker.tcp)
     await consumer.send(Sub("t", "c"), Rdy(1))
     await consumer.read(1)
+    member = await ProtocolClient.connect(broker.tcp)
+    await member.stream.send_all(encode_identify(IdentifyRequest(group_member="m")))
+    await member.send(Sub("t", "c"))
+    await member.read(2)  # IDENTIFY's OK, SUB's OK
     http = await trio.open_tcp_stream(*broker.http)  # type: ignore[misc]
     await http.send_all(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
     await http.receive_some(1000)  # answered; the connection's task waits for more
@@ -110,7 +116,7 @@ async def test_every_task_of_a_running_broker_is_where_tree_says(
     seen_names = {qualname(root)} | {child for child, _ in seen}
     missing = {node for node, name in TASKS.items() if name not in seen_names}
     assert missing <= NOT_RUNNING_HERE
-    for stream in (consumer.stream, http, admin):
+    for stream in (consumer.stream, member.stream, http, admin):
         await stream.aclose()
 
 

@@ -72,6 +72,10 @@ class Consumer:
     max_attempts: int = 0
     """IDENTIFY ``max_attempts`` (trionsq's extension): the dead-letter bound it asks
     for while the channel has none of its own (0: none)."""
+    member: str | None = None
+    """IDENTIFY ``group_member`` (trionsq's extension): the consumer-group member this
+    connection belongs to; it gets messages only while its member owns the partition
+    (broker/groups.py). None: an ordinary NSQ consumer."""
     rdy: int = 0
     closing: bool = False
     message_count: int = 0
@@ -159,6 +163,9 @@ class ClientStatistics:
     tls_version: str = ""
     tls_negotiated_protocol: str = ""
     tls_negotiated_protocol_is_mutual: bool = False
+    group_member: str = ""
+    """trionsq's consumer groups: the member this connection belongs to (the JSON has
+    it only when set)."""
 
 
 class Channel:
@@ -258,6 +265,9 @@ class Channel:
         self.dead_letters: list[tuple[Record, int]] = []
         """Left the channel, not yet published to the dead-letter topic: (record,
         deliveries). The broker takes them after each routing pass."""
+        self.group_owner = ""
+        """The consumer-group member that consumes this partition (broker/groups.py;
+        empty: none yet). Consumers of other members stand by."""
         self.turn = 0
         """Where the next routing pass starts its round-robin over the consumers."""
         self._rng = rng if rng is not None else random.Random()  # noqa: S311 - sampling, not crypto
@@ -294,7 +304,10 @@ class Channel:
 
         An ordered channel with its one message in flight has no room for anyone: the
         connection then counts as not ready and flushes at once, instead of holding the
-        message for the output buffer's timeout.
+        message for the output buffer's timeout. A consumer-group member gets room only
+        on a partition its member owns, once nobody else holds messages of it (the
+        previous owner releases before the new one starts: no message of the partition
+        is out with two members).
         """
         if (
             self.paused
@@ -303,7 +316,12 @@ class Channel:
             or (self.ordered and len(self.in_flight) >= self.ordered_window())
         ):
             return 0
-        return max(0, consumer.rdy - self.in_flight.count_for(consumer.client_id))
+        held = self.in_flight.count_for(consumer.client_id)
+        if consumer.member is not None and (
+            consumer.member != self.group_owner or len(self.in_flight) > held
+        ):
+            return 0
+        return max(0, consumer.rdy - held)
 
     def ordered_window(self) -> int:
         """How many messages an ordered channel may have in flight: its consumer's

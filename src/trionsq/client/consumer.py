@@ -74,6 +74,12 @@ class ConsumerSettings:
     trionsq's extension): a message delivered that many times and put back again goes
     to the channel's dead-letter topic (``<topic>.dead``), in any mode, even when this
     consumer is gone before it handles it."""
+    group_member: str = ""
+    """Join the channel's consumer group under this name (IDENTIFY ``group_member``,
+    trionsq's extension): the broker gives each partition to one member and moves a
+    departed member's partitions to the others. Connect to every partition (through
+    lookupd, or ``partitions=``); give each consumer process its own name (1-64 of
+    ``[.a-zA-Z0-9_-]``, e.g. host and pid). Empty: an ordinary NSQ consumer."""
     requeue_delay: float = 90.0
     """Handler mode: a failed message comes back after this times its attempts..."""
     max_requeue_delay: float = 900.0
@@ -115,6 +121,9 @@ class Consumer:
             if not 0 < settings.max_attempts <= MAX_ATTEMPTS_BOUND:
                 raise ValueError(f"dead_letter needs max_attempts of 1 to {MAX_ATTEMPTS_BOUND}")
             identify = attrs.evolve(options.identify, max_attempts=settings.max_attempts)
+            options = attrs.evolve(options, identify=identify)
+        if settings.group_member:
+            identify = attrs.evolve(options.identify, group_member=settings.group_member)
             options = attrs.evolve(options, identify=identify)
         self.topic = topic
         self.channel = channel

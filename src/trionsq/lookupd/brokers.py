@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from .registry import Peer, RegistrationDB
     from .topics import ManagedTopic, TopicCatalog
 
-__all__ = ["BrokerCallError", "BrokerSync", "http_post"]
+__all__ = ["BrokerCallError", "BrokerSync", "http_get", "http_post"]
 
 log = logging.getLogger("trionsq.lookupd")
 
@@ -50,9 +50,22 @@ async def http_post(
     Raises:
         BrokerCallError: no complete answer within ``seconds``.
     """
+    return await _call("POST", host, port, target, seconds)
+
+
+async def http_get(
+    host: str, port: int, target: str, *, seconds: float = CALL_TIMEOUT
+) -> tuple[int, bytes]:
+    """GET ``target``; (status, body up to REPLY_LIMIT). Raises BrokerCallError."""
+    return await _call("GET", host, port, target, seconds)
+
+
+async def _call(
+    method: str, host: str, port: int, target: str, seconds: float
+) -> tuple[int, bytes]:
     try:
         reply = await http_request(
-            "POST",
+            method,
             join_host_port(host, port),
             target,
             connect_timeout=seconds,

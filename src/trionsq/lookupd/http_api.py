@@ -28,6 +28,7 @@ from ..http.messages import JSON_CONTENT_TYPE, V1_HEADER, Response
 from ..http.static import static_routes
 from ..protocol.names import is_valid_name
 from ..version import NSQD_RELEASE, TRIONSQ_VERSION
+from . import groups
 from .brokers import BrokerSync
 from .registry import TOPIC
 from .topics import (
@@ -134,6 +135,7 @@ class LookupdHttpApi:
             "/lookup": {"GET": self._lookup},
             "/topics": {"GET": self._topics},
             "/channels": {"GET": self._channels},
+            "/group": {"GET": self._group},
             "/nodes": {"GET": self._nodes},
             "/listlookup": {"GET": self._listlookup},
             "/topic/create": {"POST": self._topic_create, "PUT": self._topic_create},
@@ -218,6 +220,19 @@ class LookupdHttpApi:
         _parsed(request)
         topic = _arg(request, "topic", "MISSING_ARG_TOPIC")
         return self._ok(request, {"channels": self.registry.channels(topic)})
+
+    async def _group(self, request: Request) -> Response:
+        """trionsq's consumer groups: the channel's group as all the topic's brokers
+        deal it (lookupd/groups.py)."""
+        topic, channel = _topic_channel(request)
+        found = self.registry.lookup(topic, self.clock())
+        if found is None:
+            raise HttpError(404, "TOPIC_NOT_FOUND")
+        addresses = sorted(
+            {(p.peer.info.broadcast_address, p.peer.info.http_port) for p in found[1]}
+        )
+        parts = await groups.gather(addresses, topic, channel)
+        return self._ok(request, groups.group_document(topic, channel, parts))
 
     async def _lookup(self, request: Request) -> Response:
         _parsed(request)

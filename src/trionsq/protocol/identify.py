@@ -12,6 +12,7 @@ import attrs
 
 from ..serialization import JsonDecodeError, dumps, make_converter, omit_defaults, structure_json
 from .errors import ProtocolError
+from .names import MAX_NAME_LENGTH, is_ephemeral, is_valid_name
 
 if TYPE_CHECKING:
     from .settings import ServerSettings
@@ -82,6 +83,9 @@ class IdentifyRequest:
     max_attempts: int = 0
     """trionsq: deliveries after which a message goes to the channel's dead-letter
     topic instead of coming back (0: not asked)."""
+    group_member: str = ""
+    """trionsq: join the subscribed channel's consumer group as this member (a name
+    the consumer's connections share; empty: an ordinary consumer)."""
 
 
 @attrs.frozen
@@ -110,6 +114,8 @@ class NegotiatedSettings:
     consumer at once, in order (trionsq's extension; Youzan's is 1)."""
     max_attempts: int = 0
     """Dead-letter bound this consumer asked for (trionsq's extension; 0: none)."""
+    group_member: str = ""
+    """Consumer-group member name (trionsq's extension; empty: no group)."""
 
     @classmethod
     def defaults(cls, settings: ServerSettings) -> NegotiatedSettings:
@@ -142,10 +148,14 @@ class IdentifyResponse:
     """trionsq: present only when the client asked for one (so it knows it holds)."""
     max_attempts: int = 0
     """trionsq: present only when the client asked for a dead-letter bound."""
+    group_member: str = ""
+    """trionsq: present only when the client joined a consumer group."""
 
 
 _converter = make_converter()
-omit_defaults(_converter, IdentifyResponse, "desired_tag", "ordered_window", "max_attempts")
+omit_defaults(
+    _converter, IdentifyResponse, "desired_tag", "ordered_window", "max_attempts", "group_member"
+)
 
 
 def decode_identify_request(body: bytes) -> IdentifyRequest:
@@ -207,6 +217,9 @@ def negotiate(
         raise _invalid(f"ordered window ({window}) is invalid")
     if not 0 <= request.max_attempts <= MAX_ATTEMPTS_BOUND:
         raise _invalid(f"max attempts ({request.max_attempts}) is invalid")
+    member = request.group_member
+    if member and not _valid_member(member):
+        raise _invalid(f"group member ({member!r}) is invalid")
 
     tls_v1 = settings.tls_available and request.tls_v1
     deflate = settings.deflate and request.deflate
@@ -236,10 +249,17 @@ def negotiate(
         feature_negotiation=request.feature_negotiation,
         ordered_window=window or 1,
         max_attempts=request.max_attempts,
+        group_member=member,
     )
     if not request.feature_negotiation:
         return negotiated, None
     return negotiated, _response(negotiated, settings, window_asked=window > 0)
+
+
+def _valid_member(member: str) -> bool:
+    """A group member is named like a topic or channel: 1-64 of ``[.a-zA-Z0-9_-]``."""
+    raw = member.encode("utf-8")
+    return len(raw) <= MAX_NAME_LENGTH and is_valid_name(raw) and not is_ephemeral(member)
 
 
 def _heartbeat_ms(asked: int, settings: ServerSettings) -> int:
@@ -307,4 +327,5 @@ def _response(
         desired_tag=negotiated.desired_tag,
         ordered_window=negotiated.ordered_window if window_asked else 0,
         max_attempts=negotiated.max_attempts,
+        group_member=negotiated.group_member,
     )

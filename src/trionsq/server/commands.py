@@ -657,6 +657,7 @@ class CommandLayer:
             sample_rate=negotiated.sample_rate,
             ordered_window=negotiated.ordered_window,
             max_attempts=negotiated.max_attempts,
+            member=negotiated.group_member or None,
         )
         self.outbound.binary_ids = self.protocol.binary_ids
         self.outbound.extended = ext
@@ -819,4 +820,5 @@ class CommandLayer:
             tls_negotiated_protocol=tls.negotiated_protocol if tls else "",
             # Go's ConnectionState always says true; nsqd reports it for TLS clients
             tls_negotiated_protocol_is_mutual=tls is not None,
+            group_member=negotiated.group_member,
         )

@@ -120,6 +120,7 @@ _NOT_CFG_NAMES: Final = frozenset(
         "retention",
         "trace_log",
         "idempotency_window",
+        "group_rebalance_delay",
     }
 )
 """Fields /config does not know by their own name: renamed, or without a flag in nsqd."""

@@ -79,6 +79,16 @@ class ChannelSnapshot:
     ttl_ns: int = 0
     """The topic's TTL (trionsq's extension; the JSON has it only when set)."""
     expired_count: int = 0
+    group: GroupSnapshot | None = None
+    """The channel's consumer group on this broker (the JSON has it only when one exists)."""
+
+
+@attrs.frozen
+class GroupSnapshot:
+    """A consumer group: which member consumes which partitions, after which rebalance."""
+
+    generation: int
+    assignment: dict[str, list[int]]
 
 
 @attrs.frozen
@@ -397,7 +407,15 @@ def _channel_snapshot(
         dead_letter_count=sum(s.dead_letter_count for s in stats),
         ttl_ns=max(s.ttl_ns for s in stats),
         expired_count=sum(s.expired_count for s in stats),
+        group=_group_snapshot(broker, parts[0].topic, parts[0].name),
     )
+
+
+def _group_snapshot(broker: Broker, topic: str, channel: str) -> GroupSnapshot | None:
+    group = broker.groups.get((topic, channel))
+    if group is None:
+        return None
+    return GroupSnapshot(generation=group.generation, assignment=group.assignment())
 
 
 def _for_topic(stats: ClientStatistics, topic: str | None) -> ClientStatistics:
@@ -479,7 +497,15 @@ def _channel_json(c: ChannelSnapshot) -> dict[str, object]:
         "e2e_processing_latency": _e2e_json(c.e2e),
         **_dead_letter_json(c),
         **_ttl_json(c),
+        **_group_json(c),
     }
+
+
+def _group_json(c: ChannelSnapshot) -> dict[str, object]:
+    """trionsq's consumer group of the channel, only while it has one."""
+    if c.group is None:
+        return {}
+    return {"group": {"generation": c.group.generation, "assignment": c.group.assignment}}
 
 
 def _ttl_json(c: ChannelSnapshot) -> dict[str, object]:
@@ -542,6 +568,8 @@ def _client_json(s: ClientStatistics) -> dict[str, object]:
         tls_negotiated_protocol=s.tls_negotiated_protocol,
         tls_negotiated_protocol_is_mutual=s.tls_negotiated_protocol_is_mutual,
     )
+    if s.group_member:
+        document["group_member"] = s.group_member
     return document
 
 
