@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from .partition_log import PartitionLog
 
 __all__ = [
+    "DELAYS_SUFFIX",
     "STATE_SUFFIX",
     "STATE_VERSION",
     "ChannelState",
@@ -64,6 +65,7 @@ __all__ = [
     "RestoredChannel",
     "capture_state",
     "decode_state",
+    "delays_path",
     "encode_state",
     "load_state",
     "partition_state_directory",
@@ -81,6 +83,8 @@ storage_log = logging.getLogger("trionsq.storage")
 
 STATE_VERSION: Final = 1
 STATE_SUFFIX: Final = ".state"
+DELAYS_SUFFIX: Final = ".delays"
+"""A durable channel's delay store (queues/delay_store.py), beside its state file."""
 CHANNELS_DIRECTORY: Final = "channels"
 
 T = TypeVar("T")
@@ -347,6 +351,15 @@ def state_path(data_path: str | os.PathLike[str], topic: str, partition: int, ch
     if is_ephemeral(topic) or is_ephemeral(channel):
         raise ValueError(f"ephemeral channel {topic}/{channel} is never persisted")
     return partition_state_directory(data_path, topic, partition) / f"{channel}{STATE_SUFFIX}"
+
+
+def delays_path(
+    data_path: str | os.PathLike[str], topic: str, partition: int, channel: str
+) -> Path:
+    """``<data-path>/channels/<topic>-<partition>/<channel>.delays``: the channel's
+    parked long delays (removed with the partition's directory as the state is)."""
+    state = state_path(data_path, topic, partition, channel)
+    return state.with_name(f"{channel}{DELAYS_SUFFIX}")
 
 
 def save_state(path: str | os.PathLike[str], state: ChannelState) -> None:
