@@ -404,7 +404,9 @@ def remove_partition_states(data_path: str | os.PathLike[str], topic: str, parti
 def scan_channel_states(
     data_path: str | os.PathLike[str],
 ) -> dict[tuple[str, int], tuple[str, ...]]:
-    """Channel names with a state file, by (topic, partition), names sorted (blocking).
+    """Channel names with a state file or a delay store, by (topic, partition),
+    names sorted (blocking): a channel killed before its first state write still
+    comes back when it parked a message.
 
     Temporary files and names that are not valid durable names are ignored.
     """
@@ -419,11 +421,14 @@ def scan_channel_states(
         if not (directory.is_dir() and index.isdigit() and index.isascii() and _durable(topic)):
             continue
         names = sorted(
-            entry.name[: -len(STATE_SUFFIX)]
-            for entry in os.scandir(directory.path)
-            if entry.name.endswith(STATE_SUFFIX)
-            and _durable(entry.name[: -len(STATE_SUFFIX)])
-            and entry.is_file()
+            {
+                entry.name[: -len(suffix)]
+                for entry in os.scandir(directory.path)
+                for suffix in (STATE_SUFFIX, DELAYS_SUFFIX)
+                if entry.name.endswith(suffix)
+                and _durable(entry.name[: -len(suffix)])
+                and entry.is_file()
+            }
         )
         if names:
             found[topic, int(index)] = tuple(names)
