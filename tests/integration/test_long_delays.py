@@ -79,7 +79,7 @@ def count_segments(data_path: Path) -> int:
     return len(list(data_path.glob("spent-0.*.log")))
 
 
-async def test_parked_messages_pin_no_segment_and_still_fire(
+async def test_parked_messages_pin_no_segment_and_still_fire_after_a_restart(
     clients: Clients,
     nursery: trio.Nursery,
     tmp_path: Path,
@@ -97,9 +97,14 @@ async def test_parked_messages_pin_no_segment_and_still_fire(
         max_req_timeout=72 * 3600.0,
         max_heartbeat_interval=2 * DAY,
     )
-    addresses: BoundAddresses = await nursery.start(
-        functools.partial(serve_nsqd, config, wall_clock=wall)
-    )
+    serve = functools.partial(serve_nsqd, config, wall_clock=wall)
+    first_run = trio.CancelScope()
+
+    async def run_first(task_status: trio.TaskStatus[BoundAddresses]) -> None:
+        with first_run:
+            await serve(task_status=task_status)
+
+    addresses: BoundAddresses = await nursery.start(run_first)
     consumer = await clients.subscribe(
         addresses.tcp, "spent", "c", rdy=2500, identify=DAILY_HEARTBEATS
     )
@@ -120,6 +125,13 @@ async def test_parked_messages_pin_no_segment_and_still_fire(
     stats = (await http(addresses, "GET", "/stats?format=json&topic=spent")).json()
     channel = stats["topics"][0]["channels"][0]
     assert (channel["deferred_count"], channel["depth"], channel["in_flight_count"]) == (2, 0, 0)
+    first_run.cancel()  # a clean stop: the log no longer holds either record
+    await trio.sleep(1)
+    addresses = await nursery.start(serve)
+    consumer = await clients.subscribe(
+        addresses.tcp, "spent", "c", rdy=2500, identify=DAILY_HEARTBEATS
+    )
+    assert await message_by(consumer, trio.current_time() + 2 * DAY - 60) is None
     fired: list[bytes] = []
     for _ in range(2):
         message = await message_by(consumer, trio.current_time() + 3 * DAY)
@@ -132,3 +144,25 @@ async def test_parked_messages_pin_no_segment_and_still_fire(
     stats = (await http(addresses, "GET", "/stats?format=json&topic=spent")).json()
     assert stats["topics"][0]["channels"][0]["deferred_count"] == 0
     assert count_segments(tmp_path) == 1
+
+
+async def test_empty_and_delete_let_parked_messages_go(
+    clients: Clients, nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    config = NsqdConfig.loopback(data_path=str(tmp_path), max_req_timeout=72 * 3600.0)
+    addresses = await start(nursery, config)
+    assert (await http(addresses, "POST", "/topic/create?topic=t")).status_code == 200
+    assert (await http(addresses, "POST", "/channel/create?topic=t&channel=c")).status_code == 200
+    producer = await clients.connect(addresses.tcp)
+    await publish(producer, Dpub("t", 172_800_000, b"a"), Dpub("t", 172_800_000, b"b"))
+    path = delays_path(tmp_path, "t", 0, "c")
+    parked_size = path.stat().st_size
+    assert parked_size > 100
+    assert (await http(addresses, "POST", "/channel/empty?topic=t&channel=c")).status_code == 200
+    assert path.stat().st_size < 10  # only its magic is left
+    stats = (await http(addresses, "GET", "/stats?format=json&topic=t")).json()
+    assert stats["topics"][0]["channels"][0]["deferred_count"] == 0
+    await publish(producer, Dpub("t", 172_800_000, b"c"))
+    assert path.stat().st_size > 10
+    assert (await http(addresses, "POST", "/channel/delete?topic=t&channel=c")).status_code == 200
+    assert not path.exists()
