@@ -108,6 +108,9 @@ class DelayStore:
         self._unsynced = False
         self._broken = False
         """A failed write could not be cut back: nothing more is appended."""
+        self._closed = False
+        """Closed or deleted (its channel or topic is gone, the broker stopped): a
+        late FIN must not bring the file back."""
         self.compactions = 0
 
     # ------------------------------------------------------------------ open
@@ -222,7 +225,7 @@ class DelayStore:
 
     def clear(self) -> bool:
         """Let everything go (channel empty, setoffset)."""
-        if self._fd is None:
+        if self._fd is None or self._closed:
             self._live.clear()
             self._live_bytes = 0
             return True
@@ -243,7 +246,7 @@ class DelayStore:
 
     def _append(self, entry: bytes) -> int | None:
         """Write ``entry`` at the end; its offset, or None when refused."""
-        if self._broken:
+        if self._broken or self._closed:
             return None
         try:
             if self._fd is None:
@@ -326,7 +329,8 @@ class DelayStore:
         self._unsynced = True
 
     def close(self) -> None:
-        """Close the file (it stays on disk)."""
+        """Close the file (it stays on disk); later writes are ignored."""
+        self._closed = True
         fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)

@@ -186,11 +186,15 @@ def test_a_refused_write_is_reported_and_cut_back(
     assert set(reload(path)) == {1, 3}
 
 
-def test_delete_removes_the_file(tmp_path: Path) -> None:
+def test_delete_removes_the_file_and_late_writes_never_bring_it_back(tmp_path: Path) -> None:
     path = tmp_path / "c.delays"
     store, _ = DelayStore.open(path)
     store.park(1, 100, 0, make_record(1))
     store.delete()
+    assert not path.exists()
+    assert not store.park(2, 200, 0, make_record(2))  # a FIN or REQ after the delete
+    assert store.done(1)
+    assert store.clear()
     assert not path.exists()
 
 
