@@ -9,12 +9,13 @@ import functools
 import time
 from typing import TYPE_CHECKING
 
+import attrs
 import httpx
 import trio
 
 from trionsq import NsqdConfig, serve_nsqd
 from trionsq.protocol import Dpub, Fin, IdentifyRequest, Mpub, Pub, Req
-from trionsq.queues.cursor_state import delays_path
+from trionsq.queues.cursor_state import delays_path, load_state, save_state, state_path
 
 from .raw import message_by, next_error, next_message, publish, quiet, start
 
@@ -166,3 +167,52 @@ async def test_empty_and_delete_let_parked_messages_go(
     assert path.stat().st_size > 10
     assert (await http(addresses, "POST", "/channel/delete?topic=t&channel=c")).status_code == 200
     assert not path.exists()
+
+
+async def test_the_delay_store_wins_over_a_deferral_in_the_state_file(
+    clients: Clients,
+    nursery: trio.Nursery,
+    tmp_path: Path,
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A crash between a long REQ of a message that had a short deferral and the next
+    state write leaves both: the parked one (the later) holds, delivered once."""
+    autojump_clock.autojump_threshold = 0.1
+    start_wall, start_trio = time.time_ns(), trio.current_time()
+
+    def wall() -> int:
+        return start_wall + round((trio.current_time() - start_trio) * 1e9)
+
+    config = NsqdConfig.loopback(
+        data_path=str(tmp_path), max_req_timeout=72 * 3600.0, max_heartbeat_interval=2 * DAY
+    )
+    serve = functools.partial(serve_nsqd, config, wall_clock=wall)
+    first_run = trio.CancelScope()
+
+    async def run_first(task_status: trio.TaskStatus[BoundAddresses]) -> None:
+        with first_run:
+            await serve(task_status=task_status)
+
+    addresses: BoundAddresses = await nursery.start(run_first)
+    consumer = await clients.subscribe(addresses.tcp, "t", "c", rdy=1, identify=DAILY_HEARTBEATS)
+    producer = await clients.connect(addresses.tcp)
+    await publish(producer, Pub("t", b"m"))
+    message = await next_message(consumer)
+    await consumer.send(Req(message.id, 172_800_000))
+    await quiet(consumer, 2)
+    first_run.cancel()
+    await trio.sleep(1)
+    path = state_path(tmp_path, "t", 0, "c")
+    saved = load_state(path)
+    assert saved is not None
+    assert (saved.confirmed_id, saved.deferred) == (2, ())  # parked: finished for the cursor
+    soon = wall() + 10_000_000_000
+    save_state(path, attrs.evolve(saved, confirmed_id=1, finished=(), deferred=((soon, 1),)))
+    addresses = await nursery.start(serve)
+    consumer = await clients.subscribe(addresses.tcp, "t", "c", rdy=5, identify=DAILY_HEARTBEATS)
+    assert await message_by(consumer, trio.current_time() + 2 * DAY - 60) is None
+    again = await message_by(consumer, trio.current_time() + 120)
+    assert again is not None
+    assert (again.body, again.attempts) == (b"m", 2)
+    await consumer.send(Fin(again.id))
+    assert await message_by(consumer, trio.current_time() + 60) is None  # once
