@@ -99,18 +99,23 @@ class BoundAddresses:
 
 
 async def serve_nsqd(
-    config: NsqdConfig, *, task_status: trio.TaskStatus[BoundAddresses] = trio.TASK_STATUS_IGNORED
+    config: NsqdConfig,
+    *,
+    wall_clock: Callable[[], int] = time.time_ns,
+    task_status: trio.TaskStatus[BoundAddresses] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run a broker until cancelled; ``task_status.started`` gets the bound addresses.
 
     Use as ``addresses = await nursery.start(serve_nsqd, config)``. Every listener is
-    bound before ``started``, so a client may connect at once.
+    bound before ``started``, so a client may connect at once. ``wall_clock``: Unix
+    nanoseconds now, for publish times and delays (a test under Trio's MockClock
+    passes one that follows it, so a DPUB due in days comes due in virtual time).
     """
     settings = config.server_settings(NSQD_RELEASE)
     started_at = time.time()
     async with trio.open_nursery() as broker_nursery:
-        storage = Storage(config)
-        broker = Broker(config, broker_nursery, storage, drive=ChannelRunner)
+        storage = Storage(config, wall_clock)
+        broker = Broker(config, broker_nursery, storage, drive=ChannelRunner, wall_clock=wall_clock)
         storage.recover(broker)
         await broker_nursery.start(storage.run, broker)
         tcp_listeners, http_listeners, https_listeners = await _open_all_listeners(config)

@@ -85,6 +85,23 @@ async def next_message(client: ProtocolClient) -> Message:
     return frame.message
 
 
+async def message_by(client: ProtocolClient, deadline: float) -> Message | None:
+    """The next message, or None at ``deadline`` (Trio time, however far: no read
+    guard); heartbeats are answered."""
+    with trio.move_on_at(deadline):
+        while True:
+            while client.frames:
+                frame = client.frames.pop(0)
+                if isinstance(frame, MessageFrame):
+                    return frame.message
+                assert is_heartbeat(frame), frame
+                await client.send(Nop())
+            data = await client.stream.receive_some(65536)
+            assert data, "the broker closed the connection"
+            client.frames += client.decoder.receive_data(data)
+    return None
+
+
 async def next_error(client: ProtocolClient) -> ErrorReply:
     frame = await next_frame(client)
     assert isinstance(frame, ErrorReply), frame

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
 import attrs
 import trio
@@ -79,10 +79,14 @@ class Broker:
         storage: Storage | None = None,
         *,
         drive: DriverFactory,
+        wall_clock: Callable[[], int] = time.time_ns,
     ) -> None:
         """``drive``: builds the task that drives a channel (``ChannelRunner``), which
-        the broker starts in ``nursery`` when the channel first gets a consumer."""
+        the broker starts in ``nursery`` when the channel first gets a consumer;
+        ``wall_clock``: Unix nanoseconds now (publish times, DPUB and long-delay due
+        times), replaceable so a test's virtual clock moves it too."""
         self.config = config
+        self.wall_clock: Final = wall_clock
         self._nursery = nursery
         self._drive = drive
         self.storage = storage
@@ -204,6 +208,11 @@ class Broker:
                 open_log=(lambda index: storage.open_log(name, index)) if storage else None,
                 ext=ext,
                 ordered=ordered,
+                open_delays=(
+                    (lambda index, channel: storage.open_delays(name, index, channel))
+                    if storage
+                    else None
+                ),
             )
         except OSError as error:
             raise self._storage_fault(CREATE, error) from error
@@ -367,12 +376,13 @@ class Broker:
         self, partition: Partition, records: Sequence[Record], deliver_at: int
     ) -> None:
         """DPUB: into every durable channel's deferred queue now, as nsqd fans it out."""
-        due = trio.current_time() + max(0, deliver_at - time.time_ns()) / 1e9
+        now, wall = trio.current_time(), self.wall_clock()
+        due = now + max(0, deliver_at - wall) / 1e9
         for name, channel in partition.channels.items():
             if channel.feed is not None:
                 continue  # an ephemeral feed holds it and defers it when read
             for record in records:
-                channel.defer_ahead(record, due)
+                channel.defer_ahead(record, due, now=now, wall_ns=wall)
             runner = self.runners.get((partition.topic, partition.index, name))
             if runner is not None:
                 runner.deadline_changed()
@@ -407,7 +417,7 @@ class Broker:
             group.join(consumer.member, partition)
             runner.channel.group_owner = group.owners.get(partition, "")  # a channel made again
             self._group_changed(group)
-        return Subscription(runner, consumer, self.unsubscribe)
+        return Subscription(runner, consumer, self.unsubscribe, self.wall_clock)
 
     async def _runner(self, topic_name: str, partition: int, channel_name: str) -> ChannelDriver:
         """The channel's runner, creating channel and runner (in the broker nursery)."""
@@ -426,6 +436,7 @@ class Broker:
                 read_outcome=self._cold_read_outcome,
                 changed=self._state_changed if persisted else None,  # nothing to tell in memory
                 dead_letters=self._publish_dead_letters,
+                wall_clock=self.wall_clock,
             )
             self.runners[key] = runner
             await self._nursery.start(runner.run)
@@ -631,9 +642,11 @@ class Broker:
                     )
                     for record, deliveries in letters
                 ]
-                self.publish(name, bodies, time.time_ns(), ext_version=EXT_VERSION_JSON, exts=exts)
+                self.publish(
+                    name, bodies, self.wall_clock(), ext_version=EXT_VERSION_JSON, exts=exts
+                )
             else:  # a plain topic of that name existed: the bodies alone
-                self.publish(name, bodies, time.time_ns())
+                self.publish(name, bodies, self.wall_clock())
         except StorageFault as fault:
             log.error("channel %s/%s: dead letters kept: %s", channel.topic, channel.name, fault)
             channel.take_back_dead_letters(letters)

@@ -17,6 +17,13 @@ parked ones and the records the cursor has not read yet, up to
 :data:`REDELIVERY_WINDOW` of them. An ordered channel (SUB_ORDERED) sends the same
 message again first. Messages waiting for a tag holder keep their place without
 holding back the rest.
+
+Long delays (design §2, docs/extensions.md "Long delays"): in a durable channel, a
+deferral due more than :data:`PARK_AFTER` seconds away is parked in the channel's
+delay store (``queues/delay_store.py``, written before anything else changes), and
+the cursor counts the message as finished, so a delay of days pins no segment. The
+deferred heap still holds and fires it; its FIN (or any other end in the channel)
+lets it go from the store, and a restart gives it back from there.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from .ttl import TopicTtl
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from ..queues.delay_store import DelayStore
     from ..queues.ephemeral import EphemeralFeed
     from ..queues.partition_log import PartitionLog
     from .latency import LatencySettings
@@ -53,6 +61,11 @@ REDELIVERY_WINDOW: Final = 10_000
 """Unread records at most that a message put back lets go first (nsqd's default
 mem-queue-size): all of a small backlog, a bounded part of a deep one on disk, so a
 redelivery is never held up behind millions of records."""
+PARK_AFTER: Final = 60.0
+"""Seconds: a durable channel parks a deferral due later than this (a DPUB or a REQ
+with a delay) in its delay store instead of holding its confirmed position back
+until then; shorter ones stay in the cursor's state as before (cheap, and they
+pin segments for a minute at most)."""
 
 
 @attrs.define(eq=False)
@@ -187,12 +200,16 @@ class Channel:
         latency: LatencySettings | None = None,
         redelivery_window: int = REDELIVERY_WINDOW,
         ttl: TopicTtl | None = None,
+        delays: DelayStore | None = None,
+        park_after: float = PARK_AFTER,
     ) -> None:
         """``feed``: an ephemeral channel reads it instead of a cursor over ``log``;
         ``latency``: track e2e processing latency on FIN (None: off, as in nsqd
         without ``--e2e-processing-latency-percentile``); ``redelivery_window``: how
         many unread records at most go out before a message put back; ``ttl``: the
-        topic's TTL rules, shared with its other channels (none: never expires)."""
+        topic's TTL rules, shared with its other channels (none: never expires);
+        ``delays``: a durable channel's delay store (None: in memory or ephemeral,
+        nothing is parked); ``park_after``: seconds from which a deferral is parked."""
         self.name: Final = name
         self.topic: Final = topic
         self.partition: Final = partition
@@ -270,6 +287,12 @@ class Channel:
         empty: none yet). Consumers of other members stand by."""
         self.turn = 0
         """Where the next routing pass starts its round-robin over the consumers."""
+        self.delays = delays
+        """Where long deferrals are parked (None: never; see the module docstring)."""
+        self.park_after = park_after
+        self.parked: set[int] = set()
+        """Ids with a live PARK in :attr:`delays`: the cursor counts them finished, so
+        whatever ends them in the channel lets them go from the store instead."""
         self._rng = rng if rng is not None else random.Random()  # noqa: S311 - sampling, not crypto
 
     # ---------------------------------------------------------------- consumers
@@ -368,6 +391,8 @@ class Channel:
                 continue
             if record.deliver_at > wall_ns:  # DPUB: held back until its time
                 due = now + (record.deliver_at - wall_ns) / 1e9
+                if due - now > self.park_after and self._park(record, record.deliver_at):
+                    self.cursor.finish(record.internal_id)  # the store holds it now
                 self.deferred.push(record.internal_id, due, record)
             else:
                 batch.append(record)
@@ -416,7 +441,16 @@ class Channel:
         return kept
 
     def _forget(self, internal_id: int) -> None:
+        """The channel is done with a message (FIN, sampled out, expired, dead)."""
         self._attempts.pop(internal_id, None)
+        if internal_id in self.parked:  # the cursor counts it finished already
+            self.parked.discard(internal_id)
+            if self.delays is not None:
+                self.delays.done(internal_id)  # lost: delivered again after a restart
+            return
+        self._finish_in_cursor(internal_id)
+
+    def _finish_in_cursor(self, internal_id: int) -> None:
         if internal_id in self._ahead:  # the cursor confirms it when it passes it
             self._ahead[internal_id] = True
         else:
@@ -467,16 +501,49 @@ class Channel:
         """Ids finished before the cursor reached them (persisted with the state)."""
         return [internal_id for internal_id, done in self._ahead.items() if done]
 
-    def defer_ahead(self, record: Record, due: float) -> None:
+    def defer_ahead(self, record: Record, due: float, *, now: float, wall_ns: int) -> None:
         """Hold a record in the deferred queue before the cursor reaches it.
 
         nsqd puts a DPUB message into every channel's deferred queue when it is
         published, so /stats counts it as deferred at once; and after a restart, the
         persisted deferred entries are pushed back this way. The cursor skips the
-        record when it gets there (confirming it then if it was finished meanwhile).
+        record when it gets there (confirming it then if it was finished meanwhile,
+        or parked: see the module docstring). ``now``/``wall_ns``: the clocks, read
+        together, to tell a long deferral and its wall-clock due time.
         """
-        self._ahead[record.internal_id] = False
+        delay = due - now
+        parked = delay > self.park_after and self._park(record, wall_ns + round(delay * 1e9))
+        self._ahead[record.internal_id] = parked
         self.deferred.push(record.internal_id, due, record)
+
+    def restore_parked(self, record: Record, due: float, attempts: int) -> None:
+        """After a restart: a message the delay store held, deferred until ``due``
+        (monotonic seconds) with its delivery count. The cursor, back at the
+        confirmed position, skips it (finished) when it reads it again."""
+        internal_id = record.internal_id
+        self.parked.add(internal_id)
+        if attempts:
+            self._attempts[internal_id] = attempts
+        cursor = self.cursor
+        if (
+            isinstance(cursor, ChannelCursor)
+            and cursor.confirmed_id <= internal_id < self.log.next_id
+        ):
+            self._ahead[internal_id] = True
+        self.deferred.push(internal_id, due, record)
+
+    def _park(self, record: Record, due_ns: int) -> bool:
+        """Park ``record`` in the delay store (again, if it is: the new entry wins);
+        False when there is none or it refused (then the deferral stays in the
+        cursor's state, pinning as before: nothing is lost)."""
+        delays = self.delays
+        if delays is None:
+            return False
+        internal_id = record.internal_id
+        if not delays.park(internal_id, due_ns, self._attempts.get(internal_id, 0), record):
+            return False
+        self.parked.add(internal_id)
+        return True
 
     # ---------------------------------------------------------------- FIN / REQ / TOUCH
 
@@ -494,7 +561,7 @@ class Channel:
         """FIN of many ids in order, as :meth:`finish` each; returns the ids refused
         (:meth:`InFlightTable.reason` says why), in order."""
         finished, refused = self.in_flight.finish_many(internal_ids, client_id)
-        if self._attempts or self._ahead:
+        if self._attempts or self._ahead or self.parked:
             forget = self._forget
             for key in finished:
                 forget(key)
@@ -511,8 +578,13 @@ class Channel:
         if self.latency is not None:
             self.latency.insert(wall_ns - record.timestamp, wall_ns / 1e9)
 
-    def requeue(self, client_id: int, internal_id: int, delay: float, now: float) -> Record:
-        """REQ: back at once (delay 0) or after ``delay`` seconds. Raises InFlightError."""
+    def requeue(
+        self, client_id: int, internal_id: int, delay: float, now: float, wall_ns: int = 0
+    ) -> Record:
+        """REQ: back at once (delay 0) or after ``delay`` seconds. Raises InFlightError.
+
+        ``wall_ns``: the wall clock, read with ``now``, for a long delay's due time in
+        the delay store (0: never park)."""
         entry = self.in_flight.finish(internal_id, client_id)
         self._delivered_once(internal_id)
         self.requeue_count += 1
@@ -526,6 +598,10 @@ class Channel:
             if self.ordered:
                 self._rewind_after(internal_id)
         else:
+            if delay > self.park_after and wall_ns:
+                was_parked = internal_id in self.parked
+                if self._park(entry.payload, wall_ns + round(delay * 1e9)) and not was_parked:
+                    self._finish_in_cursor(internal_id)  # the store holds it now
             self.deferred.push(internal_id, now + delay, entry.payload)
         return entry.payload
 
@@ -659,6 +735,10 @@ class Channel:
         self.tags.clear()
         self._attempts.clear()
         self._ahead.clear()
+        if self.parked or (self.delays is not None and len(self.delays)):
+            self.parked.clear()
+            if self.delays is not None:
+                self.delays.clear()
         self.cursor.move_to(internal_id)
         if self.saved_confirmed is not None:  # the log must keep what will be read again
             self.saved_confirmed = min(self.saved_confirmed, internal_id)

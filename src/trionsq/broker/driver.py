@@ -74,8 +74,10 @@ class DriverFactory(Protocol):
         read_outcome: Callable[[OSError | None], None] | None = None,
         changed: Callable[[], None] | None = None,
         dead_letters: Callable[[Channel], None] | None = None,
+        wall_clock: Callable[[], int] = ...,
     ) -> ChannelDriver:
         """A driver for ``channel``; ``read_outcome`` hears of failed disk reads,
         ``changed`` of each pass that may have changed the channel's state,
-        ``dead_letters`` of a pass after which the channel holds dead letters."""
+        ``dead_letters`` of a pass after which the channel holds dead letters;
+        ``wall_clock``: the broker's (DPUB times, TTLs)."""
         ...

@@ -9,6 +9,12 @@ atomically in a worker thread at most once a second, only when they changed).
 Acknowledged publishes are already in the OS when OK is sent (``os.write`` in
 ``TopicLog.append``); what a crash can cost is fsync-level only (power loss) and
 redelivery of what was unfinished (at-least-once). docs/storage.md has the layout.
+
+Each durable channel also has a delay store (``<channel>.delays``, opened when the
+channel is made, see ``queues/delay_store.py``) for its long deferrals. The
+persister fsyncs the stores written since the last round before it writes any
+channel state: a state that counts a parked message as finished (letting its
+segment go) is on disk only after the message is, in its store.
 """
 
 from __future__ import annotations
@@ -18,17 +24,18 @@ import math
 import re
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, NamedTuple
+from typing import TYPE_CHECKING, Final, NamedTuple, TypeAlias
 
 import trio
 
-from ..persist import ensure_directory, remove_stale_temps, write_atomic
+from ..persist import ensure_directory, remove_file, remove_stale_temps, write_atomic
 from ..protocol.names import is_ephemeral
 from ..queues.cursor import ChannelCursor
 from ..queues.cursor_state import (
     ChannelState,
     ChannelStateError,
     capture_state,
+    delays_path,
     encode_state,
     load_state,
     remove_channel_state,
@@ -38,6 +45,7 @@ from ..queues.cursor_state import (
     scan_channel_states,
     state_path,
 )
+from ..queues.delay_store import DelayStore, DelayStoreError, ParkedMessage, fsync_and_close
 from ..queues.memory_log import MemoryLog
 from ..queues.topic_log import RecoveryReport, TopicLog
 from .health import APPEND, PERSIST, SYNC, StorageHealth, go_error_text
@@ -53,6 +61,8 @@ from .metadata import (
 from .reader_holds import HoldsError, fit_holds, holds_path, load_holds, save_holds
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ..config import NsqdConfig
     from ..queues.partition_log import PartitionLog
     from .channel import Channel
@@ -66,13 +76,16 @@ PERSIST_INTERVAL: Final = 1.0
 """Seconds between checks for changed metadata and channel states."""
 MIN_CACHE_RECORDS: Final = 1024
 _SEGMENT: Final = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)\.\d{6}\.log$")
+ChannelKey: TypeAlias = tuple[str, int, str]
 
 
 class Storage:
     """Durable storage when ``config.persist``; otherwise every log is in memory."""
 
-    def __init__(self, config: NsqdConfig) -> None:
+    def __init__(self, config: NsqdConfig, wall_clock: Callable[[], int] = time.time_ns) -> None:
+        """``wall_clock``: the broker's (deferred due times are stored in wall time)."""
         self.config = config
+        self.wall_clock: Final = wall_clock
         self.directory: Final = Path(config.data_path or ".") if config.persist else None
         self.logs: dict[tuple[str, int], TopicLog] = {}
         self.reports: dict[tuple[str, int], RecoveryReport] = {}
@@ -92,6 +105,11 @@ class Storage:
         """Whether writes succeed (``/ping``, ``/stats`` health)."""
         self._holds_lock = trio.Lock()
         """One reader-hold write at a time, so the last file written is the latest."""
+        self.delays: dict[ChannelKey, DelayStore] = {}
+        """Each durable channel's delay store, open while the channel exists."""
+        self._loaded: dict[ChannelKey, list[ParkedMessage]] = {}
+        """What the stores held at start, until :meth:`recover` gives it back."""
+        self._recovering = False
 
     @property
     def enabled(self) -> bool:
@@ -144,6 +162,8 @@ class Storage:
                     self._unsynced.discard(topic_log)
                     topic_log.close(sync=False)
                     topic_log.delete_files()
+                for key in [k for k in self.delays if k[:2] == (topic, partition)]:
+                    self.delays.pop(key).close()  # the directory goes with its files
                 remove_partition_states(self.directory, topic, partition)
             except OSError as error:
                 _left_behind(f"topic {topic}/{partition}", error)
@@ -157,10 +177,61 @@ class Storage:
             return
         try:
             remove_channel_state(self.directory, topic, partition, channel)
+            store = self.delays.pop((topic, partition, channel), None)
+            if store is not None:
+                store.delete()
+            else:
+                remove_file(delays_path(self.directory, topic, partition, channel))
         except OSError as error:
             _left_behind(f"channel {topic}/{partition}/{channel}", error)
         self._saved_states.pop((topic, partition, channel), None)
         self._fingerprints.pop((topic, partition, channel), None)
+
+    def open_delays(self, topic: str, partition: int, channel: str) -> DelayStore | None:
+        """A new durable channel's delay store (None in memory or when ephemeral).
+
+        At start, what it holds is given back to the channel by :meth:`recover`; a
+        channel made later starts empty (a file left by one deleted before is
+        cleared). An unusable file is set aside as ``.bad``; one the file system
+        will not open leaves the channel without parking (long delays then pin
+        segments, as short ones do), the file untouched for the next start.
+        """
+        directory = self.directory
+        if directory is None or is_ephemeral(topic) or is_ephemeral(channel):
+            return None
+        key = (topic, partition, channel)
+        path = delays_path(directory, topic, partition, channel)
+        try:
+            try:
+                store, parked = DelayStore.open(path, on_error=self._delays_failed)
+            except DelayStoreError as error:
+                bad = _set_aside(path)
+                log.error("%s; set aside as %s: its parked messages are gone", error, bad.name)
+                store, parked = DelayStore.open(path, on_error=self._delays_failed)
+            if parked and not self._recovering:
+                store.clear()
+                parked = []
+        except OSError as error:
+            log.error(
+                "storage: cannot open %s: %s; channel %s/%d/%s parks no long delays",
+                path,
+                go_error_text(error),
+                topic,
+                partition,
+                channel,
+            )
+            self.health.failed(PERSIST, error)
+            return None
+        previous = self.delays.pop(key, None)
+        if previous is not None:  # pragma: no cover - a channel is made once
+            previous.close()
+        self.delays[key] = store
+        if parked:
+            self._loaded[key] = parked
+        return store
+
+    def _delays_failed(self, error: OSError) -> None:
+        self.health.failed(PERSIST, error)
 
     # ------------------------------------------------------------------ start
 
@@ -185,7 +256,17 @@ class Storage:
         metadata = repair(stored, on_disk, scan_channel_states(directory))
         if metadata is not stored:
             save_metadata(directory, metadata)
-        now, wall = trio.current_time(), time.time_ns()
+        now, wall = trio.current_time(), self.wall_clock()
+        self._recovering = True
+        try:
+            self._recover_topics(broker, metadata, now, wall)
+        finally:
+            self._recovering = False
+            self._loaded.clear()
+        self._saved_metadata = encode_metadata(snapshot(broker))
+        return metadata
+
+    def _recover_topics(self, broker: Topics, metadata: Metadata, now: float, wall: int) -> None:
         for meta in metadata.topics:
             topic = broker.topic(
                 meta.name, partitions=meta.partitions, ext=meta.ext, ordered=meta.ordered
@@ -198,16 +279,17 @@ class Storage:
                     # no usable state: the oldest record held, even for a later channel
                     # (at-least-once; nsqd's "later channels start at the tail" would lose)
                     channel = partition.channel(channel_meta.name, oldest=state is None)
+                    key = (meta.name, partition.index, channel_meta.name)
+                    parked = self._loaded.pop(key, [])
                     if state is not None:
-                        self._restore_channel(meta.name, partition.index, channel, state, now, wall)
+                        self._restore_channel(key, channel, state, parked, now, wall)
+                    _restore_parked(channel, parked, now, wall)
                     channel.paused = channel_meta.paused
                     channel.max_attempts = channel_meta.max_attempts
                     channel.dead_letter_topic = channel_meta.dead_letter_topic
                 self._restore_holds(meta.name, partition)
             if meta.paused:
                 topic.set_paused(True)
-        self._saved_metadata = encode_metadata(snapshot(broker))
-        return metadata
 
     def _load_channel_state(self, topic: str, partition: int, channel: str) -> ChannelState | None:
         """The channel's saved state; None when there is none or it is unusable.
@@ -262,13 +344,16 @@ class Storage:
 
     def _restore_channel(
         self,
-        topic: str,
-        partition: int,
+        key: ChannelKey,
         channel: Channel,
         state: ChannelState,
+        parked: list[ParkedMessage],
         now: float,
         wall: int,
     ) -> None:
+        """The cursor, finished ids and short deferrals from the state file; a
+        deferral the delay store holds too comes from the store (it wins)."""
+        topic, partition, _ = key
         label = f"{topic}/{partition}/{channel.name}"
         restored = restore_channel(
             channel.log, state, now_monotonic=now, now_wall_ns=wall, label=label
@@ -276,17 +361,20 @@ class Storage:
         channel.cursor = restored.cursor
         channel.saved_confirmed = restored.cursor.confirmed_id
         partition_log = channel.log
+        in_store = {message.internal_id for message in parked}
         for due, internal_id in restored.deferred:
+            if internal_id in in_store:
+                continue
             record = partition_log.get(internal_id)
             if record is None and partition_log.on_disk:
                 cold = partition_log.read_cold(internal_id, 1)
                 record = cold[0] if cold and cold[0].internal_id == internal_id else None
             if record is not None:
-                channel.defer_ahead(record, due)
+                channel.defer_ahead(record, due, now=now, wall_ns=wall)
         for internal_id in restored.finished_ids:
             channel.skip_finished(internal_id)
         channel.lost += restored.lost
-        self._saved_states[(topic, partition, channel.name)] = encode_state(state)
+        self._saved_states[key] = encode_state(state)
 
     # ------------------------------------------------------------------ tasks
 
@@ -343,6 +431,8 @@ class Storage:
     def _sync_and_close(self) -> None:
         """Close every log, each even when another's fsync failed; then raise."""
         failure: OSError | None = None
+        for store in self.delays.values():  # the last persist synced them
+            store.close()
         for topic_log in self.logs.values():
             try:
                 topic_log.close(sync=True)
@@ -376,6 +466,15 @@ class Storage:
                 for topic_log in self.logs.values():
                     topic_log.expire()
 
+    def _delay_syncs(self) -> list[tuple[DelayStore, int]]:
+        """A descriptor to fsync for each delay store written since the last round."""
+        syncs: list[tuple[DelayStore, int]] = []
+        for store in self.delays.values():
+            handle = store.sync_handle()
+            if handle is not None:
+                syncs.append((store, handle))
+        return syncs
+
     async def persist(self, broker: Topics) -> None:
         """Write metadata and every durable channel state that changed since written."""
         directory = self.directory
@@ -385,7 +484,7 @@ class Storage:
         writes: list[tuple[Path, bytes]] = []
         if metadata != self._saved_metadata:
             writes.append((metadata_path(directory), metadata))
-        now, wall = trio.current_time(), time.time_ns()
+        now, wall = trio.current_time(), self.wall_clock()
         changed: list[_Changed] = []
         fingerprints = self._fingerprints
         for topic in list(broker.topics.values()):
@@ -406,9 +505,10 @@ class Storage:
                         continue
                     changed.append(_Changed(key, data, channel, state.confirmed_id, fingerprint))
                     writes.append((state_path(directory, *key), data))
-        if not writes:
+        syncs = self._delay_syncs()
+        if not writes and not syncs:
             return
-        written, error = await trio.to_thread.run_sync(_write_all, writes)
+        written, error = await trio.to_thread.run_sync(_sync_then_write, syncs, writes)
         if error is None:
             if not self.health.healthy:
                 self.health.succeeded(PERSIST)
@@ -487,6 +587,32 @@ def _sync_logs(logs: set[TopicLog]) -> tuple[set[TopicLog], OSError] | None:
             failed.add(topic_log)
             first = first or error
     return None if first is None else (failed, first)
+
+
+def _sync_then_write(
+    syncs: list[tuple[DelayStore, int]], writes: list[tuple[Path, bytes]]
+) -> tuple[list[bool], OSError | None]:
+    """fsync the delay stores, then write the files (:func:`_write_all`); when a
+    store's fsync fails nothing is written (a state must not count a message as
+    finished whose PARK may not be on disk), and the stores are synced again later."""
+    first: OSError | None = None
+    for store, handle in syncs:
+        try:
+            fsync_and_close(handle)
+        except OSError as error:
+            first = first or error
+            store.unsynced_again()  # a flag: safe from this thread
+    if first is not None:
+        return [False] * len(writes), first
+    return _write_all(writes)
+
+
+def _restore_parked(channel: Channel, parked: list[ParkedMessage], now: float, wall: int) -> None:
+    """The delay store's messages back in the channel's deferred heap, due at the
+    same wall-clock moment (through this process's monotonic clock)."""
+    for message in parked:
+        due = now + (message.due_ns - wall) / 1e9
+        channel.restore_parked(message.record, due, message.attempts)
 
 
 def _write_all(writes: list[tuple[Path, bytes]]) -> tuple[list[bool], OSError | None]:

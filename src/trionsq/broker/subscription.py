@@ -28,16 +28,19 @@ __all__ = ["Subscription"]
 class Subscription:
     """What ``Broker.subscribe`` hands a connection for its consumer."""
 
-    __slots__ = ("_driver", "_unsubscribe", "channel", "consumer")
+    __slots__ = ("_driver", "_unsubscribe", "_wall_clock", "channel", "consumer")
 
     def __init__(
         self,
         driver: ChannelDriver,
         consumer: Consumer,
         unsubscribe: Callable[[ChannelDriver, int], None],
+        wall_clock: Callable[[], int] = time.time_ns,
     ) -> None:
-        """``unsubscribe``: the broker's, which also drops an ephemeral channel."""
+        """``unsubscribe``: the broker's, which also drops an ephemeral channel;
+        ``wall_clock``: the broker's (a long REQ's due time, e2e latency)."""
         self._driver = driver
+        self._wall_clock = wall_clock
         self._unsubscribe = unsubscribe
         self.channel: Channel = driver.channel
         """Read it (names for the trace log, counts for /stats); change it only here."""
@@ -53,7 +56,7 @@ class Subscription:
         channel = self.channel
         record = channel.finish(self.consumer.client_id, internal_id)
         if channel.latency is not None:  # only with e2e percentiles configured
-            channel.record_latency(record, time.time_ns())
+            channel.record_latency(record, self._wall_clock())
         if channel.ordered:
             self._driver.route_now()  # its one slot is free: the next goes in this write
         else:
@@ -90,7 +93,9 @@ class Subscription:
         channel = self.channel
         if timed and channel.ordered:
             return
-        channel.requeue(self.consumer.client_id, internal_id, delay, trio.current_time())
+        channel.requeue(
+            self.consumer.client_id, internal_id, delay, trio.current_time(), self._wall_clock()
+        )
         self._driver.deadline_changed()
         self._driver.wake()
 

@@ -23,6 +23,7 @@ from .ttl import TopicTtl
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
+    from ..queues.delay_store import DelayStore
     from ..queues.partition_log import PartitionLog
     from ..queues.record import Record as Record  # the publish result, for transports
     from .holds import ReaderHold
@@ -74,9 +75,11 @@ class Partition:
         latency: LatencySettings | None = None,
         log: PartitionLog | None = None,
         ttl: TopicTtl | None = None,
+        open_delays: Callable[[str], DelayStore | None] | None = None,
     ) -> None:
         """``log``: the partition's storage (a durable TopicLog has MemoryLog's methods);
-        ``ttl``: the topic's TTL rules, which its channels share."""
+        ``ttl``: the topic's TTL rules, which its channels share; ``open_delays(name)``:
+        a durable channel's delay store (none: nothing is parked)."""
         self.topic: Final = topic
         self.index: Final = index
         self.max_msg_timeout: Final = max_msg_timeout
@@ -101,6 +104,7 @@ class Partition:
         self.idempotence: IdempotenceTable | None = None
         """The ``##idempotency_key`` values stored lately (made at the first one)."""
         self.ttl = ttl if ttl is not None else TopicTtl()
+        self._open_delays = open_delays
 
     def channel(self, name: str, *, oldest: bool = False) -> Channel:
         """The channel, created if missing.
@@ -124,6 +128,8 @@ class Partition:
         else:
             start = self.log.next_id
         feed = EphemeralFeed(self.mem_queue_size, start) if is_ephemeral(name) else None
+        open_delays = self._open_delays
+        delays = open_delays(name) if open_delays is not None and feed is None else None
         channel = Channel(
             name,
             self.log,
@@ -134,6 +140,7 @@ class Partition:
             feed=feed,
             latency=self.latency,
             ttl=self.ttl,
+            delays=delays,
         )
         self.channels[name] = channel
         if self.paused:
@@ -307,8 +314,10 @@ class Topic:
         open_log: Callable[[int], PartitionLog] | None = None,
         ext: bool = False,
         ordered: bool = False,
+        open_delays: Callable[[int, str], DelayStore | None] | None = None,
     ) -> None:
-        """``open_log(partition)``: each partition's storage (default: in memory)."""
+        """``open_log(partition)``: each partition's storage (default: in memory);
+        ``open_delays(partition, channel)``: a durable channel's delay store."""
         self.name: Final = name
         self.ephemeral: Final = is_ephemeral(name)
         self.ext = ext
@@ -324,6 +333,7 @@ class Topic:
         self._mem_queue_size: Final = mem_queue_size
         self._latency: Final = latency
         self._open_log: Final = open_log
+        self._open_delays: Final = open_delays
         self.partitions: list[Partition] = []
         self.add_partitions(partitions)
 
@@ -343,11 +353,18 @@ class Topic:
                 latency=self._latency,
                 log=self._open_log(index) if self._open_log is not None else None,
                 ttl=self.ttl,
+                open_delays=self._delays_opener(index),
             )
             for index in range(len(self.partitions), count)
         ]
         self.partitions.extend(added)
         return added
+
+    def _delays_opener(self, index: int) -> Callable[[str], DelayStore | None] | None:
+        open_delays = self._open_delays
+        if open_delays is None:
+            return None
+        return lambda channel: open_delays(index, channel)
 
     @property
     def paused(self) -> bool:

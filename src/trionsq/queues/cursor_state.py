@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from .partition_log import PartitionLog
 
 __all__ = [
+    "DELAYS_SUFFIX",
     "STATE_SUFFIX",
     "STATE_VERSION",
     "ChannelState",
@@ -64,6 +65,7 @@ __all__ = [
     "RestoredChannel",
     "capture_state",
     "decode_state",
+    "delays_path",
     "encode_state",
     "load_state",
     "partition_state_directory",
@@ -81,6 +83,8 @@ storage_log = logging.getLogger("trionsq.storage")
 
 STATE_VERSION: Final = 1
 STATE_SUFFIX: Final = ".state"
+DELAYS_SUFFIX: Final = ".delays"
+"""A durable channel's delay store (queues/delay_store.py), beside its state file."""
 CHANNELS_DIRECTORY: Final = "channels"
 
 T = TypeVar("T")
@@ -349,6 +353,15 @@ def state_path(data_path: str | os.PathLike[str], topic: str, partition: int, ch
     return partition_state_directory(data_path, topic, partition) / f"{channel}{STATE_SUFFIX}"
 
 
+def delays_path(
+    data_path: str | os.PathLike[str], topic: str, partition: int, channel: str
+) -> Path:
+    """``<data-path>/channels/<topic>-<partition>/<channel>.delays``: the channel's
+    parked long delays (removed with the partition's directory as the state is)."""
+    state = state_path(data_path, topic, partition, channel)
+    return state.with_name(f"{channel}{DELAYS_SUFFIX}")
+
+
 def save_state(path: str | os.PathLike[str], state: ChannelState) -> None:
     """Write a state file atomically, creating its directory if needed (blocking)."""
     ensure_directory(Path(path).parent)
@@ -391,7 +404,9 @@ def remove_partition_states(data_path: str | os.PathLike[str], topic: str, parti
 def scan_channel_states(
     data_path: str | os.PathLike[str],
 ) -> dict[tuple[str, int], tuple[str, ...]]:
-    """Channel names with a state file, by (topic, partition), names sorted (blocking).
+    """Channel names with a state file or a delay store, by (topic, partition),
+    names sorted (blocking): a channel killed before its first state write still
+    comes back when it parked a message.
 
     Temporary files and names that are not valid durable names are ignored.
     """
@@ -406,11 +421,14 @@ def scan_channel_states(
         if not (directory.is_dir() and index.isdigit() and index.isascii() and _durable(topic)):
             continue
         names = sorted(
-            entry.name[: -len(STATE_SUFFIX)]
-            for entry in os.scandir(directory.path)
-            if entry.name.endswith(STATE_SUFFIX)
-            and _durable(entry.name[: -len(STATE_SUFFIX)])
-            and entry.is_file()
+            {
+                entry.name[: -len(suffix)]
+                for entry in os.scandir(directory.path)
+                for suffix in (STATE_SUFFIX, DELAYS_SUFFIX)
+                if entry.name.endswith(suffix)
+                and _durable(entry.name[: -len(suffix)])
+                and entry.is_file()
+            }
         )
         if names:
             found[topic, int(index)] = tuple(names)

@@ -411,7 +411,9 @@ class CommandLayer:
         index = self._target(event.topic, event.partition)
         if index < 0:
             return
-        self.broker.publish(event.topic, [event.body], time.time_ns(), partition_index=index)
+        self.broker.publish(
+            event.topic, [event.body], self.broker.wall_clock(), partition_index=index
+        )
         self._count(event.topic, 1)
         self._reply(OK_FRAME)
 
@@ -427,7 +429,7 @@ class CommandLayer:
             if index < 0:
                 return
             bodies = [pub.body for pub in pubs[start:end]]
-            self.broker.publish(topic, bodies, time.time_ns(), partition_index=index)
+            self.broker.publish(topic, bodies, self.broker.wall_clock(), partition_index=index)
             self._count(topic, len(bodies))
             for _ in bodies:
                 self._reply(OK_FRAME)
@@ -437,14 +439,16 @@ class CommandLayer:
         index = self._target(event.topic, event.partition)
         if index < 0:
             return
-        self.broker.publish(event.topic, event.bodies, time.time_ns(), partition_index=index)
+        self.broker.publish(
+            event.topic, event.bodies, self.broker.wall_clock(), partition_index=index
+        )
         self._count(event.topic, len(event.bodies))
         self._reply(OK_FRAME)
 
     def _dpub(self, event: Dpub) -> None:
         if self._target(event.topic, None) < 0:
             return
-        now = time.time_ns()
+        now = self.broker.wall_clock()
         defer_ns = event.defer_ms * 1_000_000
         # DPUB 0 is a plain publish in nsqd: no deferral, no place in the deferred queue
         self.broker.publish(
@@ -485,7 +489,7 @@ class CommandLayer:
         records = self.broker.publish(
             event.topic,
             [message.body],
-            time.time_ns(),
+            self.broker.wall_clock(),
             partition_index=index,
             trace_ids=[trace_id or 0],
             ext_version=EXT_VERSION_JSON,
@@ -508,7 +512,7 @@ class CommandLayer:
             topic,
             [message.body],
             [message.idempotency_key],
-            time.time_ns(),
+            self.broker.wall_clock(),
             partition_index=index,
             trace_ids=[message.trace_id or 0],
             exts=[message.header],
@@ -531,7 +535,7 @@ class CommandLayer:
         trace_ids = [m.trace_id or 0 for m in messages]
         exts = [m.header for m in messages]
         keys = [m.idempotency_key for m in messages]
-        now = time.time_ns()
+        now = self.broker.wall_clock()
         if keys.count(None) < len(keys):  # some message has ##idempotency_key
             self.broker.publish_once(
                 event.topic,
@@ -565,7 +569,7 @@ class CommandLayer:
         records = self.broker.publish(
             event.topic,
             [event.body],
-            time.time_ns(),
+            self.broker.wall_clock(),
             partition_index=index,
             trace_ids=[event.trace_id],
             source=self.remote_address,
@@ -589,7 +593,7 @@ class CommandLayer:
         records = self.broker.publish(
             event.topic,
             [m.body for m in messages],
-            time.time_ns(),
+            self.broker.wall_clock(),
             partition_index=index,
             trace_ids=[m.trace_id for m in messages],
             source=self.remote_address,

@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import socket
 import struct
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
@@ -435,7 +434,7 @@ class NsqdHttpApi:
             raise HttpError(400, "MSG_EMPTY")
         await self._authorize_publish(request)
         topic, partition = self._publish_target(request, create=True)
-        now = time.time_ns()
+        now = self.broker.wall_clock()
         deliver_at = 0
         if "defer" in request.query:
             defer_ms = _go_int64(request.query["defer"][0])
@@ -456,7 +455,7 @@ class NsqdHttpApi:
         else:
             bodies = self._text_bodies(request.body)
         if bodies:
-            self.broker.publish(topic, bodies, time.time_ns(), partition_index=partition)
+            self.broker.publish(topic, bodies, self.broker.wall_clock(), partition_index=partition)
         return Response.legacy_ok("OK") if request.legacy else Response.text("OK")
 
     def _youzan_body(self, request: Request) -> bytes:
@@ -480,7 +479,7 @@ class NsqdHttpApi:
         records = self.broker.publish(
             topic,
             [body],
-            time.time_ns(),
+            self.broker.wall_clock(),
             partition_index=partition,
             trace_ids=[trace_id],
             source=request.remote_address,
@@ -510,7 +509,7 @@ class NsqdHttpApi:
         records = self.broker.publish(
             topic,
             [body],
-            time.time_ns(),
+            self.broker.wall_clock(),
             partition_index=partition,
             trace_ids=[trace_id or 0],
             ext_version=EXT_VERSION_JSON,
@@ -536,7 +535,7 @@ class NsqdHttpApi:
             topic,
             [body],
             [checked.idempotency_key],
-            time.time_ns(),
+            self.broker.wall_clock(),
             partition_index=partition,
             trace_ids=[checked.trace_id or 0],
             exts=[header],

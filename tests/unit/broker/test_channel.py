@@ -326,7 +326,7 @@ def test_a_record_deferred_ahead_of_the_cursor_is_skipped_when_read() -> None:
     log, ch = make(3)
     ch.subscribe(consumer(1, 10))
     (dpub,) = log.append([b"later"], timestamp=WALL, deliver_at=WALL + 5_000_000_000)
-    ch.defer_ahead(dpub, due=5.0)
+    ch.defer_ahead(dpub, due=5.0, now=0.0, wall_ns=WALL)
     stats = ch.statistics()
     assert (stats.depth, stats.deferred_count) == (3, 1)  # deferred at once, as nsqd counts
     assert ids(route(ch, 0.0, WALL)[1]) == [1, 2, 3]  # the cursor passes it without delivering
@@ -343,7 +343,7 @@ def test_a_record_finished_before_the_cursor_reaches_it_is_confirmed_then() -> N
     log, ch = make(0, redelivery_window=0)
     ch.subscribe(consumer(1, 1))
     first, dpub = log.append([b"first", b"later"], timestamp=WALL)
-    ch.defer_ahead(dpub, due=1.0)
+    ch.defer_ahead(dpub, due=1.0, now=0.0, wall_ns=WALL)
     ch.expire(1.0)  # due before the cursor got past "first"; no window: out of order
     (early,) = route(ch, 1.0, WALL)[1]
     assert early.record is dpub
