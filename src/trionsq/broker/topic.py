@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from .holds import ReaderHold
     from .idempotence import IdempotenceTable
     from .latency import LatencySettings
+    from .rate_limits import PublishLimit, RateLimit
 
 __all__ = ["Partition", "Topic", "TopicStatistics", "Topics"]
 
@@ -74,9 +75,12 @@ class Partition:
         latency: LatencySettings | None = None,
         log: PartitionLog | None = None,
         ttl: TopicTtl | None = None,
+        channel_limits: dict[str, RateLimit] | None = None,
     ) -> None:
         """``log``: the partition's storage (a durable TopicLog has MemoryLog's methods);
-        ``ttl``: the topic's TTL rules, which its channels share."""
+        ``ttl``: the topic's TTL rules, which its channels share; ``channel_limits``:
+        the topic's channel rate limits by channel name, shared with the other
+        partitions (a channel's one bucket serves it in every partition)."""
         self.topic: Final = topic
         self.index: Final = index
         self.max_msg_timeout: Final = max_msg_timeout
@@ -101,6 +105,9 @@ class Partition:
         self.idempotence: IdempotenceTable | None = None
         """The ``##idempotency_key`` values stored lately (made at the first one)."""
         self.ttl = ttl if ttl is not None else TopicTtl()
+        self.channel_limits: dict[str, RateLimit] = (
+            channel_limits if channel_limits is not None else {}
+        )
 
     def channel(self, name: str, *, oldest: bool = False) -> Channel:
         """The channel, created if missing.
@@ -134,6 +141,7 @@ class Partition:
             feed=feed,
             latency=self.latency,
             ttl=self.ttl,
+            rate_limit=self.channel_limits.get(name),
         )
         self.channels[name] = channel
         if self.paused:
@@ -317,6 +325,11 @@ class Topic:
         can be upgraded to ext, never back."""
         self.ttl: Final = TopicTtl()
         """TTL rules (broker/ttl.py), shared with every partition's channels."""
+        self.channel_limits: Final[dict[str, RateLimit]] = {}
+        """Channel rate limits by channel name (broker/rate_limits.py), shared with
+        every partition, whose channels of that name share the one bucket."""
+        self.publish_limit: PublishLimit | None = None
+        """The topic's per-producer publish limit (None: none)."""
         self.ordered: Final = ordered
         """Created for ordered consumption: consumers must SUB_ORDERED and publishers
         name a partition (spec §8.3 step 6, §8.6 rule 5)."""
@@ -343,6 +356,7 @@ class Topic:
                 latency=self._latency,
                 log=self._open_log(index) if self._open_log is not None else None,
                 ttl=self.ttl,
+                channel_limits=self.channel_limits,
             )
             for index in range(len(self.partitions), count)
         ]

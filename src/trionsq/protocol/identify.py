@@ -31,6 +31,10 @@ __all__ = [
 MAX_TAG_LENGTH: Final = 100
 MAX_ATTEMPTS_BOUND: Final = 0xFFFF
 """The largest dead-letter bound: a message frame's attempts field is 16 bits."""
+MAX_MSGS_PER_SEC: Final = 100_000_000
+"""The largest rate limit in messages/s (far above what one broker delivers)."""
+MAX_BYTES_PER_SEC: Final = 2**40
+"""The largest rate limit in bytes/s (1 TiB/s)."""
 _INT32_MAX: Final = 2**31 - 1
 
 
@@ -82,6 +86,11 @@ class IdentifyRequest:
     max_attempts: int = 0
     """trionsq: deliveries after which a message goes to the channel's dead-letter
     topic instead of coming back (0: not asked)."""
+    max_msgs_per_sec: int = 0
+    """trionsq: deliver at most this many messages a second to this consumer (0: no
+    limit)."""
+    max_bytes_per_sec: int = 0
+    """trionsq: deliver at most this many bytes a second to this consumer (0: no limit)."""
 
 
 @attrs.frozen
@@ -110,6 +119,9 @@ class NegotiatedSettings:
     consumer at once, in order (trionsq's extension; Youzan's is 1)."""
     max_attempts: int = 0
     """Dead-letter bound this consumer asked for (trionsq's extension; 0: none)."""
+    max_msgs_per_sec: int = 0
+    """This consumer's delivery rate limit (trionsq's extension; 0: none)."""
+    max_bytes_per_sec: int = 0
 
     @classmethod
     def defaults(cls, settings: ServerSettings) -> NegotiatedSettings:
@@ -142,10 +154,22 @@ class IdentifyResponse:
     """trionsq: present only when the client asked for one (so it knows it holds)."""
     max_attempts: int = 0
     """trionsq: present only when the client asked for a dead-letter bound."""
+    max_msgs_per_sec: int = 0
+    """trionsq: present only when the client asked for a rate limit (so it knows it
+    holds: a broker without the extension leaves it out)."""
+    max_bytes_per_sec: int = 0
 
 
 _converter = make_converter()
-omit_defaults(_converter, IdentifyResponse, "desired_tag", "ordered_window", "max_attempts")
+omit_defaults(
+    _converter,
+    IdentifyResponse,
+    "desired_tag",
+    "ordered_window",
+    "max_attempts",
+    "max_msgs_per_sec",
+    "max_bytes_per_sec",
+)
 
 
 def decode_identify_request(body: bytes) -> IdentifyRequest:
@@ -207,6 +231,10 @@ def negotiate(
         raise _invalid(f"ordered window ({window}) is invalid")
     if not 0 <= request.max_attempts <= MAX_ATTEMPTS_BOUND:
         raise _invalid(f"max attempts ({request.max_attempts}) is invalid")
+    if not 0 <= request.max_msgs_per_sec <= MAX_MSGS_PER_SEC:
+        raise _invalid(f"max msgs per sec ({request.max_msgs_per_sec}) is invalid")
+    if not 0 <= request.max_bytes_per_sec <= MAX_BYTES_PER_SEC:
+        raise _invalid(f"max bytes per sec ({request.max_bytes_per_sec}) is invalid")
 
     tls_v1 = settings.tls_available and request.tls_v1
     deflate = settings.deflate and request.deflate
@@ -236,6 +264,8 @@ def negotiate(
         feature_negotiation=request.feature_negotiation,
         ordered_window=window or 1,
         max_attempts=request.max_attempts,
+        max_msgs_per_sec=request.max_msgs_per_sec,
+        max_bytes_per_sec=request.max_bytes_per_sec,
     )
     if not request.feature_negotiation:
         return negotiated, None
@@ -307,4 +337,6 @@ def _response(
         desired_tag=negotiated.desired_tag,
         ordered_window=negotiated.ordered_window if window_asked else 0,
         max_attempts=negotiated.max_attempts,
+        max_msgs_per_sec=negotiated.max_msgs_per_sec,
+        max_bytes_per_sec=negotiated.max_bytes_per_sec,
     )
