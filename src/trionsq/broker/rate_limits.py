@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BURST_SECONDS",
     "MESSAGE_OVERHEAD",
+    "MIN_WAIT",
     "UNLIMITED",
     "PublishLimit",
     "RateLimit",
@@ -48,8 +49,9 @@ MIN_WAIT: Final = 1e-6
 """The least a refill time lies ahead of ``now``: float rounding must never make the
 channel's timer fire again at once with nothing refilled (a busy loop under
 MockClock)."""
-_TOLERANCE: Final = 1e-9
-"""A refill computed at exactly its time may come out a hair below a whole token."""
+_TOLERANCE: Final = 1e-6
+"""A refill computed at exactly its time may come out a hair below a whole token
+(float rounding of large monotonic times); a millionth of a token is ignored."""
 
 
 class TokenBucket:
