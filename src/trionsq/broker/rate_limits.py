@@ -151,6 +151,14 @@ class RateLimit:
         self.charge(count, size)
         return True
 
+    def exhausted(self) -> bool:
+        """Whether a bucket lacks a token, as of its last refill: right after a
+        routing pass charged it (no time has passed), without refilling again."""
+        msgs, size = self.msgs, self.bytes
+        return (msgs is not None and msgs.balance + _TOLERANCE < 1.0) or (
+            size is not None and size.balance + _TOLERANCE < 1.0
+        )
+
     def ready_at(self, now: float) -> float:
         """When every bucket holds a token again (``now`` if they do)."""
         ready = now

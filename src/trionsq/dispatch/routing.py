@@ -80,7 +80,7 @@ def _charge(channel: Channel, deliveries: dict[int, list[Delivery]]) -> None:
         count = len(sent)
         size = 0
         if channel_sized or (own is not None and own.bytes is not None):
-            size = sum(len(delivery.record.body) for delivery in sent) + MESSAGE_OVERHEAD * count
+            size = sum([len(delivery.record.body) for delivery in sent]) + MESSAGE_OVERHEAD * count
         if own is not None:
             own.charge(count, size)
         total_count += count
@@ -92,21 +92,24 @@ def _charge(channel: Channel, deliveries: dict[int, list[Delivery]]) -> None:
 def _refill_at(channel: Channel, now: float) -> float | None:
     """When the earliest bucket holding back work is refilled (None: none holds back
     work). A bucket is waited for until full, so a throttled channel routes a burst
-    about ten times a second rather than one message per token."""
-    if not channel.has_work():
-        return None
+    about ten times a second rather than one message per token. The buckets are
+    looked at first: a limit that does not bind costs no look at the backlog."""
     ready: float | None = None
     limit = channel.rate_limit
-    if limit is not None and not limit.room(now):
-        limit.throttled += 1
-        ready = limit.refilled_at(now)
+    held = limit if limit is not None and limit.exhausted() else None
+    if held is not None:
+        ready = held.refilled_at(now)
     if channel.limited_consumers:
         for consumer in channel.consumers.values():
             own = consumer.rate_limit
-            if own is not None and not own.room(now) and channel.room_for(consumer):
+            if own is not None and own.exhausted() and channel.room_for(consumer):
                 at = own.refilled_at(now)
                 if ready is None or at < ready:
                     ready = at
+    if ready is None or not channel.has_work():
+        return None
+    if held is not None:
+        held.throttled += 1
     return ready
 
 
