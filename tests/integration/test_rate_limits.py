@@ -16,7 +16,18 @@ import trio.testing
 
 from trionsq import NsqdConfig
 from trionsq.broker.rate_limits import MESSAGE_OVERHEAD, Rates
-from trionsq.protocol import Dpub, Fin, IdentifyRequest, Mpub, Nop, Pub, Rdy, Sub
+from trionsq.protocol import (
+    Dpub,
+    ExtMessage,
+    Fin,
+    IdentifyRequest,
+    Mpub,
+    Nop,
+    Pub,
+    PubExt,
+    Rdy,
+    Sub,
+)
 from trionsq.protocol.client import MessageFrame, Response, encode_identify
 
 from .raw import next_error, next_frame, next_message, ok, publish, start
@@ -65,12 +76,13 @@ async def subscriber(
     *,
     identify: IdentifyRequest | None = None,
     partition: int | None = None,
+    rdy: int = 2500,
 ) -> ProtocolClient:
     client = await clients.connect(addresses.tcp)
     if identify is not None:
         await client.stream.send_all(encode_identify(identify))
         assert ok(await next_frame(client))
-    await client.send(Sub(topic, "c", partition), Rdy(2500))
+    await client.send(Sub(topic, "c", partition), Rdy(rdy))
     assert ok(await next_frame(client))
     return client
 
@@ -91,15 +103,19 @@ async def receive_until(client: ProtocolClient, deadline: float, counts: list[in
                 await client.send(*fins, *([Nop()] if heartbeat else []))
 
 
-async def count_window(lead: ProtocolClient, *others: ProtocolClient) -> int:
-    """Messages the consumers receive from the lead's first on, for exactly ``WINDOW``
-    seconds of virtual time (the first included)."""
+async def count_window(lead: ProtocolClient) -> int:
+    """Messages ``lead`` receives from its first on, for exactly ``WINDOW`` seconds of
+    virtual time (the first included)."""
     message = await next_message(lead)
     await lead.send(Fin(message.id))
-    deadline = trio.current_time() + WINDOW
-    counts = [[1]] + [[0] for _ in others]
+    return 1 + await count_until(trio.current_time() + WINDOW, lead)
+
+
+async def count_until(deadline: float, *consumers: ProtocolClient) -> int:
+    """Messages the consumers receive (FINning each) until ``deadline``."""
+    counts = [[0] for _ in consumers]
     async with trio.open_nursery() as watchers:
-        for client, count in zip((lead, *others), counts, strict=True):
+        for client, count in zip(consumers, counts, strict=True):
             watchers.start_soon(receive_until, client, deadline, count)
     return sum(count[0] for count in counts)
 
@@ -171,9 +187,12 @@ async def test_a_channel_limit_holds_for_all_partitions_together(
         addresses, "POST", "/channel/rate_limit?topic=t&channel=c&msgs_per_sec=1000"
     )
     assert answer.status_code == 200
-    first = await subscriber(clients, addresses, "t", partition=0)
-    second = await subscriber(clients, addresses, "t", partition=1)
-    received = await count_window(first, second)
+    first = await subscriber(clients, addresses, "t", partition=0, rdy=0)
+    second = await subscriber(clients, addresses, "t", partition=1, rdy=0)
+    start = trio.current_time()  # the window starts before either is ready
+    await first.send(Rdy(2500))
+    await second.send(Rdy(2500))
+    received = await count_until(start + WINDOW, first, second)
     assert 9_500 <= received <= 10_500, received  # not twice the rate
     channels = addresses.broker.find_channel("t", "c")
     assert len(channels) == 2
@@ -322,3 +341,32 @@ async def _serve(config: NsqdConfig, *, task_status: trio.TaskStatus[BoundAddres
     from trionsq import serve_nsqd
 
     await serve_nsqd(config, task_status=task_status)
+
+
+async def test_youzan_publishes_get_youzan_refusals(
+    clients: Clients, nursery: trio.Nursery, autojump_clock: trio.testing.MockClock
+) -> None:
+    addresses, producer = await started(clients, nursery, autojump_clock)
+    addresses.broker.topic("events", ext=True)
+    addresses.broker.topic("parts", partitions=2)
+    for topic in ("events", "parts"):
+        answer = await http(
+            addresses, "POST", f"/topic/publish_limit?topic={topic}&msgs_per_sec=10"
+        )
+        assert answer.status_code == 200
+    await producer.stream.send_all(encode_identify(IdentifyRequest(extend_support=True)))
+    assert ok(await next_frame(producer))
+    message = ExtMessage(b'{"k":"v"}', b"body")
+    await publish(producer, PubExt("events", message))
+    await producer.send(PubExt("events", message))
+    error = await next_error(producer)
+    assert (error.error.text, error.error.fatal) == ("E_PUB_FAILED rate limit exceeded", False)
+    await publish(producer, Pub("parts", b"a", partition=1))
+    await producer.send(Mpub("parts", (b"b",), partition=0))  # one bucket per topic
+    error = await next_error(producer)
+    assert error.error.text == "E_MPUB_FAILED rate limit exceeded"
+    refused = await http(addresses, "POST", "/pub_ext?topic=events&ext=%7B%7D", b"x")
+    assert refused.status_code == 200  # HTTP has its own bucket: full
+    refused = await http(addresses, "POST", "/pub_ext?topic=events&ext=%7B%7D", b"x")
+    assert (refused.status_code, refused.json()) == (429, {"message": "RATE_LIMITED"})
+    assert addresses.broker.topics["events"].statistics().message_count == 2
