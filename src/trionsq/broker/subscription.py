@@ -105,7 +105,7 @@ class Subscription:
     def room(self) -> int:
         """How many more messages the consumer may receive now.
 
-        None while a rate limit holds the channel back: nothing more comes before its
+        0 while a rate limit holds the channel back: nothing more comes before its
         bucket refills, so the connection counts as not ready and flushes what it has
         at once instead of holding it for the output buffer's timeout.
         """
