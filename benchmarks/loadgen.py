@@ -127,6 +127,10 @@ class WorkerConfig:
     the ordered partition in flight at once); 0: not sent."""
     group_member: str = ""
     """consume: IDENTIFY ``group_member`` (trionsq's consumer groups); "": not sent."""
+    max_msgs_per_sec: int = 0
+    """consume: IDENTIFY ``max_msgs_per_sec`` (trionsq's rate limit); 0: not sent."""
+    max_bytes_per_sec: int = 0
+    """consume: IDENTIFY ``max_bytes_per_sec``; 0: not sent."""
 
 
 @attrs.define
@@ -463,6 +467,8 @@ def connect(cfg: WorkerConfig, client_id: str) -> socket.socket:
             desired_tag=cfg.desired_tag or "",
             ordered_window=cfg.ordered_window,
             group_member=cfg.group_member,
+            max_msgs_per_sec=cfg.max_msgs_per_sec,
+            max_bytes_per_sec=cfg.max_bytes_per_sec,
         )
         sock.sendall(MAGIC_V2 + encode_identify(request))
         expect_response(sock, ClientConnection())
@@ -860,6 +866,8 @@ def build_configs(args: argparse.Namespace) -> list[WorkerConfig]:
                 ordered_partition=i % ordered if ordered else None,
                 ordered_window=getattr(args, "ordered_window", 0),
                 group_member=getattr(args, "group_member", ""),
+                max_msgs_per_sec=getattr(args, "max_msgs_per_sec", 0),
+                max_bytes_per_sec=getattr(args, "max_bytes_per_sec", 0),
             )
         )
     return configs
@@ -1315,6 +1323,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --ordered-partitions: IDENTIFY ordered_window N, so N messages of a "
         "partition may be in flight at once, in order (trionsq's extension; default 0: "
         "not sent, one at a time)",
+    )
+    consume.add_argument(
+        "--max-msgs-per-sec",
+        type=int,
+        default=0,
+        metavar="N",
+        help="IDENTIFY max_msgs_per_sec N: each connection's own rate limit (trionsq's "
+        "extension; default 0: not sent)",
+    )
+    consume.add_argument(
+        "--max-bytes-per-sec",
+        type=int,
+        default=0,
+        metavar="N",
+        help="IDENTIFY max_bytes_per_sec N (trionsq's extension; default 0: not sent)",
     )
     consume.add_argument(
         "--desired-tags",

@@ -13,6 +13,7 @@ import pytest
 import trio
 
 from trionsq import NsqdConfig, serve_nsqd
+from trionsq.broker.rate_limits import Rates
 from trionsq.protocol import ExtMessage, IdentifyRequest, PubExt, Rdy, Sub
 from trionsq.protocol.client import MessageFrame, encode_identify
 from trionsq.testing import ProtocolClient
@@ -85,3 +86,32 @@ async def test_pynsq_on_a_plain_topic_beside_an_ext_topic_in_use(nursery: trio.N
     assert (frame.message.body, frame.message.ext) == (b"tagged", header)
     await producer.aclose()
     await ext_consumer.aclose()
+
+
+async def test_pynsq_over_a_publish_limit_gets_the_error_and_goes_on(
+    nursery: trio.Nursery,
+) -> None:
+    """trionsq's publish limit (docs/extensions.md, "Rate limits"): the refused publish
+    gets its error in pynsq's callback, the connection stays, a later publish works."""
+    addresses: BoundAddresses = await nursery.start(serve_nsqd, NsqdConfig.loopback())
+    addresses.broker.topic("limited")
+    addresses.broker.set_publish_limit("limited", Rates(msgs_per_sec=2))
+    host, port = addresses.tcp
+    with trio.fail_after(60):
+        result = await trio.run_process(
+            [sys.executable, str(CLIENTS / "pynsq_rate_limited.py"), f"{host}:{port}", "limited"],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    summary = json.loads(result.stdout.decode().strip().splitlines()[-1])
+    assert summary["answers"] == [
+        "b'OK'",
+        "error: b'E_PUB_FAILED PUB failed rate limit exceeded'",
+        "error: b'E_MPUB_FAILED MPUB failed rate limit exceeded'",
+        "b'OK'",
+    ]
+    assert summary["connections"] == 1
+    assert addresses.broker.topics["limited"].statistics().message_count == 2

@@ -17,6 +17,7 @@ import pytest
 import trio
 
 from trionsq import NsqdConfig
+from trionsq.broker.rate_limits import Rates
 from trionsq.client import (
     ConnectionOptions,
     ConsumerSettings,
@@ -371,3 +372,35 @@ async def test_an_ordered_window_stays_in_order_when_a_message_is_requeued(
     assert handled[8] == (7, 2)
     assert not consumer.offsets.skips  # the planned rewind is not reported as a skip
     assert consumer.received > len(handled)  # what was sent past 7 before it went back: dropped
+
+
+async def test_rate_limits_from_the_client_side(nsqd: BoundAddresses) -> None:
+    """A consumer's ``max_msgs_per_sec`` reaches the broker in IDENTIFY; a producer
+    over its topic's publish limit gets the error for that one publish and publishes
+    again later on the same connection."""
+    address = tcp(nsqd)
+    nsqd.broker.topic("limited")
+    nsqd.broker.set_publish_limit("limited", Rates(msgs_per_sec=2))  # one token a burst
+    settings = ConsumerSettings(max_msgs_per_sec=50, max_bytes_per_sec=10_000)
+    async with open_consumer("limited", "c", address, settings=settings):
+        (channel,) = nsqd.broker.find_channel("limited", "c")
+        await wait_until(lambda: bool(channel.consumers), "subscribed")
+        (consumer,) = channel.consumers.values()
+        assert consumer.rate_limit is not None
+        assert consumer.rate_limit.rates == Rates(50, 10_000)
+    async with open_producer(address) as producer:
+        await producer.publish("limited", b"first")
+        with pytest.raises(NsqError) as refused:
+            await producer.publish("limited", b"second")
+        assert refused.value.code == "E_PUB_FAILED"
+        assert "rate limit exceeded" in str(refused.value)
+        assert not refused.value.fatal
+        await trio.sleep(0.6)  # a token again after 0.5 s
+        await producer.publish("limited", b"third")
+        assert producer.retries == 0  # the same connection all along
+    assert nsqd.broker.topics["limited"].statistics().message_count == 2
+    with pytest.raises(ValueError, match="max_msgs_per_sec"):
+        async with open_consumer(
+            "limited", "c", address, settings=ConsumerSettings(max_msgs_per_sec=-1)
+        ):
+            pass

@@ -26,6 +26,7 @@ from .health import APPEND, CREATE, READ, StorageFault
 from .idempotence import Stored
 from .latency import LatencySettings
 from .offsets import OffsetError, resolve_offset
+from .rate_limits import PublishLimit, RateLimit, Rates
 from .subscription import Subscription
 from .topic import Topic
 
@@ -551,6 +552,7 @@ class Broker:
             if self.storage is not None:
                 self.storage.delete_channel_files(topic_name, partition, channel_name)
             if not any(channel_name in p.channels for p in topic.partitions):
+                topic.channel_limits.pop(channel_name, None)
                 self._announce(topic_name, channel_name, False)
         if topic.ephemeral and not any(p.channels for p in topic.partitions):
             del self.topics[topic_name]
@@ -750,6 +752,31 @@ class Broker:
             channel.dead_letter_topic = dead_topic
             self._wake(channel)
         return bool(channels)
+
+    def set_channel_rate_limit(self, topic_name: str, channel_name: str, rates: Rates) -> bool:
+        """A channel's rate limit (``Rates()``: none), one bucket shared by the channel in
+        every partition, starting full; False if no such channel. Persisted."""
+        channels = self.find_channel(topic_name, channel_name)
+        if not channels:
+            return False
+        limits = self.topics[topic_name].channel_limits
+        limit = RateLimit(rates, trio.current_time()) if rates else None
+        if limit is None:
+            limits.pop(channel_name, None)
+        else:
+            limits[channel_name] = limit
+        for channel in channels:
+            channel.rate_limit = limit
+            channel.refill_at = None
+            self._wake(channel)
+        return True
+
+    def set_publish_limit(self, topic_name: str, rates: Rates) -> None:
+        """A topic's per-producer publish limit (``Rates()``: none); persisted. Each TCP
+        connection gets its own bucket, HTTP publishes share one."""
+        topic = self.topics[topic_name]
+        topic.publish_limit = PublishLimit(rates, trio.current_time()) if rates else None
+        self._state_changed()
 
     def _wake(self, channel: Channel) -> None:
         """An admin change to ``channel`` (empty, pause, offset): route, and persist."""

@@ -40,6 +40,7 @@ from ..queues.inflight import InFlightTable
 from ..queues.record import Record
 from .dead_letters import dead_topic_name
 from .latency import LatencyWindow
+from .rate_limits import RateLimit
 from .ttl import TopicTtl
 
 if TYPE_CHECKING:
@@ -89,6 +90,9 @@ class Consumer:
     """IDENTIFY ``group_member`` (trionsq's extension): the consumer-group member this
     connection belongs to; it gets messages only while its member owns the partition
     (broker/groups.py). None: an ordinary NSQ consumer."""
+    rate_limit: RateLimit | None = None
+    """IDENTIFY ``max_msgs_per_sec``/``max_bytes_per_sec`` (trionsq's extension): this
+    consumer's own bucket (None: unlimited, nsqd's behaviour)."""
     rdy: int = 0
     closing: bool = False
     message_count: int = 0
@@ -126,6 +130,11 @@ class ChannelStatistics:
     ttl_ns: int = 0
     """The topic's TTL (0: none)."""
     expired_count: int = 0
+    rate_limit_msgs: int = 0
+    """The channel's rate limit (0: none), messages/s and bytes/s."""
+    rate_limit_bytes: int = 0
+    throttled_count: int = 0
+    """Routing passes the channel's limit held back (shared by its partitions)."""
 
 
 @attrs.frozen
@@ -179,6 +188,9 @@ class ClientStatistics:
     group_member: str = ""
     """trionsq's consumer groups: the member this connection belongs to (the JSON has
     it only when set)."""
+    max_msgs_per_sec: int = 0
+    """The consumer's own rate limit (IDENTIFY; 0: none, omitted from the JSON)."""
+    max_bytes_per_sec: int = 0
 
 
 class Channel:
@@ -202,6 +214,7 @@ class Channel:
         ttl: TopicTtl | None = None,
         delays: DelayStore | None = None,
         park_after: float = PARK_AFTER,
+        rate_limit: RateLimit | None = None,
     ) -> None:
         """``feed``: an ephemeral channel reads it instead of a cursor over ``log``;
         ``latency``: track e2e processing latency on FIN (None: off, as in nsqd
@@ -209,7 +222,8 @@ class Channel:
         many unread records at most go out before a message put back; ``ttl``: the
         topic's TTL rules, shared with its other channels (none: never expires);
         ``delays``: a durable channel's delay store (None: in memory or ephemeral,
-        nothing is parked); ``park_after``: seconds from which a deferral is parked."""
+        nothing is parked); ``park_after``: seconds from which a deferral is parked;
+        ``rate_limit``: the channel's limit, shared by its partitions (none: off)."""
         self.name: Final = name
         self.topic: Final = topic
         self.partition: Final = partition
@@ -285,6 +299,15 @@ class Channel:
         self.group_owner = ""
         """The consumer-group member that consumes this partition (broker/groups.py;
         empty: none yet). Consumers of other members stand by."""
+        self.rate_limit = rate_limit
+        """The channel's rate limit (``/channel/rate_limit``), one bucket shared by the
+        channel's Channel objects in every partition; None: unlimited."""
+        self.limited_consumers = 0
+        """Subscribed consumers with a rate limit of their own: the router looks at
+        consumers' buckets only while this is not 0."""
+        self.refill_at: float | None = None
+        """When a bucket that held back the last routing pass has tokens again, while
+        there is work: the expiry timer wakes the router then."""
         self.turn = 0
         """Where the next routing pass starts its round-robin over the consumers."""
         self.delays = delays
@@ -300,10 +323,14 @@ class Channel:
     def subscribe(self, consumer: Consumer) -> None:
         """A connection joins (SUB); RDY starts at 0."""
         self.consumers[consumer.client_id] = consumer
+        if consumer.rate_limit is not None:
+            self.limited_consumers += 1
 
     def unsubscribe(self, client_id: int) -> list[Record]:
         """A connection leaves: its in-flight messages go back at once (design §6)."""
-        self.consumers.pop(client_id, None)
+        consumer = self.consumers.pop(client_id, None)
+        if consumer is not None and consumer.rate_limit is not None:
+            self.limited_consumers -= 1
         returned = [entry.payload for entry in self.in_flight.remove_client(client_id)]
         for record in returned:
             self._delivered_once(record.internal_id)
@@ -625,15 +652,24 @@ class Channel:
     # ---------------------------------------------------------------- timers
 
     def next_deadline(self) -> float | None:
-        """The earliest in-flight timeout or deferred due time."""
+        """The earliest in-flight timeout, deferred due time or bucket refill."""
         a = self.in_flight.next_deadline()
         b = self.deferred.next_due()
-        if a is None:
-            return b
-        return a if b is None else min(a, b)
+        if b is not None and (a is None or b < a):
+            a = b
+        refill = self.refill_at
+        if refill is not None and (a is None or refill < a):
+            return refill
+        return a
 
     def expire(self, now: float) -> int:
-        """Requeue timed-out messages and release due deferrals; returns how many."""
+        """Requeue timed-out messages and release due deferrals; returns how many
+        (plus one when a rate limit's bucket has refilled: the router must look)."""
+        refilled = 0
+        refill = self.refill_at
+        if refill is not None and refill <= now:
+            self.refill_at = None
+            refilled = 1
         expired = self.in_flight.pop_expired(now)
         for entry in expired:
             self._delivered_once(entry.key)
@@ -646,7 +682,7 @@ class Channel:
             self._rewind_after(min(entry.key for entry in expired))
         due = self.deferred.pop_due(now)
         self._put_back(due)
-        return len(expired) + len(due)
+        return len(expired) + len(due) + refilled
 
     def attempts_bound(self) -> int:
         """The dead-letter bound in force: the channel's own, else the lowest a
@@ -763,7 +799,18 @@ class Channel:
             dead_letter_count=self.dead_letter_count,
             ttl_ns=self.ttl.ttl_ns,
             expired_count=self.expired_count,
+            **self._rate_limit_statistics(),
         )
+
+    def _rate_limit_statistics(self) -> dict[str, int]:
+        limit = self.rate_limit
+        if limit is None:
+            return {}
+        return {
+            "rate_limit_msgs": limit.rates.msgs_per_sec,
+            "rate_limit_bytes": limit.rates.bytes_per_sec,
+            "throttled_count": limit.throttled,
+        }
 
 
 def _requeued_id(item: tuple[int, Record]) -> int:

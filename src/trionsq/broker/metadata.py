@@ -34,12 +34,13 @@ from ..persist import (
 )
 from ..protocol.names import is_ephemeral, is_valid_name
 from ..serialization import dumps, omit_defaults
+from .rate_limits import Rates
 
 if TYPE_CHECKING:
     import os
     from collections.abc import Collection, Mapping
 
-    from .topic import Topics
+    from .topic import Topic, Topics
 
 __all__ = [
     "METADATA_FILE",
@@ -79,9 +80,20 @@ class ChannelMeta:
     """Dead-letter bound set over HTTP (0: none; written only when set)."""
     dead_letter_topic: str = ""
     """Named dead-letter topic (empty: ``<topic>.dead``; written only when set)."""
+    rate_limit_msgs: int = 0
+    """The channel's rate limit in messages/s (0: none; written only when set)."""
+    rate_limit_bytes: int = 0
+    """The channel's rate limit in bytes/s (0: none; written only when set)."""
 
 
-omit_defaults(_CONVERTER, ChannelMeta, "max_attempts", "dead_letter_topic")
+omit_defaults(
+    _CONVERTER,
+    ChannelMeta,
+    "max_attempts",
+    "dead_letter_topic",
+    "rate_limit_msgs",
+    "rate_limit_bytes",
+)
 
 
 @attrs.frozen
@@ -99,9 +111,15 @@ class TopicMeta:
     """The topic's TTL (0: none; written only when set)."""
     ttl_headers: bool = False
     """A message with ``##ttl`` was published to it (written only when so)."""
+    publish_limit_msgs: int = 0
+    """Per-producer publish limit in messages/s (0: none; written only when set)."""
+    publish_limit_bytes: int = 0
+    """Per-producer publish limit in bytes/s (0: none; written only when set)."""
 
 
-omit_defaults(_CONVERTER, TopicMeta, "ttl_ns", "ttl_headers")
+omit_defaults(
+    _CONVERTER, TopicMeta, "ttl_ns", "ttl_headers", "publish_limit_msgs", "publish_limit_bytes"
+)
 
 
 @attrs.frozen
@@ -170,6 +188,7 @@ def snapshot(broker: Topics) -> Metadata:
         topic = broker.topics[name]
         if topic.ephemeral:
             continue
+        publish = topic.publish_limit.rates if topic.publish_limit is not None else Rates()
         paused: dict[str, bool] = {}
         dead_letters: dict[str, tuple[int, str]] = {}
         for partition in topic.partitions:
@@ -184,12 +203,25 @@ def snapshot(broker: Topics) -> Metadata:
                 paused=topic.paused,
                 ext=topic.ext,
                 ordered=topic.ordered,
-                channels=tuple(ChannelMeta(c, paused[c], *dead_letters[c]) for c in sorted(paused)),
+                channels=tuple(
+                    ChannelMeta(c, paused[c], *dead_letters[c], *_channel_rates(topic, c))
+                    for c in sorted(paused)
+                ),
                 ttl_ns=topic.ttl.ttl_ns,
                 ttl_headers=topic.ttl.headers,
+                publish_limit_msgs=publish.msgs_per_sec,
+                publish_limit_bytes=publish.bytes_per_sec,
             )
         )
     return Metadata(METADATA_VERSION, tuple(topics))
+
+
+def _channel_rates(topic: Topic, channel: str) -> tuple[int, int]:
+    """A channel's rate limit as (messages/s, bytes/s); (0, 0): none."""
+    limit = topic.channel_limits.get(channel)
+    if limit is None:
+        return 0, 0
+    return limit.rates.msgs_per_sec, limit.rates.bytes_per_sec
 
 
 def repair(

@@ -58,6 +58,7 @@ from .metadata import (
     save_metadata,
     snapshot,
 )
+from .rate_limits import PublishLimit, RateLimit, Rates
 from .reader_holds import HoldsError, fit_holds, holds_path, load_holds, save_holds
 
 if TYPE_CHECKING:
@@ -273,6 +274,12 @@ class Storage:
             )
             topic.ttl.ttl_ns = meta.ttl_ns
             topic.ttl.headers = meta.ttl_headers
+            publish = Rates(meta.publish_limit_msgs, meta.publish_limit_bytes)
+            topic.publish_limit = PublishLimit(publish, now) if publish else None
+            for channel_meta in meta.channels:
+                rates = Rates(channel_meta.rate_limit_msgs, channel_meta.rate_limit_bytes)
+                if rates:  # before the channels are made: each partition's shares it
+                    topic.channel_limits[channel_meta.name] = RateLimit(rates, now)
             for partition in topic.partitions:
                 for channel_meta in meta.channels:
                     state = self._load_channel_state(meta.name, partition.index, channel_meta.name)

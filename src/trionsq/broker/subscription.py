@@ -108,8 +108,16 @@ class Subscription:
         self.channel.start_close(self.consumer.client_id)
 
     def room(self) -> int:
-        """How many more messages the consumer may receive now."""
-        return self.channel.room_for(self.consumer)
+        """How many more messages the consumer may receive now.
+
+        0 while a rate limit holds the channel back: nothing more comes before its
+        bucket refills, so the connection counts as not ready and flushes what it has
+        at once instead of holding it for the output buffer's timeout.
+        """
+        channel = self.channel
+        if channel.refill_at is not None:
+            return 0
+        return channel.room_for(self.consumer)
 
     def in_flight(self) -> int:
         """Messages the consumer holds."""

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from .holds import ReaderHold
     from .idempotence import IdempotenceTable
     from .latency import LatencySettings
+    from .rate_limits import PublishLimit, RateLimit
 
 __all__ = ["Partition", "Topic", "TopicStatistics", "Topics"]
 
@@ -76,10 +77,13 @@ class Partition:
         log: PartitionLog | None = None,
         ttl: TopicTtl | None = None,
         open_delays: Callable[[str], DelayStore | None] | None = None,
+        channel_limits: dict[str, RateLimit] | None = None,
     ) -> None:
         """``log``: the partition's storage (a durable TopicLog has MemoryLog's methods);
         ``ttl``: the topic's TTL rules, which its channels share; ``open_delays(name)``:
-        a durable channel's delay store (none: nothing is parked)."""
+        a durable channel's delay store (none: nothing is parked); ``channel_limits``:
+        the topic's channel rate limits by channel name, shared with the other
+        partitions (a channel's one bucket serves it in every partition)."""
         self.topic: Final = topic
         self.index: Final = index
         self.max_msg_timeout: Final = max_msg_timeout
@@ -105,6 +109,9 @@ class Partition:
         """The ``##idempotency_key`` values stored lately (made at the first one)."""
         self.ttl = ttl if ttl is not None else TopicTtl()
         self._open_delays = open_delays
+        self.channel_limits: dict[str, RateLimit] = (
+            channel_limits if channel_limits is not None else {}
+        )
 
     def channel(self, name: str, *, oldest: bool = False) -> Channel:
         """The channel, created if missing.
@@ -141,6 +148,7 @@ class Partition:
             latency=self.latency,
             ttl=self.ttl,
             delays=delays,
+            rate_limit=self.channel_limits.get(name),
         )
         self.channels[name] = channel
         if self.paused:
@@ -326,6 +334,11 @@ class Topic:
         can be upgraded to ext, never back."""
         self.ttl: Final = TopicTtl()
         """TTL rules (broker/ttl.py), shared with every partition's channels."""
+        self.channel_limits: Final[dict[str, RateLimit]] = {}
+        """Channel rate limits by channel name (broker/rate_limits.py), shared with
+        every partition, whose channels of that name share the one bucket."""
+        self.publish_limit: PublishLimit | None = None
+        """The topic's per-producer publish limit (None: none)."""
         self.ordered: Final = ordered
         """Created for ordered consumption: consumers must SUB_ORDERED and publishers
         name a partition (spec §8.3 step 6, §8.6 rule 5)."""
@@ -354,6 +367,7 @@ class Topic:
                 log=self._open_log(index) if self._open_log is not None else None,
                 ttl=self.ttl,
                 open_delays=self._delays_opener(index),
+                channel_limits=self.channel_limits,
             )
             for index in range(len(self.partitions), count)
         ]

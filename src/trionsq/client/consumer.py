@@ -23,7 +23,7 @@ import attrs
 import trio
 
 from ..protocol.commands import OffsetSpec, Sub, SubAdvanced, SubOrdered
-from ..protocol.identify import MAX_ATTEMPTS_BOUND
+from ..protocol.identify import MAX_ATTEMPTS_BOUND, MAX_BYTES_PER_SEC, MAX_MSGS_PER_SEC
 from .connection import ConnectionClosedError, NsqError, open_connection
 from .discovery import Discovery, Placement, Target
 from .groups import single_errors
@@ -80,6 +80,12 @@ class ConsumerSettings:
     departed member's partitions to the others. Connect to every partition (through
     lookupd, or ``partitions=``); give each consumer process its own name (1-64 of
     ``[.a-zA-Z0-9_-]``, e.g. host and pid). Empty: an ordinary NSQ consumer."""
+    max_msgs_per_sec: int = 0
+    """Ask the broker to deliver at most this many messages a second to each of this
+    consumer's connections (IDENTIFY ``max_msgs_per_sec``, trionsq's extension; 0: no
+    limit). Unlike ``max_in_flight`` it bounds the rate, not what is held at once."""
+    max_bytes_per_sec: int = 0
+    """The same in bytes a second (bodies plus 34 bytes of frame each; 0: no limit)."""
     requeue_delay: float = 90.0
     """Handler mode: a failed message comes back after this times its attempts..."""
     max_requeue_delay: float = 900.0
@@ -124,6 +130,17 @@ class Consumer:
             options = attrs.evolve(options, identify=identify)
         if settings.group_member:
             identify = attrs.evolve(options.identify, group_member=settings.group_member)
+            options = attrs.evolve(options, identify=identify)
+        if settings.max_msgs_per_sec or settings.max_bytes_per_sec:
+            if not 0 <= settings.max_msgs_per_sec <= MAX_MSGS_PER_SEC:
+                raise ValueError(f"max_msgs_per_sec must be 0 to {MAX_MSGS_PER_SEC}")
+            if not 0 <= settings.max_bytes_per_sec <= MAX_BYTES_PER_SEC:
+                raise ValueError(f"max_bytes_per_sec must be 0 to {MAX_BYTES_PER_SEC}")
+            identify = attrs.evolve(
+                options.identify,
+                max_msgs_per_sec=settings.max_msgs_per_sec,
+                max_bytes_per_sec=settings.max_bytes_per_sec,
+            )
             options = attrs.evolve(options, identify=identify)
         self.topic = topic
         self.channel = channel

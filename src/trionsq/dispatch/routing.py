@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Final
 import orjson
 
 from ..broker.channel import WAITING_LIMIT
+from ..broker.rate_limits import MESSAGE_OVERHEAD
 from .assign import ConsumerSlot, assign
 
 if TYPE_CHECKING:
@@ -33,10 +34,90 @@ def route(channel: Channel, now: float, wall_ns: int) -> dict[int, list[Delivery
     channel.read_on = False
     if channel.paused or channel.draining:
         return {}
+    if channel.rate_limit is not None or channel.limited_consumers:
+        return _route_limited(channel, now, wall_ns)
     slots = [
         ConsumerSlot(c.client_id, channel.room_for(c), c.tag) for c in channel.consumers.values()
     ]
-    room = min(sum(slot.room for slot in slots), channel.max_batch)
+    return _route(channel, slots, channel.max_batch, now, wall_ns)
+
+
+def _route_limited(channel: Channel, now: float, wall_ns: int) -> dict[int, list[Delivery]]:
+    """A pass under rate limits (broker/rate_limits.py): the channel's bucket caps the
+    pass, each limited consumer's bucket its room; what went out is charged after.
+
+    When a bucket holds back work, :attr:`Channel.refill_at` says when it is full
+    again, so the expiry timer wakes the router then: no polling, no per-message
+    await.
+    """
+    limit = channel.rate_limit
+    cap = channel.max_batch
+    if limit is not None:
+        cap = min(cap, limit.room(now))
+    slots: list[ConsumerSlot] = []
+    for consumer in channel.consumers.values():
+        room = channel.room_for(consumer)
+        own = consumer.rate_limit
+        if own is not None and room:
+            room = min(room, own.room(now))
+        slots.append(ConsumerSlot(consumer.client_id, room, consumer.tag))
+    deliveries = _route(channel, slots, cap, now, wall_ns) if cap > 0 else {}
+    if deliveries:
+        _charge(channel, deliveries)
+    channel.refill_at = _refill_at(channel, now)
+    return deliveries
+
+
+def _charge(channel: Channel, deliveries: dict[int, list[Delivery]]) -> None:
+    """Take what a pass delivered from the channel's and the consumers' buckets
+    (sizes are summed only when a bytes limit is there to take them)."""
+    limit = channel.rate_limit
+    consumers = channel.consumers
+    channel_sized = limit is not None and limit.bytes is not None
+    total_count = total_size = 0
+    for client_id, sent in deliveries.items():
+        own = consumers[client_id].rate_limit
+        count = len(sent)
+        size = 0
+        if channel_sized or (own is not None and own.bytes is not None):
+            size = sum([len(delivery.record.body) for delivery in sent]) + MESSAGE_OVERHEAD * count
+        if own is not None:
+            own.charge(count, size)
+        total_count += count
+        total_size += size
+    if limit is not None:
+        limit.charge(total_count, total_size)
+
+
+def _refill_at(channel: Channel, now: float) -> float | None:
+    """When the earliest bucket holding back work is refilled (None: none holds back
+    work). A bucket is waited for until full, so a throttled channel routes a burst
+    about ten times a second rather than one message per token. The buckets are
+    looked at first: a limit that does not bind costs no look at the backlog."""
+    ready: float | None = None
+    limit = channel.rate_limit
+    held = limit if limit is not None and limit.exhausted() else None
+    if held is not None:
+        ready = held.refilled_at(now)
+    if channel.limited_consumers:
+        for consumer in channel.consumers.values():
+            own = consumer.rate_limit
+            if own is not None and own.exhausted() and channel.room_for(consumer):
+                at = own.refilled_at(now)
+                if ready is None or at < ready:
+                    ready = at
+    if ready is None or not channel.has_work():
+        return None
+    if held is not None:
+        held.throttled += 1
+    return ready
+
+
+def _route(
+    channel: Channel, slots: list[ConsumerSlot], cap: int, now: float, wall_ns: int
+) -> dict[int, list[Delivery]]:
+    """The pass itself: at most ``cap`` messages into the consumers' ``slots``."""
+    room = min(sum(slot.room for slot in slots), cap)
     if channel.ordered:
         room = min(room, channel.ordered_window() - len(channel.in_flight))
     if room <= 0:

@@ -23,6 +23,7 @@ __all__ = [
     "invalid_internal_id",
     "no_channel",
     "pub_failed",
+    "pub_rate_limited",
     "pub_too_much_waiting",
     "req_failed",
     "sub_channel_not_registered",
@@ -39,6 +40,7 @@ __all__ = [
 
 NOT_IN_FLIGHT = "ID not in flight"
 NOT_OWNER = "client does not own message"
+RATE_LIMITED = "rate limit exceeded"
 
 
 def _id_text(message_id: bytes) -> str:
@@ -105,6 +107,14 @@ def pub_failed(verb: str, reason: str, *, youzan: bool = False) -> ProtocolError
     if youzan:
         return ProtocolError(code, reason, fatal=False)
     return ProtocolError(code, f"{verb} failed {reason}")
+
+
+def pub_rate_limited(verb: str, *, youzan: bool = False) -> ProtocolError:
+    """trionsq's publish limit refused a publish: :func:`pub_failed`'s text with the
+    reason ``rate limit exceeded``, always non-fatal (the client may publish again on
+    the same connection once its bucket has refilled)."""
+    error = pub_failed(verb, RATE_LIMITED, youzan=youzan)
+    return ProtocolError(error.code, error.description, fatal=False)
 
 
 def topic_not_exist() -> ProtocolError:

@@ -97,6 +97,8 @@ NON_FATAL_ERROR_CODES: Final = frozenset(
         "E_MPUB_FAILED",
         "E_FAILED_ON_NOT_LEADER",
         "E_FAILED_ON_NOT_WRITABLE",
+        # trionsq: a DPUB over its topic's publish limit (PUB and MPUB are above)
+        "E_DPUB_FAILED",
     }
 )
 """Error codes after which a server may keep the connection open.

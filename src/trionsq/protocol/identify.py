@@ -32,6 +32,10 @@ __all__ = [
 MAX_TAG_LENGTH: Final = 100
 MAX_ATTEMPTS_BOUND: Final = 0xFFFF
 """The largest dead-letter bound: a message frame's attempts field is 16 bits."""
+MAX_MSGS_PER_SEC: Final = 100_000_000
+"""The largest rate limit in messages/s (far above what one broker delivers)."""
+MAX_BYTES_PER_SEC: Final = 2**40
+"""The largest rate limit in bytes/s (1 TiB/s)."""
 _INT32_MAX: Final = 2**31 - 1
 
 
@@ -86,6 +90,11 @@ class IdentifyRequest:
     group_member: str = ""
     """trionsq: join the subscribed channel's consumer group as this member (a name
     the consumer's connections share; empty: an ordinary consumer)."""
+    max_msgs_per_sec: int = 0
+    """trionsq: deliver at most this many messages a second to this consumer (0: no
+    limit)."""
+    max_bytes_per_sec: int = 0
+    """trionsq: deliver at most this many bytes a second to this consumer (0: no limit)."""
 
 
 @attrs.frozen
@@ -116,6 +125,9 @@ class NegotiatedSettings:
     """Dead-letter bound this consumer asked for (trionsq's extension; 0: none)."""
     group_member: str = ""
     """Consumer-group member name (trionsq's extension; empty: no group)."""
+    max_msgs_per_sec: int = 0
+    """This consumer's delivery rate limit (trionsq's extension; 0: none)."""
+    max_bytes_per_sec: int = 0
 
     @classmethod
     def defaults(cls, settings: ServerSettings) -> NegotiatedSettings:
@@ -150,11 +162,22 @@ class IdentifyResponse:
     """trionsq: present only when the client asked for a dead-letter bound."""
     group_member: str = ""
     """trionsq: present only when the client joined a consumer group."""
+    max_msgs_per_sec: int = 0
+    """trionsq: present only when the client asked for a rate limit (so it knows it
+    holds: a broker without the extension leaves it out)."""
+    max_bytes_per_sec: int = 0
 
 
 _converter = make_converter()
 omit_defaults(
-    _converter, IdentifyResponse, "desired_tag", "ordered_window", "max_attempts", "group_member"
+    _converter,
+    IdentifyResponse,
+    "desired_tag",
+    "ordered_window",
+    "max_attempts",
+    "group_member",
+    "max_msgs_per_sec",
+    "max_bytes_per_sec",
 )
 
 
@@ -220,6 +243,10 @@ def negotiate(
     member = request.group_member
     if member and not _valid_member(member):
         raise _invalid(f"group member ({member!r}) is invalid")
+    if not 0 <= request.max_msgs_per_sec <= MAX_MSGS_PER_SEC:
+        raise _invalid(f"max msgs per sec ({request.max_msgs_per_sec}) is invalid")
+    if not 0 <= request.max_bytes_per_sec <= MAX_BYTES_PER_SEC:
+        raise _invalid(f"max bytes per sec ({request.max_bytes_per_sec}) is invalid")
 
     tls_v1 = settings.tls_available and request.tls_v1
     deflate = settings.deflate and request.deflate
@@ -250,6 +277,8 @@ def negotiate(
         ordered_window=window or 1,
         max_attempts=request.max_attempts,
         group_member=member,
+        max_msgs_per_sec=request.max_msgs_per_sec,
+        max_bytes_per_sec=request.max_bytes_per_sec,
     )
     if not request.feature_negotiation:
         return negotiated, None
@@ -328,4 +357,6 @@ def _response(
         ordered_window=negotiated.ordered_window if window_asked else 0,
         max_attempts=negotiated.max_attempts,
         group_member=negotiated.group_member,
+        max_msgs_per_sec=negotiated.max_msgs_per_sec,
+        max_bytes_per_sec=negotiated.max_bytes_per_sec,
     )

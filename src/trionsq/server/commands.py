@@ -25,6 +25,7 @@ from ..broker import trace_log
 from ..broker.channel import ClientStatistics, Consumer, PubCount
 from ..broker.health import StorageFault
 from ..broker.offsets import OffsetError
+from ..broker.rate_limits import RateLimit, Rates, batch_size
 from ..broker.rules import (
     EXT_TOO_LONG_REASON,
     MAX_PARTITION_NUM,
@@ -155,6 +156,12 @@ def _storage_refusal(event: Event, reason: str) -> ProtocolError:
     return ProtocolError("E_INVALID", f"{_wire_verb(kind.__name__)} failed {reason}")
 
 
+def _consumer_limit(negotiated: NegotiatedSettings) -> RateLimit | None:
+    """The consumer's own delivery bucket, if IDENTIFY asked for a rate limit."""
+    rates = Rates(negotiated.max_msgs_per_sec, negotiated.max_bytes_per_sec)
+    return RateLimit(rates, trio.current_time()) if rates else None
+
+
 @functools.lru_cache(maxsize=64)
 def _seconds(milliseconds: int) -> float:
     """``milliseconds / 1000``, the same float object for every session."""
@@ -183,6 +190,7 @@ class CommandLayer:
         "outbound",
         "protocol",
         "pub_counts",
+        "publish_limits",
         "remote_address",
         "settings",
         "subscription",
@@ -219,6 +227,9 @@ class CommandLayer:
         self.pub_counts: dict[str, int] | None = None
         """Messages published on this connection, per topic (nsqd's pubCounts); made
         at the first publish, as most connections only consume."""
+        self.publish_limits: dict[str, RateLimit] | None = None
+        """This connection's buckets for topics with a publish limit, made at its first
+        publish to each (a topic's new limit replaces its bucket)."""
         self._identify_request: IdentifyRequest | None = None
         self._upgrade_to: NegotiatedSettings | None = None
         """What IDENTIFY negotiated when it asks for TLS or compression: the I/O side
@@ -407,9 +418,36 @@ class CommandLayer:
             self._fail(broker_errors.topic_not_exist())
         return -1
 
+    def _over_limit(
+        self, topic_name: str, verb: str, bodies: Sequence[bytes], *, youzan: bool = False
+    ) -> bool:
+        """Answer the non-fatal refusal if the topic's publish limit holds this publish
+        back on this connection (nothing is stored; the client may publish again).
+
+        Upstream's E_PUB_FAILED is fatal for a store failure; this one keeps the
+        connection open, as Youzan's publish errors do (docs/extensions.md).
+        """
+        topic = self.broker.topics.get(topic_name)
+        limit = topic.publish_limit if topic is not None else None
+        if limit is None:
+            return False
+        buckets = self.publish_limits
+        if buckets is None:
+            buckets = self.publish_limits = {}
+        bucket = buckets.get(topic_name)
+        now = trio.current_time()
+        if bucket is None or bucket.rates is not limit.rates:
+            bucket = buckets[topic_name] = RateLimit(limit.rates, now)
+        if bucket.admit(now, len(bodies), batch_size(bodies)):
+            return False
+        limit.refused += 1
+        self._reply(error_frame(broker_errors.pub_rate_limited(verb, youzan=youzan)))
+        return True
+
     def _pub(self, event: Pub) -> None:
         index = self._target(event.topic, event.partition)
-        if index < 0:
+        youzan = event.partition is not None
+        if index < 0 or self._over_limit(event.topic, "PUB", (event.body,), youzan=youzan):
             return
         self.broker.publish(
             event.topic, [event.body], self.broker.wall_clock(), partition_index=index
@@ -418,7 +456,13 @@ class CommandLayer:
         self._reply(OK_FRAME)
 
     def _pub_together(self, topic: str, pubs: list[Pub]) -> None:
-        """PUBs to one topic in one read: one append per run naming the same partition."""
+        """PUBs to one topic in one read: one append per run naming the same partition
+        (each on its own under a publish limit: each is admitted or refused)."""
+        topic_now = self.broker.topics.get(topic)
+        if topic_now is not None and topic_now.publish_limit is not None:
+            for pub in pubs:
+                self._pub(pub)
+            return
         start, count = 0, len(pubs)
         while start < count:
             partition = pubs[start].partition
@@ -437,7 +481,8 @@ class CommandLayer:
 
     def _mpub(self, event: Mpub) -> None:
         index = self._target(event.topic, event.partition)
-        if index < 0:
+        youzan = event.partition is not None
+        if index < 0 or self._over_limit(event.topic, "MPUB", event.bodies, youzan=youzan):
             return
         self.broker.publish(
             event.topic, event.bodies, self.broker.wall_clock(), partition_index=index
@@ -446,7 +491,9 @@ class CommandLayer:
         self._reply(OK_FRAME)
 
     def _dpub(self, event: Dpub) -> None:
-        if self._target(event.topic, None) < 0:
+        if self._target(event.topic, None) < 0 or self._over_limit(
+            event.topic, "DPUB", (event.body,)
+        ):
             return
         now = self.broker.wall_clock()
         defer_ns = event.defer_ms * 1_000_000
@@ -481,6 +528,8 @@ class CommandLayer:
         message = event.message
         index = self._target(event.topic, event.partition, create=False)
         if index < 0 or self._ext_refusal(event.topic, (message,)):
+            return
+        if self._over_limit(event.topic, "PUB", (message.body,), youzan=True):
             return
         trace_id = message.trace_id
         if message.idempotency_key is not None:
@@ -532,6 +581,8 @@ class CommandLayer:
         if index < 0 or self._ext_refusal(event.topic, messages):
             return
         bodies = [m.body for m in messages]
+        if self._over_limit(event.topic, "MPUB", bodies, youzan=True):
+            return
         trace_ids = [m.trace_id or 0 for m in messages]
         exts = [m.header for m in messages]
         keys = [m.idempotency_key for m in messages]
@@ -564,7 +615,7 @@ class CommandLayer:
     def _pub_trace(self, event: PubTrace) -> None:
         """PUB_TRACE: stored with its trace id, answered with the 30-byte reply (§8.4)."""
         index = self._target(event.topic, event.partition, create=False)
-        if index < 0:
+        if index < 0 or self._over_limit(event.topic, "PUB", (event.body,), youzan=True):
             return
         records = self.broker.publish(
             event.topic,
@@ -587,9 +638,11 @@ class CommandLayer:
         """MPUB_TRACE: the traced reply names the batch: first id and offset, trace id
         0, the raw size of all its records (§8.4)."""
         index = self._target(event.topic, event.partition, create=False)
-        if index < 0:
-            return
         messages = event.messages
+        if index < 0 or self._over_limit(
+            event.topic, "MPUB", [m.body for m in messages], youzan=True
+        ):
+            return
         records = self.broker.publish(
             event.topic,
             [m.body for m in messages],
@@ -662,6 +715,7 @@ class CommandLayer:
             ordered_window=negotiated.ordered_window,
             max_attempts=negotiated.max_attempts,
             member=negotiated.group_member or None,
+            rate_limit=_consumer_limit(negotiated),
         )
         self.outbound.binary_ids = self.protocol.binary_ids
         self.outbound.extended = ext
@@ -825,4 +879,6 @@ class CommandLayer:
             # Go's ConnectionState always says true; nsqd reports it for TLS clients
             tls_negotiated_protocol_is_mutual=tls is not None,
             group_member=negotiated.group_member,
+            max_msgs_per_sec=negotiated.max_msgs_per_sec if consumer else 0,
+            max_bytes_per_sec=negotiated.max_bytes_per_sec if consumer else 0,
         )

@@ -24,6 +24,7 @@ import trio
 from ..broker.dead_letters import dead_topic_name
 from ..broker.health import StorageFault
 from ..broker.offsets import OffsetError
+from ..broker.rate_limits import Rates, batch_size
 from ..broker.rules import (
     EXT_TOO_LONG_REASON,
     MAX_PARTITION_NUM,
@@ -39,7 +40,7 @@ from ..protocol.broker_errors import pub_failed
 from ..protocol.commands import OffsetSpec
 from ..protocol.errors import ProtocolError
 from ..protocol.ext_header import MAX_TTL_SECONDS, TRACE_ID_KEY, ExtHeader, check_ext_header
-from ..protocol.identify import MAX_ATTEMPTS_BOUND
+from ..protocol.identify import MAX_ATTEMPTS_BOUND, MAX_BYTES_PER_SEC, MAX_MSGS_PER_SEC
 from ..protocol.message import EXT_VERSION_JSON
 from ..protocol.names import is_ephemeral, is_valid_name
 from ..protocol.strconv import go_atoi, go_parse_uint64
@@ -176,6 +177,8 @@ class NsqdHttpApi:
             "/channel/pause": self._channel_pause,
             "/channel/dead_letter": self._channel_dead_letter,
             "/topic/ttl": self._topic_ttl,
+            "/channel/rate_limit": self._channel_rate_limit,
+            "/topic/publish_limit": self._topic_publish_limit,
             "/channel/unpause": self._channel_unpause,
         }
         self.routes: dict[str, dict[str, Callable[[Request], Awaitable[Response]]]] = {
@@ -443,6 +446,7 @@ class NsqdHttpApi:
                 raise HttpError(400, "INVALID_DEFER")
             if defer_ms:
                 deliver_at = now + defer_ms * 1_000_000
+        self._check_publish_limit(topic, (body,))
         self.broker.publish(topic, [body], now, deliver_at=deliver_at, partition_index=partition)
         return Response.legacy_ok("OK") if request.legacy else Response.text("OK")
 
@@ -455,8 +459,19 @@ class NsqdHttpApi:
         else:
             bodies = self._text_bodies(request.body)
         if bodies:
+            self._check_publish_limit(topic, bodies)
             self.broker.publish(topic, bodies, self.broker.wall_clock(), partition_index=partition)
         return Response.legacy_ok("OK") if request.legacy else Response.text("OK")
+
+    def _check_publish_limit(self, topic: str, bodies: Sequence[bytes]) -> None:
+        """The topic's publish limit, one bucket for all HTTP publishers: over it, a
+        429 ``RATE_LIMITED`` and nothing stored."""
+        limit = self.broker.topics[topic].publish_limit
+        if limit is None:
+            return
+        if not limit.http.admit(trio.current_time(), len(bodies), batch_size(bodies)):
+            limit.refused += 1
+            raise HttpError(429, "RATE_LIMITED")
 
     def _youzan_body(self, request: Request) -> bytes:
         """Youzan's /pub body rules, shared by /pubtrace and /pub_ext: 413, then 406."""
@@ -476,6 +491,7 @@ class NsqdHttpApi:
         trace_id = go_parse_uint64(given.encode("utf-8", "surrogateescape"))
         if trace_id is None:
             raise HttpError(400, "INVALID_TRACE_ID")
+        self._check_publish_limit(topic, (body,))
         records = self.broker.publish(
             topic,
             [body],
@@ -503,6 +519,7 @@ class NsqdHttpApi:
             raise HttpError(400, "E_EXT_NOT_SUPPORT")
         if refusal is Refusal.EXT_TOO_LONG:  # the record's limit: TCP's refusal, as a 400
             raise HttpError(400, pub_failed("PUB", EXT_TOO_LONG_REASON, youzan=True).text)
+        self._check_publish_limit(topic, (body,))
         trace_id = checked.trace_id
         if checked.idempotency_key is not None:
             return self._pub_ext_once(request, topic, partition, body, header, checked)
@@ -707,6 +724,28 @@ class NsqdHttpApi:
         self.broker.set_dead_letter(topic, channel, int(raw), dead_topic)
         return Response.empty()
 
+    async def _channel_rate_limit(self, request: Request) -> Response:
+        """trionsq's channel rate limit: ``msgs_per_sec`` and/or ``bytes_per_sec`` (0
+        turns one off; one not given keeps its value), one limit for the channel in
+        all partitions. Creates the channel, as ``/channel/create`` does."""
+        topic, channel = self._topic_and_channel(request)
+        current = self.broker.topics[topic].channel_limits.get(channel)
+        rates = _rates_args(request, current.rates if current is not None else Rates())
+        await self.broker.create_channel(topic, channel)
+        self.broker.set_channel_rate_limit(topic, channel, rates)
+        return Response.empty()
+
+    async def _topic_publish_limit(self, request: Request) -> Response:
+        """trionsq's per-producer publish limit: ``msgs_per_sec`` and/or
+        ``bytes_per_sec`` for each TCP connection, and for all HTTP publishes
+        together (0 turns one off; one not given keeps its value)."""
+        parsed_query(request)
+        name = self._existing_topic(name_arg(request, "topic", invalid="INVALID_ARG_TOPIC"))
+        current = self.broker.topics[name].publish_limit
+        rates = _rates_args(request, current.rates if current is not None else Rates())
+        self.broker.set_publish_limit(name, rates)
+        return Response.empty()
+
     async def _channel_setoffset(self, request: Request) -> Response:
         """Youzan's setoffset: move one partition's channel to the offset spec in the
         body (tcp-protocol §8.6), whoever is subscribed. Standalone, every spec kind
@@ -831,6 +870,28 @@ def _traced(records: Sequence[Record | Stored], trace_id: str, *, legacy: bool) 
         "rawsize": record.raw_size,
     }
     return Response.legacy_ok(answer) if legacy else Response.json(answer)
+
+
+def _rates_args(request: Request, current: Rates) -> Rates:
+    """``msgs_per_sec``/``bytes_per_sec`` (decimal, 0 to the IDENTIFY bounds); at least
+    one must be given, one left out keeps its ``current`` value."""
+    msgs = _rate_arg(request, "msgs_per_sec", MAX_MSGS_PER_SEC)
+    size = _rate_arg(request, "bytes_per_sec", MAX_BYTES_PER_SEC)
+    if msgs is None and size is None:
+        raise HttpError(400, "MISSING_ARG_RATE")
+    return Rates(
+        current.msgs_per_sec if msgs is None else msgs,
+        current.bytes_per_sec if size is None else size,
+    )
+
+
+def _rate_arg(request: Request, name: str, bound: int) -> int | None:
+    raw = request.arg(name)
+    if raw is None:
+        return None
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 20 or int(raw) > bound:
+        raise HttpError(400, f"INVALID_ARG_{name.upper()}")
+    return int(raw)
 
 
 def _ns(seconds: float) -> int:

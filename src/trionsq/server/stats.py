@@ -81,6 +81,10 @@ class ChannelSnapshot:
     expired_count: int = 0
     group: GroupSnapshot | None = None
     """The channel's consumer group on this broker (the JSON has it only when one exists)."""
+    rate_limit_msgs: int = 0
+    """The channel's rate limit (trionsq's extension; the JSON has it only when set)."""
+    rate_limit_bytes: int = 0
+    throttled_count: int = 0
 
 
 @attrs.frozen
@@ -140,6 +144,10 @@ class TopicSnapshot:
     """trionsq's addition: messages recovery could not give back (damaged records,
     unreadable segment parts, unfinished messages cut from a channel's log)."""
     partitions: tuple[PartitionSnapshot, ...] = ()
+    publish_limit_msgs: int = 0
+    """The per-producer publish limit (trionsq's extension; in the JSON only when set)."""
+    publish_limit_bytes: int = 0
+    publish_refused_count: int = 0
     """trionsq's addition (Youzan's per-partition view): each partition's figures."""
 
 
@@ -301,6 +309,7 @@ def snapshot(
                 disk_bytes=sum(getattr(p.log, "disk_bytes", 0) for p in t.partitions),
                 lost_count=_lost(broker, t),
                 partitions=tuple(_partition_snapshot(p, set(names)) for p in t.partitions),
+                **_publish_limit_fields(t),
             )
         )
     producers: tuple[ClientStatistics, ...] | None = None
@@ -408,6 +417,9 @@ def _channel_snapshot(
         ttl_ns=max(s.ttl_ns for s in stats),
         expired_count=sum(s.expired_count for s in stats),
         group=_group_snapshot(broker, parts[0].topic, parts[0].name),
+        rate_limit_msgs=stats[0].rate_limit_msgs,  # one limit shared by the partitions
+        rate_limit_bytes=stats[0].rate_limit_bytes,
+        throttled_count=stats[0].throttled_count,
     )
 
 
@@ -416,6 +428,17 @@ def _group_snapshot(broker: Broker, topic: str, channel: str) -> GroupSnapshot |
     if group is None:
         return None
     return GroupSnapshot(generation=group.generation, assignment=group.assignment())
+
+
+def _publish_limit_fields(topic: Topic) -> dict[str, int]:
+    limit = topic.publish_limit
+    if limit is None:
+        return {}
+    return {
+        "publish_limit_msgs": limit.rates.msgs_per_sec,
+        "publish_limit_bytes": limit.rates.bytes_per_sec,
+        "publish_refused_count": limit.refused,
+    }
 
 
 def _for_topic(stats: ClientStatistics, topic: str | None) -> ClientStatistics:
@@ -471,6 +494,18 @@ def _topic_json(t: TopicSnapshot) -> dict[str, object]:
         "disk_bytes": t.disk_bytes,
         "lost_count": t.lost_count,
         "partitions": [_partition_json(p) for p in t.partitions],
+        **_publish_limit_json(t),
+    }
+
+
+def _publish_limit_json(t: TopicSnapshot) -> dict[str, object]:
+    """trionsq's publish limit fields, only for a topic that has one."""
+    if not (t.publish_limit_msgs or t.publish_limit_bytes):
+        return {}
+    return {
+        "publish_limit_msgs": t.publish_limit_msgs,
+        "publish_limit_bytes": t.publish_limit_bytes,
+        "publish_refused_count": t.publish_refused_count,
     }
 
 
@@ -498,6 +533,18 @@ def _channel_json(c: ChannelSnapshot) -> dict[str, object]:
         **_dead_letter_json(c),
         **_ttl_json(c),
         **_group_json(c),
+        **_rate_limit_json(c),
+    }
+
+
+def _rate_limit_json(c: ChannelSnapshot) -> dict[str, object]:
+    """trionsq's channel rate limit fields, only for a channel that has one."""
+    if not (c.rate_limit_msgs or c.rate_limit_bytes):
+        return {}
+    return {
+        "rate_limit_msgs": c.rate_limit_msgs,
+        "rate_limit_bytes": c.rate_limit_bytes,
+        "throttled_count": c.throttled_count,
     }
 
 
@@ -570,6 +617,9 @@ def _client_json(s: ClientStatistics) -> dict[str, object]:
     )
     if s.group_member:
         document["group_member"] = s.group_member
+    if s.max_msgs_per_sec or s.max_bytes_per_sec:  # trionsq's consumer rate limit
+        document["max_msgs_per_sec"] = s.max_msgs_per_sec
+        document["max_bytes_per_sec"] = s.max_bytes_per_sec
     return document
 
 

@@ -1,0 +1,197 @@
+"""Rate limits (issue 20): token buckets for deliveries and publishes.
+
+Opt-in and off by default: nothing here exists for a channel, a consumer or a topic
+that asked for nothing, so the router's pass and a publish only ever check for
+``None``. A limit is messages/s and/or bytes/s; a message's size is its body plus
+:data:`MESSAGE_OVERHEAD` (the fixed part of the frame that carries it).
+
+A bucket holds up to :data:`BURST_SECONDS` of its rate (at least one token) and
+starts full. The messages bucket of a delivery limit is exact: a routing pass takes
+at most the whole tokens it holds. A bytes bucket, and both buckets of a publish
+limit, work on debt: they let a batch through while their balance holds a token
+and charge it afterwards, which may drive the balance below zero; nothing more goes
+until it has refilled. So a batch larger than the bucket still goes, and over any
+window ``t`` no more than ``rate * t + capacity`` (plus the one batch that went
+into debt) passes. Pure state with time passed in (``now``: monotonic seconds).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Final
+
+import attrs
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+__all__ = [
+    "BURST_SECONDS",
+    "MESSAGE_OVERHEAD",
+    "MIN_WAIT",
+    "UNLIMITED",
+    "PublishLimit",
+    "RateLimit",
+    "Rates",
+    "TokenBucket",
+    "batch_size",
+]
+
+BURST_SECONDS: Final = 0.1
+"""A bucket's capacity in seconds of its rate: short enough that a limit holds over
+a second, long enough that one routing pass is not one message."""
+MESSAGE_OVERHEAD: Final = 34
+"""Bytes charged per message on top of its body: a message frame's size, type,
+timestamp, attempts and id fields (4 + 4 + 8 + 2 + 16)."""
+UNLIMITED: Final = 1 << 62
+"""Room of a limit that does not bound the count now (its bytes balance holds)."""
+MIN_WAIT: Final = 1e-6
+"""The least a refill time lies ahead of ``now``: float rounding must never make the
+channel's timer fire again at once with nothing refilled (a busy loop under
+MockClock)."""
+_TOLERANCE: Final = 1e-6
+"""A refill computed at exactly its time may come out a hair below a whole token
+(float rounding of large monotonic times); a millionth of a token is ignored."""
+
+
+class TokenBucket:
+    """Tokens refilled at ``rate`` per second up to ``capacity``; starts full."""
+
+    __slots__ = ("balance", "capacity", "rate", "updated")
+
+    def __init__(self, rate: float, now: float) -> None:
+        self.rate: Final = float(rate)
+        self.capacity: Final = max(self.rate * BURST_SECONDS, 1.0)
+        self.balance = self.capacity
+        """Tokens held; below zero after a charge on debt."""
+        self.updated = now
+
+    def refill(self, now: float) -> None:
+        """Add what ``rate`` gave since the last look."""
+        elapsed = now - self.updated
+        if elapsed > 0:
+            self.balance = min(self.capacity, self.balance + elapsed * self.rate)
+            self.updated = now
+
+    def tokens(self, now: float) -> int:
+        """Whole tokens held now (0 while in debt)."""
+        self.refill(now)
+        return max(0, math.floor(self.balance + _TOLERANCE))
+
+    def is_open(self, now: float) -> bool:
+        """Whether it holds a token now (a batch may go on debt)."""
+        self.refill(now)
+        return self.balance + _TOLERANCE >= 1.0
+
+    def charge(self, amount: float) -> None:
+        """Take ``amount`` tokens (may go below zero: debt)."""
+        self.balance -= amount
+
+    def ready_at(self, now: float) -> float:
+        """When it holds a token again (``now`` if it does)."""
+        self.refill(now)
+        if self.balance + _TOLERANCE >= 1.0:
+            return now
+        return max(now + (1.0 - self.balance) / self.rate, now + MIN_WAIT)
+
+    def full_at(self, now: float) -> float:
+        """When it is full again (``now`` if it is)."""
+        self.refill(now)
+        if self.balance + _TOLERANCE >= self.capacity:
+            return now
+        return max(now + (self.capacity - self.balance) / self.rate, now + MIN_WAIT)
+
+
+@attrs.frozen
+class Rates:
+    """A limit's settings: 0 turns either off."""
+
+    msgs_per_sec: int = 0
+    bytes_per_sec: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.msgs_per_sec or self.bytes_per_sec)
+
+
+class RateLimit:
+    """A messages bucket and/or a bytes bucket for one channel, consumer or producer."""
+
+    __slots__ = ("bytes", "msgs", "rates", "throttled")
+
+    def __init__(self, rates: Rates, now: float) -> None:
+        self.rates: Final = rates
+        self.msgs = TokenBucket(rates.msgs_per_sec, now) if rates.msgs_per_sec else None
+        self.bytes = TokenBucket(rates.bytes_per_sec, now) if rates.bytes_per_sec else None
+        self.throttled = 0
+        """Routing passes (or publishes) it held back (/stats)."""
+
+    def room(self, now: float) -> int:
+        """Messages it lets out now: the whole message tokens, or :data:`UNLIMITED`
+        while only an open bytes bucket applies; 0 while any is empty."""
+        if self.bytes is not None and not self.bytes.is_open(now):
+            return 0
+        return UNLIMITED if self.msgs is None else self.msgs.tokens(now)
+
+    def charge(self, count: int, size: int) -> None:
+        """``count`` messages of ``size`` bytes in all went out."""
+        if self.msgs is not None:
+            self.msgs.charge(count)
+        if self.bytes is not None:
+            self.bytes.charge(size)
+
+    def admit(self, now: float, count: int, size: int) -> bool:
+        """A publish of ``count`` messages, ``size`` bytes: let through (and charged, on
+        debt) while every bucket holds a token, else refused and not charged."""
+        msgs, size_bucket = self.msgs, self.bytes
+        if (msgs is not None and not msgs.is_open(now)) or (
+            size_bucket is not None and not size_bucket.is_open(now)
+        ):
+            self.throttled += 1
+            return False
+        self.charge(count, size)
+        return True
+
+    def exhausted(self) -> bool:
+        """Whether a bucket lacks a token, as of its last refill: right after a
+        routing pass charged it (no time has passed), without refilling again."""
+        msgs, size = self.msgs, self.bytes
+        return (msgs is not None and msgs.balance + _TOLERANCE < 1.0) or (
+            size is not None and size.balance + _TOLERANCE < 1.0
+        )
+
+    def ready_at(self, now: float) -> float:
+        """When every bucket holds a token again (``now`` if they do)."""
+        ready = now
+        for bucket in (self.msgs, self.bytes):
+            if bucket is not None:
+                ready = max(ready, bucket.ready_at(now))
+        return ready
+
+    def refilled_at(self, now: float) -> float:
+        """When every bucket without a token now is full again: when a router held
+        back by this limit looks again. Waiting for a whole burst rather than for the
+        next token makes a throttled channel route about ``1 / BURST_SECONDS`` times a
+        second, each pass a burst, instead of once per message."""
+        ready = now
+        for bucket in (self.msgs, self.bytes):
+            if bucket is not None and not bucket.is_open(now):
+                ready = max(ready, bucket.full_at(now))
+        return ready
+
+
+class PublishLimit:
+    """A topic's publish limit: its rates, and the one bucket HTTP publishes share
+    (each TCP connection keeps its own, made from :attr:`rates`)."""
+
+    __slots__ = ("http", "rates", "refused")
+
+    def __init__(self, rates: Rates, now: float) -> None:
+        self.rates: Final = rates
+        self.http: Final = RateLimit(rates, now)
+        self.refused = 0
+        """Publishes refused for it, over TCP and HTTP (/stats)."""
+
+
+def batch_size(bodies: Sequence[bytes]) -> int:
+    """Bytes a batch of bodies counts for (body plus :data:`MESSAGE_OVERHEAD` each)."""
+    return sum(map(len, bodies)) + MESSAGE_OVERHEAD * len(bodies)
