@@ -14,7 +14,7 @@ machine falls on both sides::
 
     .venv/bin/python benchmarks/rate_limit_overhead.py [--rounds 4] [--seconds 5]
 
-Prints each round (msg/s, MB/s of payload, latency percentiles of the consume run,
+Prints each round (msg/s, MB/s of payload,
 broker CPU), then the medians and the ratio (limited / plain), and the broker's peak
 RSS.
 """

@@ -360,3 +360,24 @@ async def test_rebalances_are_on_the_admin_stream(clients: Clients, nursery: tri
         assert event["topic"] == "g"
         assert event["channel"] == "c"
         assert event["generation"] == PARTITIONS
+
+
+async def test_two_connections_of_one_member_on_a_partition_share_it(
+    clients: Clients, nursery: trio.Nursery, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The owner's connections are one member: each gets messages while the other
+    holds some (only other members' messages hold the new owner back)."""
+    addresses = await started(nursery, autojump_clock, delay=0.0)
+    links = []
+    for _ in range(2):
+        link = await clients.connect(addresses.tcp)
+        await link.stream.send_all(encode_identify(IdentifyRequest(group_member="a")))
+        assert ok(await next_frame(link))
+        await link.send(Sub("g", "c", 0), Rdy(1))
+        assert ok(await next_frame(link))
+        links.append(link)
+    producer = await clients.connect(addresses.tcp)
+    await publish(producer, Pub("g", b"one", 0), Pub("g", b"two", 0))
+    firsts = [await next_frame(link) for link in links]
+    assert all(isinstance(frame, MessageFrame) for frame in firsts)
+    assert sorted(f.message.body for f in firsts if isinstance(f, MessageFrame)) == [b"one", b"two"]

@@ -416,7 +416,9 @@ class Broker:
             if group is None:
                 group = self.groups[key] = ConsumerGroup(topic_name, channel_name)
             group.join(consumer.member, partition)
-            runner.channel.group_owner = group.owners.get(partition, "")  # a channel made again
+            owner = group.owners.get(partition, "")
+            if runner.channel.group_owner != owner:  # a channel made again since the deal
+                runner.channel.set_group_owner(owner)
             self._group_changed(group)
         return Subscription(runner, consumer, self.unsubscribe, self.wall_clock)
 
@@ -489,7 +491,7 @@ class Broker:
             channel = partition.channels.get(group.channel)
             owner = group.owners.get(partition.index, "")
             if channel is not None and channel.group_owner != owner:
-                channel.group_owner = owner
+                channel.set_group_owner(owner)
                 self._wake(channel)
         if group.empty:
             del self.groups[key]
