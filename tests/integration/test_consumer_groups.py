@@ -381,3 +381,16 @@ async def test_two_connections_of_one_member_on_a_partition_share_it(
     firsts = [await next_frame(link) for link in links]
     assert all(isinstance(frame, MessageFrame) for frame in firsts)
     assert sorted(f.message.body for f in firsts if isinstance(f, MessageFrame)) == [b"one", b"two"]
+
+
+async def test_a_deleted_topic_leaves_no_group_behind(
+    clients: Clients, nursery: trio.Nursery, autojump_clock: trio.testing.MockClock
+) -> None:
+    addresses = await started(nursery, autojump_clock, delay=0.0)
+    member = await join(clients, addresses, "a")
+    assert ("g", "c") in addresses.broker.groups
+    assert addresses.broker.delete_topic("g")
+    for link in member.links.values():
+        await trio.aclose_forcefully(link.stream)
+    await trio.sleep(1)
+    assert addresses.broker.groups == {}

@@ -483,8 +483,11 @@ class Broker:
         """Deal the group's partitions over its members now; the channels whose owner
         changed route again (a new owner starts once the old one holds nothing)."""
         key = (group.topic, group.channel)
+        if self.groups.get(key) is not group:
+            return
         topic = self.topics.get(group.topic)
-        if self.groups.get(key) is not group or topic is None:
+        if topic is None:  # deleted: its members are gone or going
+            del self.groups[key]
             return
         group.rebalance(p.index for p in topic.partitions)
         for partition in topic.partitions:  # a channel made again since gets its owner too
