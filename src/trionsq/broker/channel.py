@@ -94,6 +94,9 @@ class Consumer:
     """IDENTIFY ``max_msgs_per_sec``/``max_bytes_per_sec`` (trionsq's extension): this
     consumer's own bucket (None: unlimited, nsqd's behaviour)."""
     rdy: int = 0
+    credit: int | None = None
+    """PULL (trionsq's pull consumption): messages still to send before the consumer
+    asks again; None: RDY's window, renewed by FINs (nsqd's push)."""
     closing: bool = False
     message_count: int = 0
     finish_count: int = 0
@@ -344,6 +347,14 @@ class Channel:
         consumer = self.consumers[client_id]
         if not consumer.closing:
             consumer.rdy = count
+            consumer.credit = None
+
+    def grant(self, client_id: int, count: int) -> None:
+        """PULL: ``count`` more messages for the consumer, sent as they are there and
+        not renewed by FINs (pull consumption; a later RDY goes back to pushing)."""
+        consumer = self.consumers[client_id]
+        if not consumer.closing:
+            consumer.credit = (consumer.credit or 0) + count
 
     def start_close(self, client_id: int) -> None:
         """CLS: no more deliveries; the consumer may still FIN/REQ/TOUCH."""
@@ -372,6 +383,9 @@ class Channel:
             consumer.member != self.group_owner or (self.releasing and self._still_releasing())
         ):
             return 0
+        credit = consumer.credit
+        if credit is not None:
+            return credit
         return max(0, consumer.rdy - self.in_flight.count_for(consumer.client_id))
 
     def set_group_owner(self, owner: str) -> None:
@@ -457,6 +471,8 @@ class Channel:
             items = [(record.internal_id, record) for record in records]
             self.in_flight.add_many(items, consumer.client_id, now, consumer.msg_timeout)
             consumer.message_count += len(records)
+            if consumer.credit is not None:
+                consumer.credit -= len(records)
         return sent
 
     def _attempt(self, internal_id: int) -> int:

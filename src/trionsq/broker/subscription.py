@@ -51,6 +51,11 @@ class Subscription:
         self.channel.set_rdy(self.consumer.client_id, count)
         self._driver.wake()
 
+    def pull(self, count: int) -> None:
+        """PULL: ``count`` more messages, once (trionsq's pull consumption)."""
+        self.channel.grant(self.consumer.client_id, count)
+        self._driver.wake()
+
     def finish(self, internal_id: int) -> None:
         """FIN. Raises ``InFlightError`` (not in flight, or another consumer's)."""
         channel = self.channel

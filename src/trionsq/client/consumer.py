@@ -47,6 +47,8 @@ if TYPE_CHECKING:
 __all__ = ["ClientMessage", "Consumer", "ConsumerSettings", "open_consumer"]
 
 log = logging.getLogger("trionsq.client")
+MAX_PULL: Final = 2500
+"""The most one PULL asks of a connection (nsqd's default max RDY count)."""
 BACKOFF_FIRST: Final = 0.1
 BACKOFF_MAX: Final = 10.0
 LOST_OR_CLOSED: Final[tuple[type[Exception], ...]] = (*LOST, ConnectionClosedError)
@@ -86,6 +88,9 @@ class ConsumerSettings:
     limit). Unlike ``max_in_flight`` it bounds the rate, not what is held at once."""
     max_bytes_per_sec: int = 0
     """The same in bytes a second (bodies plus 34 bytes of frame each; 0: no limit)."""
+    pull: bool = False
+    """Pull consumption (PULL, trionsq's extension; TubeMQ's pull model): no RDY is
+    sent, messages come only as :meth:`Consumer.fetch` asks for them."""
     requeue_delay: float = 90.0
     """Handler mode: a failed message comes back after this times its attempts..."""
     max_requeue_delay: float = 900.0
@@ -149,6 +154,7 @@ class Consumer:
             settings.max_in_flight,
             backoff_unit=settings.backoff_unit,
             max_backoff=settings.max_backoff,
+            pulling=settings.pull,
         )
         self.offsets = OffsetCheck()
         """Ordered and SUB_ADVANCED consumers: offsets per partition, and what skipped."""
@@ -190,6 +196,40 @@ class Consumer:
         self._waiting.clear()
         return batch
 
+    async def fetch(self, count: int, *, wait: float = 1.0) -> list[ClientMessage]:
+        """Pull consumption (``ConsumerSettings(pull=True)``): ask the connections for
+        ``count`` messages (``PULL``) and return up to ``count`` of those there within
+        ``wait`` seconds, maybe none.
+
+        What is missing is asked of the connections that sent all they were asked
+        for, shared out and rounded up; a connection still owing some (a partition
+        another group member owns, or nothing left) is not asked again, so the
+        requests go to the partitions that deliver. Extra messages (shares rounded up)
+        wait for the next fetch.
+
+        Raises:
+            RuntimeError: the consumer was not opened with ``pull=True``.
+        """
+        if not self.settings.pull:
+            raise RuntimeError("fetch needs ConsumerSettings(pull=True)")
+        if count < 1:
+            raise ValueError("fetch needs a count of at least 1")
+        with trio.move_on_after(wait):
+            while len(self._waiting) < count:
+                self._ask_for(count - len(self._waiting))
+                await self._arrived.wait()
+                self._arrived = trio.Event()
+        return [self._waiting.popleft() for _ in range(min(count, len(self._waiting)))]
+
+    def _ask_for(self, missing: int) -> None:
+        """PULL ``missing`` messages, shared over the links that owe none."""
+        idle = [link for link in self.readiness.links if not link.pulled]
+        if not idle:
+            return
+        share = min(-(-missing // len(idle)), MAX_PULL)
+        for link in idle:
+            link.pull(share)
+
     async def _wait_for_messages(self) -> None:
         while not self._waiting:
             await self._arrived.wait()
@@ -208,7 +248,12 @@ class Consumer:
         to ``on_give_up`` (default: a warning) and is finished, except on an ordered
         consumer, where skipping it would break the order: there it is only
         reported, and handled as usual.
+
+        Raises:
+            RuntimeError: the consumer pulls (``pull=True``): use :meth:`fetch`.
         """
+        if self.settings.pull:
+            raise RuntimeError("handler mode needs a pushing consumer: use fetch with pull=True")
         with single_errors():
             async with trio.open_nursery() as nursery:
                 for _ in range(concurrency):
@@ -398,6 +443,8 @@ class Consumer:
 
     def _received(self, link: Link, messages: list[Message]) -> None:
         link.last_message = trio.current_time()
+        if link.pulled:
+            link.pulled = max(0, link.pulled - len(messages))
         self.received += len(messages)
         settings = self.settings
         if self._rewinding:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING, Final
 
-from ..protocol.commands import Rdy
+from ..protocol.commands import Pull, Rdy
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -32,14 +32,22 @@ MAX_BACKOFF_LEVEL: Final = 8
 class Link:
     """One subscribed connection, as readiness sees it."""
 
-    __slots__ = ("connection", "last_message", "rdy", "target")
+    __slots__ = ("connection", "last_message", "pulled", "rdy", "target")
 
     def __init__(self, connection: Connection, target: Target, now: float) -> None:
         self.connection = connection
         self.target = target
         self.rdy = 0
+        self.pulled = 0
+        """Pull consumption: messages asked for (PULL) and not arrived yet."""
         self.last_message = now
         """When a message last arrived on it (or when it was subscribed)."""
+
+    def pull(self, count: int) -> None:
+        """PULL ``count`` more; queued, not awaited."""
+        if not self.connection.closed:
+            self.pulled += count
+            self.connection.send(Pull(count))
 
     def set_rdy(self, count: int) -> None:
         """Send RDY when it changes; queued, not awaited."""
@@ -58,7 +66,10 @@ class ReadyControl:
         backoff_unit: float = 1.0,
         max_backoff: float = 120.0,
         chooser: random.Random | None = None,
+        pulling: bool = False,
     ) -> None:
+        """``pulling``: the consumer pulls (PULL, :meth:`Consumer.fetch`): no RDY is
+        ever sent."""
         if max_in_flight < 1:
             raise ValueError("max_in_flight must be at least 1")
         self.max_in_flight = max_in_flight
@@ -69,12 +80,13 @@ class ReadyControl:
         """Backoff level: 0 = full speed."""
         self.stopped = False
         """In a backoff wait: RDY 0 everywhere, results not counted."""
+        self.pulling = pulling
         self._random = chooser or random.Random()  # noqa: S311 - spreading load, not secrets
 
     @property
     def crowded(self) -> bool:
         """More connections than ``max_in_flight``: some must wait with RDY 0."""
-        return len(self.links) > self.max_in_flight
+        return not self.pulling and len(self.links) > self.max_in_flight
 
     def add(self, link: Link) -> None:
         self.links.append(link)
@@ -88,7 +100,7 @@ class ReadyControl:
     def rebalance(self) -> None:
         """Set every link's RDY for the current connections and backoff state."""
         links = self.links
-        if not links:
+        if not links or self.pulling:
             return
         if self.stopped:
             for link in links:

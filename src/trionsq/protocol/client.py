@@ -33,6 +33,7 @@ from .commands import (
     Pub,
     PubExt,
     PubTrace,
+    Pull,
     Rdy,
     Req,
     Sub,
@@ -224,6 +225,10 @@ def _encode_rdy(cmd: Rdy) -> bytes:
     return b"RDY %d\n" % cmd.count
 
 
+def _encode_pull(cmd: Pull) -> bytes:
+    return b"PULL %d\n" % cmd.count
+
+
 def encode_fin(message_id: bytes) -> bytes:
     """FIN for one message id, without building a :class:`Fin` first (a consumer's
     hot path: one per message)."""
@@ -290,6 +295,7 @@ _register(MpubTrace, _encode_mpub_trace)
 _register(PubExt, _encode_pub_ext)
 _register(MpubExt, _encode_mpub_ext)
 _register(Rdy, _encode_rdy)
+_register(Pull, _encode_pull)
 _register(Fin, _encode_fin)
 _register(Req, _encode_req)
 _register(Touch, _encode_touch)

@@ -33,6 +33,7 @@ __all__ = [
     "Pub",
     "PubExt",
     "PubTrace",
+    "Pull",
     "Rdy",
     "Req",
     "Sub",
@@ -213,6 +214,14 @@ class Rdy:
 
 
 @attrs.frozen
+class Pull:
+    """PULL (trionsq's pull consumption): send up to ``count`` more messages, once;
+    FINs do not renew it as they renew RDY's window. RDY goes back to pushing."""
+
+    count: int
+
+
+@attrs.frozen
 class Fin:
     """FIN: the 16 id bytes as the client echoed them."""
 
@@ -289,6 +298,7 @@ Command = (
     | PubExt
     | MpubExt
     | Rdy
+    | Pull
     | Fin
     | Req
     | Touch

@@ -38,6 +38,7 @@ from .commands import (
     Nop,
     OffsetSpec,
     Pub,
+    Pull,
     Rdy,
     Req,
     Sub,
@@ -557,15 +558,27 @@ class ServerConnection(PublishReaders):
             return None
         if self.state != ConnectionState.SUBSCRIBED:
             raise _invalid("cannot RDY in current state")
-        count = 1
-        if len(params) > 1:
-            parsed = parse_base10(params[1])
-            if parsed is None:
-                raise _invalid(f"RDY could not parse count {_text(params[1])}")
-            count = to_int64(parsed)
+        return Rdy(self._count("RDY", params[1]) if len(params) > 1 else 1)
+
+    def _count(self, verb: str, raw: bytes) -> int:
+        """RDY's and PULL's count: base 10, 0 up to ``--max-rdy-count``."""
+        parsed = parse_base10(raw)
+        if parsed is None:
+            raise _invalid(f"{verb} could not parse count {_text(raw)}")
+        count = to_int64(parsed)
         if not 0 <= count <= self.settings.max_rdy_count:
-            raise _invalid(f"RDY count {count} out of range 0-{self.settings.max_rdy_count}")
-        return Rdy(count)
+            raise _invalid(f"{verb} count {count} out of range 0-{self.settings.max_rdy_count}")
+        return count
+
+    def _pull(self, params: list[bytes]) -> Event | None:
+        """PULL <count> (trionsq): as RDY's checks, with the count required."""
+        if self.state == ConnectionState.CLOSING:
+            return None
+        if self.state != ConnectionState.SUBSCRIBED:
+            raise _invalid("cannot PULL in current state")
+        if len(params) < 2:
+            raise _invalid("PULL insufficient number of params")
+        return Pull(self._count("PULL", params[1]))
 
     def _fin(self, params: list[bytes]) -> Event:
         self._require_consuming("FIN")
@@ -648,6 +661,7 @@ class ServerConnection(PublishReaders):
         b"SUB_ORDERED": _sub,
         b"SUB_ADVANCED": _sub,
         b"RDY": _rdy,
+        b"PULL": _pull,
         b"FIN": _fin,
         b"REQ": _req,
         b"TOUCH": _touch,

@@ -50,6 +50,7 @@ from ..protocol.commands import (
     Pub,
     PubExt,
     PubTrace,
+    Pull,
     Rdy,
     Req,
     Sub,
@@ -756,6 +757,11 @@ class CommandLayer:
             self.subscription.ready(event.count)
             self._wake()  # readiness changed: the pump may need to flush
 
+    def _pull(self, event: Pull) -> None:
+        if self.subscription is not None:
+            self.subscription.pull(event.count)
+            self._wake()
+
     def _fin(self, event: Fin) -> None:
         if self.subscription is None:
             return
@@ -817,6 +823,7 @@ class CommandLayer:
         MpubTrace: _mpub_trace,
         InternalCreateTopic: _internal_create_topic,
         Rdy: _rdy,
+        Pull: _pull,
         Fin: _fin,
         FinMany: _fin_many,
         Req: _req,
@@ -856,7 +863,9 @@ class CommandLayer:
             hostname=hostname,
             remote_address=self.remote_address,
             state=int(self.protocol.state),
-            ready_count=consumer.rdy if consumer else 0,
+            ready_count=(consumer.credit if consumer.credit is not None else consumer.rdy)
+            if consumer
+            else 0,
             in_flight_count=in_flight,
             message_count=consumer.message_count if consumer else 0,
             finish_count=consumer.finish_count if consumer else 0,

@@ -30,6 +30,7 @@ from trionsq.protocol import (
     Pub,
     PubExt,
     PubTrace,
+    Pull,
     Rdy,
     Req,
     ServerConnection,
@@ -175,6 +176,7 @@ ENCODE_CASES = [
     ),
     P(Rdy(0), b"RDY 0\n", id="rdy-0"),
     P(Rdy(2500), b"RDY 2500\n", id="rdy"),
+    P(Pull(100), b"PULL 100\n", id="pull"),
     P(Fin(ID), b"FIN 0123456789abcdef\n", id="fin"),
     P(Fin(b"\n" * 16), b"FIN " + b"\n" * 16 + b"\n", id="fin-binary-newlines"),
     P(Req(ID, 0), b"REQ 0123456789abcdef 0\n", id="req"),
@@ -241,7 +243,7 @@ def test_the_server_reads_the_table_back(command: Command, wire: bytes) -> None:
     """Each case on a fresh connection, in the state its command needs."""
     settings = ServerSettings(auth_enabled=isinstance(command, Auth))
     prefix: list[Command] = []
-    if isinstance(command, Rdy | Fin | Req | Touch | Cls):
+    if isinstance(command, Rdy | Pull | Fin | Req | Touch | Cls):
         # binary ids with a newline need binary-id mode: a SUB with a partition
         prefix.append(Sub("t", "c", 0) if b"\n" in wire[4:-1] or BIN in wire else Sub("t", "c"))
     conn = ServerConnection(settings)

@@ -31,6 +31,7 @@ from trionsq.protocol import (
     PubExt,
     PublishHeader,
     PubTrace,
+    Pull,
     Rdy,
     Req,
     ServerConnection,
@@ -392,6 +393,23 @@ CASES = [
         id="rdy-too-big",
     ),
     P(SUB + b"CLS\nRDY 5\nNOP\n", [SUBBED, Cls(), Nop()], None, id="rdy-ignored-when-closing"),
+    # -- PULL (trionsq's pull consumption)
+    P(b"PULL 1\n", [invalid("cannot PULL in current state")], None, id="pull-before-sub"),
+    P(SUB + b"PULL 10\n", [SUBBED, Pull(10)], None, id="pull"),
+    P(
+        SUB + b"PULL\n",
+        [SUBBED, invalid("PULL insufficient number of params")],
+        None,
+        id="pull-bare",
+    ),
+    P(SUB + b"PULL x\n", [SUBBED, invalid("PULL could not parse count x")], None, id="pull-nan"),
+    P(
+        SUB + b"PULL 2501\n",
+        [SUBBED, invalid("PULL count 2501 out of range 0-2500")],
+        None,
+        id="pull-too-big",
+    ),
+    P(SUB + b"CLS\nPULL 5\nNOP\n", [SUBBED, Cls(), Nop()], None, id="pull-ignored-when-closing"),
     # -- FIN / REQ / TOUCH / CLS / NOP
     P(b"FIN " + HEX + b"\n", [invalid("cannot FIN in current state")], None, id="fin-before-sub"),
     P(SUB + b"FIN " + HEX + b"\n", [SUBBED, Fin(HEX)], None, id="fin"),
