@@ -14,79 +14,28 @@ machine falls on both sides::
 
     .venv/bin/python benchmarks/rate_limit_overhead.py [--rounds 4] [--seconds 5]
 
-Prints each round (msg/s, MB/s of payload,
-broker CPU), then the medians and the ratio (limited / plain), and the broker's peak
-RSS.
+Prints each round (msg/s, MB/s of payload, broker CPU), then the medians and the
+ratio (limited / plain), and the broker's peak RSS.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
-import time
 import urllib.request
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-BIN = Path(sys.executable).parent
+from admin_overhead import loadgen, print_peak_rss, start_broker, stop_broker, wait_for_ping
+
 FAR_MSGS = 100_000_000
 """The largest limit the broker takes: never binding."""
 FAR_BYTES = 2**40
-
-
-def pinned(cpu: int, command: list[str]) -> list[str]:
-    return ["taskset", "-c", str(cpu), *command] if shutil.which("taskset") else command
-
-
-def wait_for_ping(http: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://{http}/ping", timeout=1) as answer:
-                if answer.read() == b"OK":
-                    return
-        except OSError:
-            time.sleep(0.1)
-    raise SystemExit(f"the broker at {http} did not answer /ping")
 
 
 def post(http: str, path: str) -> None:
     request = urllib.request.Request(f"http://{http}{path}", method="POST")
     with urllib.request.urlopen(request, timeout=5) as answer:  # noqa: S310
         answer.read()
-
-
-def loadgen(
-    mode: str, tcp: str, topic: str, seconds: float, broker_pid: int, *extra: str
-) -> dict[str, object]:
-    command = pinned(
-        1,
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "loadgen.py"),
-            mode,
-            "--nsqd-tcp-address",
-            tcp,
-            "--topic",
-            topic,
-            "--seconds",
-            str(seconds),
-            "--broker-pid",
-            str(broker_pid),
-            "--json",
-            *extra,
-        ],
-    )
-    done = subprocess.run(command, check=True, capture_output=True, text=True)  # noqa: S603 - loadgen
-    line = [text for text in done.stdout.splitlines() if text.startswith("{")][-1]
-    figures: dict[str, object] = json.loads(line)
-    return figures
 
 
 def main() -> None:
@@ -96,23 +45,7 @@ def main() -> None:
     args = parser.parse_args()
     data = tempfile.mkdtemp(prefix="rate-limit-overhead-")
     tcp, http = "127.0.0.1:14450", "127.0.0.1:14451"
-    broker = subprocess.Popen(  # noqa: S603 - the broker under test
-        pinned(
-            0,
-            [
-                str(BIN / "trionsq"),
-                "serve",
-                "--tcp-address",
-                tcp,
-                "--http-address",
-                http,
-                "--data-path",
-                data,
-                "--log-level",
-                "warn",
-            ],
-        )
-    )
+    broker = start_broker(tcp, http, data)
     results: dict[bool, list[float]] = {False: [], True: []}
     try:
         wait_for_ping(http)
@@ -141,15 +74,10 @@ def main() -> None:
                 "consume", tcp, topic, args.seconds, broker.pid, "--rdy", "2500", *extra
             )
             results[limited].append(float(consume["msgs_per_s"]))  # type: ignore[arg-type]
-            latency = ""
-            if "latency_p50_us" in consume:
-                latency = (
-                    f"  p50 {consume['latency_p50_us']} us  p99 {consume['latency_p99_us']} us"
-                )
             print(
                 f"round {round_number + 1}: {'limited' if limited else 'plain  '}  "
                 f"consume RDY 2500 {consume['msgs_per_s']:>9,} msg/s  "
-                f"{consume['payload_mb_per_s']} MB/s{latency}  "
+                f"{consume['payload_mb_per_s']} MB/s  "
                 f"(broker CPU {consume.get('broker_cpu_pct')}%)",
                 flush=True,
             )
@@ -160,14 +88,9 @@ def main() -> None:
             f"consume  median plain {plain:>10,.0f} msg/s   limited, not binding "
             f"{limited_median:>10,.0f} msg/s   ratio {limited_median / plain:.3f}"
         )
-        with open(f"/proc/{broker.pid}/status") as status:
-            peak = next(line for line in status if line.startswith("VmHWM"))
-        print(f"broker peak RSS: {peak.split(':')[1].strip()}")
+        print_peak_rss(broker.pid)
     finally:
-        broker.terminate()
-        broker.wait()
-        shutil.rmtree(data, ignore_errors=True)
-        os.sync()
+        stop_broker(broker, data)
 
 
 if __name__ == "__main__":
