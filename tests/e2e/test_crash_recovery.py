@@ -21,9 +21,16 @@ KILLS = 20
 TCP_LINE = re.compile(rb"TCP: listening on 127\.0\.0\.1:(\d+)")
 
 
-async def start(data_path: Path) -> tuple[trio.Process, int]:
+async def start(data_path: Path, *flags: str) -> tuple[trio.Process, int]:
+    """A real ``nsqd`` on ``data_path`` (and ``flags``); its TCP port once it listens."""
     process = await trio.lowlevel.open_process(
-        [str(NSQD), "-tcp-address=127.0.0.1:0", "-http-address=", f"-data-path={data_path}"],
+        [
+            str(NSQD),
+            "-tcp-address=127.0.0.1:0",
+            "-http-address=",
+            f"-data-path={data_path}",
+            *flags,
+        ],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
