@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import httpx
 import trio
 
 from trionsq import NsqdConfig, serve_nsqd
@@ -59,6 +60,23 @@ class Clients:
 async def start(nursery: trio.Nursery, config: NsqdConfig = LOCAL) -> BoundAddresses:
     addresses: BoundAddresses = await nursery.start(serve_nsqd, config)
     return addresses
+
+
+async def http(
+    addresses: BoundAddresses, method: str, path: str, body: bytes = b""
+) -> httpx.Response:
+    """One request to the broker's HTTP listener."""
+    assert addresses.http is not None
+    host, port = addresses.http
+    async with httpx.AsyncClient(base_url=f"http://{host}:{port}") as client:
+        return await client.request(method, path, content=body)
+
+
+async def stats_channel(addresses: BoundAddresses, topic: str) -> dict[str, object]:
+    """The topic's first channel in ``/stats`` JSON."""
+    document = (await http(addresses, "GET", f"/stats?format=json&topic={topic}")).json()
+    channel: dict[str, object] = document["topics"][0]["channels"][0]
+    return channel
 
 
 def ok(frame: object) -> bool:

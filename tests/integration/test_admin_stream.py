@@ -8,7 +8,6 @@ import base64
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-import httpx
 import orjson
 import pytest
 import trio
@@ -23,7 +22,7 @@ from trionsq.server.stats import resident_bytes
 from trionsq.testing import ProtocolClient, wait_until
 
 from ..auth_server import grant, start_auth_server
-from .raw import start
+from .raw import http, start
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -55,13 +54,6 @@ async def open_stream(
                 nursery.cancel_scope.cancel()
     finally:
         await trio.aclose_forcefully(stream)
-
-
-async def http(broker: BoundAddresses, method: str, path: str, body: bytes = b"") -> httpx.Response:
-    assert broker.http is not None
-    host, port = broker.http
-    async with httpx.AsyncClient(base_url=f"http://{host}:{port}") as client:
-        return await client.request(method, path, content=body)
 
 
 async def receive(ws: WebSocketConnection) -> Message:

@@ -22,7 +22,7 @@ from trionsq.config import ConfigError
 from trionsq.protocol import Fin, IdentifyRequest, Pub, Rdy, Sub
 from trionsq.protocol.client import MessageFrame, Response, encode_identify
 
-from .raw import LOCAL, next_error, next_frame, ok, publish, start
+from .raw import LOCAL, next_error, next_frame, ok, publish, start, stats_channel
 from .test_admin_stream import events_until, open_stream
 
 if TYPE_CHECKING:
@@ -98,11 +98,8 @@ async def fill(clients: Clients, addresses: BoundAddresses, count: int = PER_PAR
 
 
 async def group_stats(addresses: BoundAddresses) -> dict[str, object]:
-    assert addresses.http is not None
-    host, port = addresses.http
-    async with httpx.AsyncClient(base_url=f"http://{host}:{port}") as http:
-        document = (await http.get("/stats?format=json&topic=g")).json()
-    group: dict[str, object] = document["topics"][0]["channels"][0]["group"]
+    group = (await stats_channel(addresses, "g"))["group"]
+    assert isinstance(group, dict)
     return group
 
 

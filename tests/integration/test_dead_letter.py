@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import httpx
 import orjson
 import trio
 import trio.testing
@@ -17,7 +16,17 @@ from trionsq import NsqdConfig
 from trionsq.protocol import ExtMessage, Fin, IdentifyRequest, Pub, PubExt, Rdy, Req, Sub
 from trionsq.protocol.client import Response, encode_identify
 
-from .raw import next_error, next_frame, next_message, ok, publish, quiet, start
+from .raw import (
+    http,
+    next_error,
+    next_frame,
+    next_message,
+    ok,
+    publish,
+    quiet,
+    start,
+    stats_channel,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -40,22 +49,6 @@ async def started(
     if pubs:
         await publish(producer, *pubs)
     return addresses, producer
-
-
-async def post(addresses: BoundAddresses, path: str) -> httpx.Response:
-    assert addresses.http is not None
-    host, port = addresses.http
-    async with httpx.AsyncClient(base_url=f"http://{host}:{port}") as http:
-        return await http.post(path)
-
-
-async def stats_channel(addresses: BoundAddresses, topic: str) -> dict[str, object]:
-    assert addresses.http is not None
-    host, port = addresses.http
-    async with httpx.AsyncClient(base_url=f"http://{host}:{port}") as http:
-        document = (await http.get(f"/stats?format=json&topic={topic}")).json()
-    channel: dict[str, object] = document["topics"][0]["channels"][0]
-    return channel
 
 
 async def consumer(
@@ -89,7 +82,9 @@ async def test_a_message_requeued_past_the_bound_goes_to_the_dead_letter_topic(
     clients: Clients, nursery: trio.Nursery, autojump_clock: trio.testing.MockClock
 ) -> None:
     addresses, producer = await started(clients, nursery, autojump_clock, Pub("orders", b"bad"))
-    answer = await post(addresses, "/channel/dead_letter?topic=orders&channel=c&max_attempts=3")
+    answer = await http(
+        addresses, "POST", "/channel/dead_letter?topic=orders&channel=c&max_attempts=3"
+    )
     assert (answer.status_code, answer.text) == (200, "")
     client = await consumer(clients, addresses, "orders", rdy=1)
     attempts = []
@@ -126,8 +121,10 @@ async def test_timeouts_count_and_an_ext_message_keeps_its_headers(
     await producer.stream.send_all(encode_identify(IdentifyRequest(extend_support=True)))
     assert ok(await next_frame(producer))
     await publish(producer, PubExt("events", ExtMessage(b'{"region":"eu"}', b"slow")))
-    await post(
-        addresses, "/channel/dead_letter?topic=events&channel=c&max_attempts=2&dead_topic=parked"
+    await http(
+        addresses,
+        "POST",
+        "/channel/dead_letter?topic=events&channel=c&max_attempts=2&dead_topic=parked",
     )
     identify = IdentifyRequest(extend_support=True, msg_timeout=1000)
     client = await consumer(clients, addresses, "events", identify=identify, rdy=0)
@@ -195,13 +192,13 @@ async def test_bad_settings_are_refused_with_a_reason(
         ("topic=missing&channel=c&max_attempts=3", "TOPIC_NOT_FOUND"),
     ]
     for query, reason in cases:
-        answer = await post(addresses, f"/channel/dead_letter?{query}")
+        answer = await http(addresses, "POST", f"/channel/dead_letter?{query}")
         assert answer.status_code in (400, 404), query
         assert answer.json() == {"message": reason}, query
     long_topic = "t" * 60  # "<topic>.dead" would pass the 64 bytes of a name
     addresses.broker.topic(long_topic)
-    answer = await post(
-        addresses, f"/channel/dead_letter?topic={long_topic}&channel=c&max_attempts=3"
+    answer = await http(
+        addresses, "POST", f"/channel/dead_letter?topic={long_topic}&channel=c&max_attempts=3"
     )
     assert answer.json() == {"message": "INVALID_ARG_DEAD_TOPIC"}
     client = await clients.connect(addresses.tcp)
@@ -217,8 +214,10 @@ async def test_the_bound_survives_a_restart(
     async with trio.open_nursery() as first:
         addresses: BoundAddresses = await first.start(_serve, config)
         addresses.broker.topic("t")
-        answer = await post(
-            addresses, "/channel/dead_letter?topic=t&channel=c&max_attempts=4&dead_topic=graveyard"
+        answer = await http(
+            addresses,
+            "POST",
+            "/channel/dead_letter?topic=t&channel=c&max_attempts=4&dead_topic=graveyard",
         )
         assert answer.status_code == 200
         first.cancel_scope.cancel()

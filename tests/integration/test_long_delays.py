@@ -10,14 +10,13 @@ import time
 from typing import TYPE_CHECKING
 
 import attrs
-import httpx
 import trio
 
 from trionsq import NsqdConfig, serve_nsqd
 from trionsq.protocol import Dpub, Fin, IdentifyRequest, Mpub, Pub, Req
 from trionsq.queues.cursor_state import delays_path, load_state, save_state, state_path
 
-from .raw import message_by, next_error, next_message, publish, quiet, start
+from .raw import http, message_by, next_error, next_message, publish, quiet, start
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -30,15 +29,6 @@ HOURS_72_MS = 72 * 3_600_000
 DAY = 86_400.0
 DAILY_HEARTBEATS = IdentifyRequest(heartbeat_interval=86_400_000)
 """Days of virtual time in 30-second heartbeats would be thousands of autojumps."""
-
-
-async def http(
-    addresses: BoundAddresses, method: str, path: str, body: bytes = b""
-) -> httpx.Response:
-    assert addresses.http is not None
-    host, port = addresses.http
-    async with httpx.AsyncClient(base_url=f"http://{host}:{port}") as client:
-        return await client.request(method, path, content=body)
 
 
 async def test_a_72h_maximum_holds_for_dpub_req_and_http_defer(

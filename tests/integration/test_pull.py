@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import attrs
-import httpx
 import pytest
 import trio
 import trio.lowlevel
@@ -19,7 +18,7 @@ from trionsq.protocol import Fin, Pub, Pull, Rdy, Sub
 from trionsq.protocol.client import MessageFrame
 from trionsq.testing import ProtocolClient
 
-from .raw import LOCAL, bodies, next_error, next_frame, ok, publish, quiet, start
+from .raw import LOCAL, bodies, next_error, next_frame, ok, publish, quiet, start, stats_channel
 
 if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
@@ -44,11 +43,10 @@ async def subscribed(
 
 
 async def ready_count(addresses: BoundAddresses) -> int:
-    assert addresses.http is not None
-    host, port = addresses.http
-    async with httpx.AsyncClient(base_url=f"http://{host}:{port}") as http:
-        document = (await http.get("/stats?format=json&topic=t")).json()
-    count: int = document["topics"][0]["channels"][0]["clients"][0]["ready_count"]
+    clients = (await stats_channel(addresses, "t"))["clients"]
+    assert isinstance(clients, list)
+    count = clients[0]["ready_count"]
+    assert isinstance(count, int)
     return count
 
 

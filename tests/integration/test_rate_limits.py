@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import httpx
 import orjson
 import trio
 import trio.testing
@@ -30,7 +29,7 @@ from trionsq.protocol import (
 )
 from trionsq.protocol.client import MessageFrame, Response, encode_identify
 
-from .raw import next_error, next_frame, next_message, ok, publish, start
+from .raw import http, next_error, next_frame, next_message, ok, publish, start
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -53,15 +52,6 @@ async def started(
     addresses = await start(nursery)
     producer = await clients.connect(addresses.tcp)
     return addresses, producer
-
-
-async def http(
-    addresses: BoundAddresses, method: str, path: str, body: bytes = b""
-) -> httpx.Response:
-    assert addresses.http is not None
-    host, port = addresses.http
-    async with httpx.AsyncClient(base_url=f"http://{host}:{port}") as client:
-        return await client.request(method, path, content=body)
 
 
 async def backlog(producer: ProtocolClient, topic: str, body: bytes = b"m", **kw: int) -> None:

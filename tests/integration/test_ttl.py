@@ -11,14 +11,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import httpx
 import trio
 
 from trionsq import NsqdConfig, serve_nsqd
 from trionsq.protocol import ExtMessage, IdentifyRequest, Pub, PubExt, Rdy, Sub
 from trionsq.protocol.client import encode_identify
 
-from .raw import bodies, next_frame, next_message, ok, publish, quiet, start
+from .raw import bodies, http, next_frame, next_message, ok, publish, quiet, start
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -27,15 +26,6 @@ if TYPE_CHECKING:
     from trionsq.testing import ProtocolClient
 
     from .raw import Clients
-
-
-async def http(
-    addresses: BoundAddresses, method: str, path: str, body: bytes = b""
-) -> httpx.Response:
-    assert addresses.http is not None
-    host, port = addresses.http
-    async with httpx.AsyncClient(base_url=f"http://{host}:{port}") as client:
-        return await client.request(method, path, content=body)
 
 
 async def subscribe(
