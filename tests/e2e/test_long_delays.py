@@ -21,7 +21,7 @@ from trionsq.protocol.client import encode_identify
 from trionsq.queues.cursor_state import delays_path, load_state, state_path
 from trionsq.testing import ProtocolClient, wait_until
 
-from ..integration.raw import message_by, next_frame, next_message, ok, publish
+from ..integration.raw import FollowingWallClock, message_by, next_frame, next_message, ok, publish
 from .test_crash_recovery import start
 
 if TYPE_CHECKING:
@@ -112,17 +112,6 @@ def virtual_time(clock: trio.testing.MockClock) -> None:
     """Once it is gone: jump whenever every task waits (real sockets: 0.1 s idle)."""
     clock.rate = 0.0
     clock.autojump_threshold = 0.1
-
-
-class FollowingWallClock:
-    """Unix nanoseconds that move with Trio's (mock) clock from the real now."""
-
-    def __init__(self) -> None:
-        self.start_wall = time.time_ns()
-        self.start_trio = trio.current_time()
-
-    def __call__(self) -> int:
-        return self.start_wall + round((trio.current_time() - self.start_trio) * 1e9)
 
 
 async def delivered_when(

@@ -6,8 +6,7 @@ at its time, counted in /stats ``deferred_count`` meanwhile. docs/extensions.md.
 from __future__ import annotations
 
 import functools
-import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import attrs
 import trio
@@ -16,9 +15,20 @@ from trionsq import NsqdConfig, serve_nsqd
 from trionsq.protocol import Dpub, Fin, IdentifyRequest, Mpub, Pub, Req
 from trionsq.queues.cursor_state import delays_path, load_state, save_state, state_path
 
-from .raw import http, message_by, next_error, next_message, publish, quiet, start
+from .raw import (
+    FollowingWallClock,
+    http,
+    message_by,
+    next_error,
+    next_message,
+    publish,
+    quiet,
+    start,
+)
+from .test_durable import count_segments
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable
     from pathlib import Path
 
     from trionsq.nursery_tree import BoundAddresses
@@ -66,8 +76,23 @@ async def test_the_default_maximum_stays_an_hour(clients: Clients, nursery: trio
     assert (refused.status_code, refused.json()["message"]) == (400, "INVALID_DEFER")
 
 
-def count_segments(data_path: Path) -> int:
-    return len(list(data_path.glob("spent-0.*.log")))
+class Serve(Protocol):
+    """``serve_nsqd`` with its configuration bound."""
+
+    def __call__(self, *, task_status: trio.TaskStatus[BoundAddresses]) -> Awaitable[None]: ...
+
+
+async def stoppable(nursery: trio.Nursery, serve: Serve) -> tuple[BoundAddresses, trio.CancelScope]:
+    """``serve`` started in a cancel scope of its own: cancelling it is a clean stop,
+    after which the same ``serve`` may start again on the same data."""
+    scope = trio.CancelScope()
+
+    async def run(task_status: trio.TaskStatus[BoundAddresses]) -> None:
+        with scope:
+            await serve(task_status=task_status)
+
+    addresses: BoundAddresses = await nursery.start(run)
+    return addresses, scope
 
 
 async def test_parked_messages_pin_no_segment_and_still_fire_after_a_restart(
@@ -77,10 +102,7 @@ async def test_parked_messages_pin_no_segment_and_still_fire_after_a_restart(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     autojump_clock.autojump_threshold = 0.1  # real sockets and file threads
-    start_wall, start_trio = time.time_ns(), trio.current_time()
-
-    def wall() -> int:
-        return start_wall + round((trio.current_time() - start_trio) * 1e9)
+    wall = FollowingWallClock()
 
     config = NsqdConfig.loopback(
         data_path=str(tmp_path),
@@ -89,13 +111,7 @@ async def test_parked_messages_pin_no_segment_and_still_fire_after_a_restart(
         max_heartbeat_interval=2 * DAY,
     )
     serve = functools.partial(serve_nsqd, config, wall_clock=wall)
-    first_run = trio.CancelScope()
-
-    async def run_first(task_status: trio.TaskStatus[BoundAddresses]) -> None:
-        with first_run:
-            await serve(task_status=task_status)
-
-    addresses: BoundAddresses = await nursery.start(run_first)
+    addresses, first_run = await stoppable(nursery, serve)
     consumer = await clients.subscribe(
         addresses.tcp, "spent", "c", rdy=2500, identify=DAILY_HEARTBEATS
     )
@@ -130,7 +146,7 @@ async def test_parked_messages_pin_no_segment_and_still_fire_after_a_restart(
         fired.append(message.body)
         await consumer.send(Fin(message.id))
     assert sorted(fired) == [b"dpub", b"req me"]
-    assert 2 * DAY - 5 <= trio.current_time() - start_trio <= 2 * DAY + 5
+    assert 2 * DAY - 5 <= trio.current_time() - wall.start_trio <= 2 * DAY + 5
     await quiet(consumer, 2)
     stats = (await http(addresses, "GET", "/stats?format=json&topic=spent")).json()
     assert stats["topics"][0]["channels"][0]["deferred_count"] == 0
@@ -168,22 +184,13 @@ async def test_the_delay_store_wins_over_a_deferral_in_the_state_file(
     """A crash between a long REQ of a message that had a short deferral and the next
     state write leaves both: the parked one (the later) holds, delivered once."""
     autojump_clock.autojump_threshold = 0.1
-    start_wall, start_trio = time.time_ns(), trio.current_time()
-
-    def wall() -> int:
-        return start_wall + round((trio.current_time() - start_trio) * 1e9)
+    wall = FollowingWallClock()
 
     config = NsqdConfig.loopback(
         data_path=str(tmp_path), max_req_timeout=72 * 3600.0, max_heartbeat_interval=2 * DAY
     )
     serve = functools.partial(serve_nsqd, config, wall_clock=wall)
-    first_run = trio.CancelScope()
-
-    async def run_first(task_status: trio.TaskStatus[BoundAddresses]) -> None:
-        with first_run:
-            await serve(task_status=task_status)
-
-    addresses: BoundAddresses = await nursery.start(run_first)
+    addresses, first_run = await stoppable(nursery, serve)
     consumer = await clients.subscribe(addresses.tcp, "t", "c", rdy=1, identify=DAILY_HEARTBEATS)
     producer = await clients.connect(addresses.tcp)
     await publish(producer, Pub("t", b"m"))
