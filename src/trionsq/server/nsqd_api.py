@@ -711,17 +711,15 @@ class NsqdHttpApi:
         up to 65535), then the message goes to ``dead_topic`` (default
         ``<topic>.dead``). Creates the channel, as ``/channel/create`` does."""
         topic, channel = self._topic_and_channel(request)
-        raw = request.arg("max_attempts")
-        if raw is None:
+        max_attempts = _count_arg(request, "max_attempts", MAX_ATTEMPTS_BOUND)
+        if max_attempts is None:
             raise HttpError(400, "MISSING_ARG_MAX_ATTEMPTS")
-        if not (raw.isascii() and raw.isdigit()) or int(raw) > MAX_ATTEMPTS_BOUND:
-            raise HttpError(400, "INVALID_ARG_MAX_ATTEMPTS")
         dead_topic = request.arg("dead_topic") or ""
         effective = dead_topic_name(topic, dead_topic)
         if not is_valid_name(effective.encode()) or is_ephemeral(effective) or effective == topic:
             raise HttpError(400, "INVALID_ARG_DEAD_TOPIC")
         await self.broker.create_channel(topic, channel)
-        self.broker.set_dead_letter(topic, channel, int(raw), dead_topic)
+        self.broker.set_dead_letter(topic, channel, max_attempts, dead_topic)
         return Response.empty()
 
     async def _channel_rate_limit(self, request: Request) -> Response:
@@ -875,8 +873,8 @@ def _traced(records: Sequence[Record | Stored], trace_id: str, *, legacy: bool) 
 def _rates_args(request: Request, current: Rates) -> Rates:
     """``msgs_per_sec``/``bytes_per_sec`` (decimal, 0 to the IDENTIFY bounds); at least
     one must be given, one left out keeps its ``current`` value."""
-    msgs = _rate_arg(request, "msgs_per_sec", MAX_MSGS_PER_SEC)
-    size = _rate_arg(request, "bytes_per_sec", MAX_BYTES_PER_SEC)
+    msgs = _count_arg(request, "msgs_per_sec", MAX_MSGS_PER_SEC)
+    size = _count_arg(request, "bytes_per_sec", MAX_BYTES_PER_SEC)
     if msgs is None and size is None:
         raise HttpError(400, "MISSING_ARG_RATE")
     return Rates(
@@ -885,7 +883,9 @@ def _rates_args(request: Request, current: Rates) -> Rates:
     )
 
 
-def _rate_arg(request: Request, name: str, bound: int) -> int | None:
+def _count_arg(request: Request, name: str, bound: int) -> int | None:
+    """A decimal parameter from 0 to ``bound`` (None: not given); anything else is
+    400 ``INVALID_ARG_<NAME>``."""
     raw = request.arg(name)
     if raw is None:
         return None
