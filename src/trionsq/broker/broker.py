@@ -738,12 +738,9 @@ class Broker:
     def set_topic_ttl(self, topic_name: str, ttl_ns: int) -> None:
         """A topic's TTL (0: none), for all its channels at once; persisted. Its
         channels are woken so messages already past it leave now."""
-        topic = self.topics[topic_name]
-        topic.ttl.ttl_ns = ttl_ns
-        self._state_changed()
-        for partition in topic.partitions:
-            for channel in partition.channels.values():
-                self._wake(channel)
+        self.topics[topic_name].ttl.ttl_ns = ttl_ns
+        self._state_changed()  # also for a topic with no channel yet
+        self._wake_topic(topic_name)
 
     def set_dead_letter(
         self, topic_name: str, channel_name: str, max_attempts: int, dead_topic: str = ""
