@@ -25,21 +25,29 @@ CLIENTS = Path(__file__).with_name("clients")
 COUNT = 200
 
 
-@pytest.mark.parametrize("client", ["pynsq", "gnsq", "ansq"])
-async def test_round_trip(client: str, nursery: trio.Nursery) -> None:
-    addresses: BoundAddresses = await nursery.start(serve_nsqd, NsqdConfig.loopback())
-    host, port = addresses.tcp
-    script = CLIENTS / f"{client}_roundtrip.py"
+async def run_client(script: str, *args: str) -> str:
+    """Run a client script (in its own process, as its users do); the summary it
+    prints last (a JSON line)."""
     with trio.fail_after(60):
         result = await trio.run_process(
-            [sys.executable, str(script), f"{host}:{port}", f"rt_{client}", str(COUNT)],
+            [sys.executable, script, *args],
             capture_stdout=True,
             capture_stderr=True,
             check=False,
             stdin=subprocess.DEVNULL,
         )
     assert result.returncode == 0, result.stderr.decode()[-3000:]
-    summary = json.loads(result.stdout.decode().strip().splitlines()[-1])
+    return result.stdout.decode().strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("client", ["pynsq", "gnsq", "ansq"])
+async def test_round_trip(client: str, nursery: trio.Nursery) -> None:
+    addresses: BoundAddresses = await nursery.start(serve_nsqd, NsqdConfig.loopback())
+    host, port = addresses.tcp
+    script = CLIENTS / f"{client}_roundtrip.py"
+    summary = json.loads(
+        await run_client(str(script), f"{host}:{port}", f"rt_{client}", str(COUNT))
+    )
     everything = sorted(f"m{i}" for i in range(COUNT))
     shared: dict[str, list[int]] = summary["seen"]["shared"]
     assert sorted(shared) == everything
@@ -70,16 +78,9 @@ async def test_pynsq_on_a_plain_topic_beside_an_ext_topic_in_use(nursery: trio.N
     header = b'{"##client_dispatch_tag":"a","k":"v"}'
     await producer.send(PubExt("ext", ExtMessage(header, b"tagged")))
     host, port = addresses.tcp
-    with trio.fail_after(60):
-        result = await trio.run_process(
-            [sys.executable, str(CLIENTS / "pynsq_roundtrip.py"), f"{host}:{port}", "plain", "50"],
-            capture_stdout=True,
-            capture_stderr=True,
-            check=False,
-            stdin=subprocess.DEVNULL,
-        )
-    assert result.returncode == 0, result.stderr.decode()[-3000:]
-    summary = json.loads(result.stdout.decode().strip().splitlines()[-1])
+    summary = json.loads(
+        await run_client(str(CLIENTS / "pynsq_roundtrip.py"), f"{host}:{port}", "plain", "50")
+    )
     assert sorted(summary["seen"]["other"]) == sorted(f"m{i}" for i in range(50))
     (frame,) = await ext_consumer.read(1)
     assert isinstance(frame, MessageFrame)
@@ -97,16 +98,9 @@ async def test_pynsq_over_a_publish_limit_gets_the_error_and_goes_on(
     addresses.broker.topic("limited")
     addresses.broker.set_publish_limit("limited", Rates(msgs_per_sec=2))
     host, port = addresses.tcp
-    with trio.fail_after(60):
-        result = await trio.run_process(
-            [sys.executable, str(CLIENTS / "pynsq_rate_limited.py"), f"{host}:{port}", "limited"],
-            capture_stdout=True,
-            capture_stderr=True,
-            check=False,
-            stdin=subprocess.DEVNULL,
-        )
-    assert result.returncode == 0, result.stderr.decode()[-3000:]
-    summary = json.loads(result.stdout.decode().strip().splitlines()[-1])
+    summary = json.loads(
+        await run_client(str(CLIENTS / "pynsq_rate_limited.py"), f"{host}:{port}", "limited")
+    )
     assert summary["answers"] == [
         "b'OK'",
         "error: b'E_PUB_FAILED PUB failed rate limit exceeded'",
