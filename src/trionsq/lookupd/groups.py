@@ -20,7 +20,7 @@ from .brokers import BrokerCallError, http_get
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["BrokerGroup", "group_document", "merge", "read_broker_group"]
+__all__ = ["BrokerGroup", "gather", "group_document", "merge", "read_broker_group"]
 
 BrokerGroup = tuple[str, int | None, dict[str, list[int]], str]
 """(broker ``host:http_port``, its generation or None, its assignment, error text)."""
