@@ -87,13 +87,6 @@ class TokenBucket:
         """Take ``amount`` tokens (may go below zero: debt)."""
         self.balance -= amount
 
-    def ready_at(self, now: float) -> float:
-        """When it holds a token again (``now`` if it does)."""
-        self.refill(now)
-        if self.balance + _TOLERANCE >= 1.0:
-            return now
-        return max(now + (1.0 - self.balance) / self.rate, now + MIN_WAIT)
-
     def full_at(self, now: float) -> float:
         """When it is full again (``now`` if it is)."""
         self.refill(now)
@@ -158,14 +151,6 @@ class RateLimit:
         return (msgs is not None and msgs.balance + _TOLERANCE < 1.0) or (
             size is not None and size.balance + _TOLERANCE < 1.0
         )
-
-    def ready_at(self, now: float) -> float:
-        """When every bucket holds a token again (``now`` if they do)."""
-        ready = now
-        for bucket in (self.msgs, self.bytes):
-            if bucket is not None:
-                ready = max(ready, bucket.ready_at(now))
-        return ready
 
     def refilled_at(self, now: float) -> float:
         """When every bucket without a token now is full again: when a router held
