@@ -182,11 +182,6 @@ class DelayStore:
         """Bytes of the file."""
         return self._size
 
-    @property
-    def live_bytes(self) -> int:
-        """Bytes of the live PARK entries."""
-        return self._live_bytes
-
     # ------------------------------------------------------------------ writes
 
     def park(self, internal_id: int, due_ns: int, attempts: int, record: Record) -> bool:
