@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import signal
 import time
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
 import pytest
@@ -25,6 +26,7 @@ from ..integration.raw import FollowingWallClock, message_by, next_frame, next_m
 from .test_crash_recovery import start
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
     from pathlib import Path
 
 TWO_DAYS_MS = 172_800_000
@@ -34,8 +36,17 @@ DAILY_HEARTBEATS = IdentifyRequest(heartbeat_interval=86_400_000)
 autojump (nsqd refuses SUB without heartbeats): one a day in process."""
 
 
-async def start_process(data_path: Path) -> tuple[trio.Process, int]:
-    return await start(data_path, "-max-req-timeout=72h")
+@asynccontextmanager
+async def real_nsqd(data_path: Path) -> AsyncIterator[tuple[trio.Process, int]]:
+    """A real ``nsqd`` taking delays up to 72h; killed on the way out if the test did
+    not stop it."""
+    process, port = await start(data_path, "-max-req-timeout=72h")
+    try:
+        yield process, port
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
 
 
 async def consumer(
@@ -74,8 +85,7 @@ async def stop(process: trio.Process, how: signal.Signals) -> None:
 async def dpub_then_stop(data_path: Path, how: signal.Signals) -> tuple[int, int]:
     """Run the real broker: a channel, a 2-day DPUB and a plain message after it
     (consumed); stop it. Returns the wall-clock window the DPUB's due time is in."""
-    process, port = await start_process(data_path)
-    try:
+    async with real_nsqd(data_path) as (process, port):
         address = ("127.0.0.1", port)
         reader = await consumer(address, "later", 1)
         producer = await ProtocolClient.connect(address)
@@ -95,10 +105,6 @@ async def dpub_then_stop(data_path: Path, how: signal.Signals) -> tuple[int, int
         await stop(process, how)
         await trio.aclose_forcefully(reader.stream)
         await trio.aclose_forcefully(producer.stream)
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
     return before + TWO_DAYS_NS, after + TWO_DAYS_NS
 
 
@@ -159,8 +165,7 @@ async def test_a_two_day_req_survives_kill_9_and_fires_at_its_time(
     tmp_path: Path, nursery: trio.Nursery, autojump_clock: trio.testing.MockClock
 ) -> None:
     real_time(autojump_clock)
-    process, port = await start_process(tmp_path)
-    try:
+    async with real_nsqd(tmp_path) as (process, port):
         address = ("127.0.0.1", port)
         reader = await consumer(address, "retry", 1)
         producer = await ProtocolClient.connect(address)
@@ -175,10 +180,6 @@ async def test_a_two_day_req_survives_kill_9_and_fires_at_its_time(
         await stop(process, signal.SIGKILL)
         await trio.aclose_forcefully(reader.stream)
         await trio.aclose_forcefully(producer.stream)
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
     virtual_time(autojump_clock)
     earliest, latest = before + TWO_DAYS_NS, after + TWO_DAYS_NS
     body, attempts, arrived = await delivered_when(nursery, tmp_path, "retry", earliest)
