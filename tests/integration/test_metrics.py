@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     import trio
 
     from trionsq.broker.broker import Broker
-    from trionsq.broker.channel import ChannelStatistics
+    from trionsq.broker.statistics import ChannelStatistics
     from trionsq.nursery_tree import BoundAddresses
 
     from .raw import Clients

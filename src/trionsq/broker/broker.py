@@ -36,8 +36,9 @@ if TYPE_CHECKING:
     from ..config import NsqdConfig
     from ..protocol.commands import OffsetSpec
     from ..queues.record import Record
-    from .channel import Channel, ClientStatistics, Consumer
+    from .channel import Channel, Consumer
     from .driver import ChannelDriver, DriverFactory, Outbox
+    from .statistics import ClientStatistics
     from .storage import Storage
     from .topic import Partition
 

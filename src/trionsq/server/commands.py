@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, ClassVar, Never
 import trio
 
 from ..broker import trace_log
-from ..broker.channel import ClientStatistics, Consumer, PubCount
+from ..broker.channel import Consumer
 from ..broker.health import StorageFault
 from ..broker.offsets import OffsetError
 from ..broker.rate_limits import RateLimit, Rates, batch_size
@@ -34,6 +34,7 @@ from ..broker.rules import (
     ext_refusal,
     publish_target,
 )
+from ..broker.statistics import ClientStatistics, PubCount
 from ..protocol import broker_errors
 from ..protocol.commands import (
     Auth,

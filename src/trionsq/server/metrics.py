@@ -42,8 +42,8 @@ if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
     from ..broker.broker import Broker
-    from ..broker.channel import ClientStatistics
     from ..broker.latency import LatencyResult
+    from ..broker.statistics import ClientStatistics
     from ..http.messages import Request
     from .stats import (
         ChannelSnapshot,

@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Final
 
 import attrs
 
-from ..broker.channel import ClientStatistics
 from ..broker.latency import LatencyResult, aggregate
 from ..broker.offsets import FIRST_ID
+from ..broker.statistics import ClientStatistics
 from ..durations import go_duration_string
 from ..version import TRIONSQ_VERSION
 
