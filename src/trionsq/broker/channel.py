@@ -258,6 +258,8 @@ class Channel:
         for record in returned:
             self._delivered_once(record.internal_id)
         self._put_back(self._below_bound(returned))
+        if returned and consumer is not None and consumer.member is not None:
+            self.group.hand_over(self)  # whoever takes over reads the partition in order
         return returned
 
     def set_rdy(self, client_id: int, count: int) -> None:
@@ -297,7 +299,7 @@ class Channel:
             or (self.ordered and len(self.in_flight) >= self.ordered_window())
         ):
             return 0
-        if consumer.member is not None and self.group.holds_back(consumer.member, self.in_flight):
+        if consumer.member is not None and self.group.holds_back(consumer.member, self):
             return 0
         credit = consumer.credit
         if credit is not None:

@@ -50,7 +50,7 @@ class GroupCoordinator:
         group.join(member, channel.partition)
         owner = group.owners.get(channel.partition, "")
         if channel.group.owner != owner:  # a channel made again since the deal
-            channel.group.change(owner, channel.consumers.values(), channel.in_flight)
+            channel.group.change(owner, channel)
         self._changed(group)
 
     def left(self, channel: Channel, member: str) -> None:
@@ -92,7 +92,7 @@ class GroupCoordinator:
             channel = partition.channels.get(group.channel)
             owner = group.owners.get(partition.index, "")
             if channel is not None and channel.group.owner != owner:
-                channel.group.change(owner, channel.consumers.values(), channel.in_flight)
+                channel.group.change(owner, channel)
                 self._wake(channel)
         if group.empty:
             del self.groups[key]
