@@ -58,6 +58,7 @@ from .dispatch.router import ChannelRunner
 from .http.connection import FdTransport, StreamTransport, serve_http_connection
 from .listen import open_listeners, serve_connections
 from .server.alarms import AlarmClock
+from .server.group_views import LookupdGroupViews
 from .server.lookupd_peers import LookupdPeers, peer_identity
 from .server.nsqd_api import NsqdHttpApi, RuntimeOptions
 from .server.tcp import ClientSession
@@ -142,6 +143,7 @@ async def serve_nsqd(
             broker, identity, config.lookupd_tcp_addresses, max_reply_size=config.max_body_size
         )
         await broker_nursery.start(peers.run)
+        broker.group_coordinator.learn = LookupdGroupViews(peers.http_addresses, config)
         alarms = AlarmClock()
         await broker_nursery.start(alarms.run)
         if config.statsd_address:

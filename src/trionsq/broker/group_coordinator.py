@@ -5,16 +5,26 @@ they subscribe and go; a change waits ``--group-rebalance-delay`` (changes meanw
 are dealt with it), then the partitions are dealt again and every channel whose
 owner changed is told (broker/partition_owner.py) and routed again.
 docs/extensions.md, "Consumer groups".
+
+The deal starts from the previous assignment of every partition of the topic, and
+brokers each hold some of them: before dealing, the coordinator asks what the
+others hold now (:attr:`GroupCoordinator.learn`, lookupd's ``GET /group``; without
+a lookupd it deals from its own last deal). Since a deal made again from a state
+where some of its moves were made is the same deal, brokers that rebalance one
+after another agree. When the answer shows other members than this broker sees (a
+departure another broker has not timed out yet, a member still connecting), the
+group is dealt again a little later, up to :data:`RECHECKS` times, so that the
+broker whose view changes last does not leave the others' deals behind.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final, Protocol
 
 import trio
 
-from .groups import ConsumerGroup
+from .groups import ConsumerGroup, GroupView
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -22,9 +32,25 @@ if TYPE_CHECKING:
     from .broker import Broker
     from .channel import Channel
 
-__all__ = ["GroupCoordinator"]
+__all__ = ["RECHECKS", "GroupCoordinator", "GroupLearner"]
 
 log = logging.getLogger("trionsq")
+RECHECKS: Final = 10
+"""Deals made again, at most, while another broker sees other members."""
+RECHECK_AFTER: Final = 1.0
+"""Seconds at least between such deals (the rebalance delay if longer)."""
+
+
+class GroupLearner(Protocol):
+    """Where a broker learns a group's whole assignment (server/group_views.py)."""
+
+    def available(self) -> bool:
+        """Whether there is anyone to ask now (else: deal at once, from the last deal)."""
+        ...
+
+    async def __call__(self, topic: str, channel: str) -> GroupView | None:
+        """The group now, as every broker of the topic deals it; None: not known."""
+        ...
 
 
 class GroupCoordinator:
@@ -40,6 +66,9 @@ class GroupCoordinator:
         self._wake = wake
         self.groups: dict[tuple[str, str], ConsumerGroup] = {}
         """Consumer groups by (topic, channel), while they have members."""
+        self.learn: GroupLearner | None = None
+        """How to learn the group's whole assignment now (topic, channel): what the
+        other brokers hold. None (no lookupd): deal from this broker's last deal."""
 
     def joined(self, channel: Channel, member: str) -> None:
         """A connection of ``member`` subscribed to ``channel`` (one partition)."""
@@ -60,23 +89,42 @@ class GroupCoordinator:
             group.leave(member, channel.partition)
             self._changed(group)
 
-    def _changed(self, group: ConsumerGroup) -> None:
+    def _changed(self, group: ConsumerGroup, delay: float | None = None) -> None:
         """A member joined or left: deal the partitions again once the rebalance delay
-        has passed (changes meanwhile are dealt with it), or at once with no delay."""
+        has passed (changes meanwhile are dealt with it), or at once with no delay
+        and nothing to learn first."""
         if group.pending:
             return
         group.pending = True
-        delay = self._broker.config.group_rebalance_delay
-        if delay <= 0:
-            self._rebalance(group)
+        if delay is None:
+            delay = self._broker.config.group_rebalance_delay
+            group.rechecks = 0
+        if delay <= 0 and (self.learn is None or not self.learn.available()):
+            self._rebalance(group, None)
         else:
             self._nursery.start_soon(self._rebalance_after, group, delay)
 
     async def _rebalance_after(self, group: ConsumerGroup, delay: float) -> None:
         await trio.sleep(delay)
-        self._rebalance(group)
+        learned = None
+        if self.learn is not None and self.groups.get((group.topic, group.channel)) is group:
+            try:
+                learned = await self.learn(group.topic, group.channel)
+            except Exception:  # never the broker's end: deal from what it knows
+                log.exception(
+                    "GROUP(%s/%s): learning the assignment failed", group.topic, group.channel
+                )
+        self._rebalance(group, learned)
+        if (
+            learned is not None
+            and learned.members != set(group.connections)
+            and group.rechecks < RECHECKS
+            and not group.empty
+        ):
+            group.rechecks += 1
+            self._changed(group, max(RECHECK_AFTER, self._broker.config.group_rebalance_delay))
 
-    def _rebalance(self, group: ConsumerGroup) -> None:
+    def _rebalance(self, group: ConsumerGroup, learned: GroupView | None) -> None:
         """Deal the group's partitions over its members now; the channels whose owner
         changed route again (a new owner starts once the old one holds nothing)."""
         key = (group.topic, group.channel)
@@ -87,7 +135,7 @@ class GroupCoordinator:
         if topic is None:  # deleted: its members are gone or going
             del self.groups[key]
             return
-        group.rebalance(p.index for p in topic.partitions)
+        group.rebalance(len(topic.partitions), learned)
         for partition in topic.partitions:  # a channel made again since gets its owner too
             channel = partition.channels.get(group.channel)
             owner = group.owners.get(partition.index, "")
