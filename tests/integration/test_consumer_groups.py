@@ -77,11 +77,27 @@ class Member:
                 await self.links[partition].send(*(Fin(m.id) for m in messages))
 
 
-async def join(clients: Clients, addresses: BoundAddresses, name: str, rdy: int = 10) -> Member:
+SESSION = 60_000
+"""The members' session timeout (ms): these raw members do not answer heartbeats
+while they read, so a minute, as nsqd's two default heartbeat intervals."""
+
+
+async def join(
+    clients: Clients,
+    addresses: BoundAddresses,
+    name: str,
+    rdy: int = 10,
+    *,
+    identify: IdentifyRequest | None = None,
+) -> Member:
+    """``name`` subscribed to every partition, one connection each (``identify``: its
+    IDENTIFY, by default the name and a minute's session)."""
+    if identify is None:
+        identify = IdentifyRequest(group_member=name, group_session_timeout=SESSION)
     links: dict[int, ProtocolClient] = {}
     for partition in range(PARTITIONS):
         link = await clients.connect(addresses.tcp)
-        await link.stream.send_all(encode_identify(IdentifyRequest(group_member=name)))
+        await link.stream.send_all(encode_identify(identify))
         assert ok(await next_frame(link))
         await link.send(Sub("g", "c", partition))
         assert ok(await next_frame(link))

@@ -44,10 +44,6 @@ RECHECK_AFTER: Final = 1.0
 class GroupLearner(Protocol):
     """Where a broker learns a group's whole assignment (server/group_views.py)."""
 
-    def available(self) -> bool:
-        """Whether there is anyone to ask now (else: deal at once, from the last deal)."""
-        ...
-
     async def __call__(self, topic: str, channel: str) -> GroupView | None:
         """The group now, as every broker of the topic deals it; None: not known."""
         ...
@@ -89,20 +85,46 @@ class GroupCoordinator:
             group.leave(member, channel.partition)
             self._changed(group)
 
+    def fence(self, topic: str, channel_name: str, member: str) -> None:
+        """``member``'s session is over (a connection silent for its session timeout):
+        close all its connections to the group here, so that what they hold goes to
+        the next owners and nothing it still holds can be finished late."""
+        topic_now = self._broker.topics.get(topic)
+        if topic_now is None:
+            return
+        for partition in topic_now.partitions:
+            runner = self._broker.runners.get((topic, partition.index, channel_name))
+            if runner is None:
+                continue
+            for consumer in list(runner.channel.consumers.values()):
+                outbox = runner.outboxes.get(consumer.client_id)
+                if consumer.member == member and outbox is not None:
+                    outbox.close()
+
+    def _tell_owner(self, channel: Channel) -> None:
+        """The new owner's connections hear that it owns the partition now (those that
+        asked): what comes next starts where the channel stands."""
+        runner = self._broker.runners.get((channel.topic, channel.partition, channel.name))
+        if runner is None:
+            return
+        owner = channel.group.owner
+        for consumer in channel.consumers.values():
+            outbox = runner.outboxes.get(consumer.client_id)
+            if consumer.member == owner and outbox is not None:
+                outbox.group_owner()
+
     def _changed(self, group: ConsumerGroup, delay: float | None = None) -> None:
         """A member joined or left: deal the partitions again once the rebalance delay
-        has passed (changes meanwhile are dealt with it), or at once with no delay
-        and nothing to learn first."""
+        has passed (changes meanwhile are dealt with it)."""
         if group.pending:
             return
         group.pending = True
         if delay is None:
             delay = self._broker.config.group_rebalance_delay
             group.rechecks = 0
-        if delay <= 0 and (self.learn is None or not self.learn.available()):
-            self._rebalance(group, None)
-        else:
-            self._nursery.start_soon(self._rebalance_after, group, delay)
+        # a task even with no delay: a rebalance is not made inside the SUB that caused
+        # it, so a new owner's notice follows the SUB's OK
+        self._nursery.start_soon(self._rebalance_after, group, delay)
 
     async def _rebalance_after(self, group: ConsumerGroup, delay: float) -> None:
         await trio.sleep(delay)
@@ -141,6 +163,7 @@ class GroupCoordinator:
             owner = group.owners.get(partition.index, "")
             if channel is not None and channel.group.owner != owner:
                 channel.group.change(owner, channel)
+                self._tell_owner(channel)
                 self._wake(channel)
         if group.empty:
             del self.groups[key]

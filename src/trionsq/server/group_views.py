@@ -53,10 +53,6 @@ class LookupdGroupViews:
         self._addresses = http_addresses
         self._config = config
 
-    def available(self) -> bool:
-        """Whether a lookupd is connected to ask."""
-        return any(True for _ in self._addresses())
-
     async def __call__(self, topic: str, channel: str) -> GroupView | None:
         """The group as the first lookupd that answers sees it; None if none does."""
         target = f"/group?topic={quote(topic, safe='')}&channel={quote(channel, safe='')}"
