@@ -18,8 +18,7 @@ import httpx
 import trio
 
 from trionsq import NsqdConfig
-from trionsq.client import ConsumerSettings, open_consumer
-from trionsq.testing import even_group, open_nsq_cluster
+from trionsq.testing import even_group, group_member, open_nsq_cluster
 
 
 def moved(before: dict[int, str], after: dict[int, str]) -> int:
@@ -34,27 +33,19 @@ async def measure(lookupd: str, partitions: int) -> None:
         )
         created.raise_for_status()
     scopes: dict[str, trio.CancelScope] = {}
-
-    async def member(name: str, task_status: trio.TaskStatus[None]) -> None:
-        with trio.CancelScope() as scopes[name]:
-            settings = ConsumerSettings(group_member=name, lookup_interval=0.5)
-            async with open_consumer(topic, "c", lookupd=lookupd, settings=settings):
-                task_status.started()
-                await trio.sleep_forever()
-
     async with trio.open_nursery() as nursery:
         joined: set[str] = set()
         for name in ("m0", "m1", "m2"):
-            await nursery.start(member, name)
+            scopes[name] = await nursery.start(group_member, lookupd, topic, "c", name)
             joined.add(name)
             three = await even_group(lookupd, topic, "c", joined, partitions)
         scopes["m2"].cancel()
         two = await even_group(lookupd, topic, "c", {"m0", "m1"}, partitions)
         had = sum(1 for owner in three.values() if owner == "m2")
         print(f"{partitions} partitions, 1 of 3 leaves: moved {moved(three, two)} (it had {had})")
-        await nursery.start(member, "m3")
+        await nursery.start(group_member, lookupd, topic, "c", "m3")
         three = await even_group(lookupd, topic, "c", {"m0", "m1", "m3"}, partitions)
-        await nursery.start(member, "m4")
+        await nursery.start(group_member, lookupd, topic, "c", "m4")
         four = await even_group(lookupd, topic, "c", {"m0", "m1", "m3", "m4"}, partitions)
         fewest = partitions // 4
         print(f"{partitions} partitions, a 4th joins: moved {moved(three, four)} (fewest {fewest})")

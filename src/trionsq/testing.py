@@ -45,7 +45,7 @@ except ImportError as missing:  # pragma: no cover - exercised in a subprocess
     ) from missing
 
 from .addresses import join_host_port
-from .client import open_consumer, open_producer
+from .client import ConsumerSettings, open_consumer, open_producer
 from .config import NsqdConfig
 from .http.client import http_get
 from .lookupd.config import LookupdConfig
@@ -71,6 +71,7 @@ __all__ = [
     "ProtocolClient",
     "ThreadedNsqd",
     "even_group",
+    "group_member",
     "is_registered",
     "open_nsq_cluster",
     "wait_until",
@@ -292,6 +293,25 @@ async def wait_until(
 
 
 T = TypeVar("T")
+
+
+async def group_member(
+    lookupd: str,
+    topic: str,
+    channel: str,
+    name: str,
+    *,
+    task_status: trio.TaskStatus[trio.CancelScope] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """A consumer-group member that handles nothing: a ``trionsq.client`` consumer
+    found through ``lookupd`` (HTTP ``host:port``), subscribed to every partition
+    until cancelled. ``await nursery.start(group_member, ...)`` returns once it is
+    subscribed, with a scope whose cancelling makes it leave."""
+    with trio.CancelScope() as scope:
+        settings = ConsumerSettings(group_member=name, lookup_interval=0.5)
+        async with open_consumer(topic, channel, lookupd=lookupd, settings=settings):
+            task_status.started(scope)
+            await trio.sleep_forever()
 
 
 async def even_group(

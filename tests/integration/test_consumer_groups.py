@@ -21,7 +21,7 @@ from trionsq.client import ConsumerSettings, open_consumer, open_producer
 from trionsq.config import ConfigError
 from trionsq.protocol import Fin, IdentifyRequest, Pub, Rdy, Sub
 from trionsq.protocol.client import MessageFrame, Response, encode_identify
-from trionsq.testing import even_group
+from trionsq.testing import even_group, group_member
 
 from .raw import LOCAL, next_error, next_frame, ok, publish, start, stats_channel
 from .test_admin_stream import events_until, open_stream
@@ -362,26 +362,18 @@ async def test_the_deal_is_sticky_over_three_brokers(
         )
         assert created.status_code == 200, created.text
         scopes: dict[str, trio.CancelScope] = {}
-
-        async def member(name: str, task_status: trio.TaskStatus[None]) -> None:
-            with trio.CancelScope() as scopes[name]:
-                settings = ConsumerSettings(group_member=name, lookup_interval=0.5)
-                async with open_consumer(topic, "c", lookupd=lookupd, settings=settings):
-                    task_status.started()
-                    await trio.sleep_forever()
-
         with trio.fail_after(60):
             async with trio.open_nursery() as members:
                 for name in ("m0", "m1", "m2"):
-                    await members.start(member, name)
+                    scopes[name] = await members.start(group_member, lookupd, topic, "c", name)
                 three = await even_group(lookupd, topic, "c", {"m0", "m1", "m2"}, partitions)
                 scopes["m2"].cancel()  # m2 leaves: its connections to every broker close
                 two = await even_group(lookupd, topic, "c", {"m0", "m1"}, partitions)
                 moved = {p for p in two if two[p] != three[p]}
                 assert moved == {p for p, owner in three.items() if owner == "m2"}
-                await members.start(member, "m3")
+                await members.start(group_member, lookupd, topic, "c", "m3")
                 three = await even_group(lookupd, topic, "c", {"m0", "m1", "m3"}, partitions)
-                await members.start(member, "m4")  # a fourth joins three
+                await members.start(group_member, lookupd, topic, "c", "m4")  # a fourth
                 four = await even_group(lookupd, topic, "c", {"m0", "m1", "m3", "m4"}, partitions)
                 moved = {p for p in four if four[p] != three[p]}
                 assert len(moved) == partitions // 4
@@ -409,19 +401,12 @@ async def test_a_restarted_broker_learns_the_deal_from_lookupd(nsq_cluster: NsqC
     async with httpx.AsyncClient(base_url=f"http://{lookupd}") as http:
         created = await http.post("/topic/create?topic=restart&partition_num=6&replicator=1")
         assert created.status_code == 200, created.text
-
-        async def member(name: str, task_status: trio.TaskStatus[None]) -> None:
-            settings = ConsumerSettings(group_member=name, lookup_interval=0.5)
-            async with open_consumer("restart", "c", lookupd=lookupd, settings=settings):
-                task_status.started()
-                await trio.sleep_forever()
-
         names = {"m0", "m1", "m2"}
         with trio.fail_after(60):
             async with trio.open_nursery() as members:
                 joined: set[str] = set()
                 for name in ("m0", "m1", "m2"):  # one after another
-                    await members.start(member, name)
+                    await members.start(group_member, lookupd, "restart", "c", name)
                     joined.add(name)
                     before = await even_group(lookupd, "restart", "c", joined, 6)
                 # m0 alone had all six, m1 took 3-5, m2 took 2 from m0 and 5 from m1: a
