@@ -154,7 +154,8 @@ def report(
         f"of which the other handled too: {len(set(after) & by_other)}"
     )
     print(f"handled before the stop by both (FIN not sent in time): {len(set(before) & by_other)}")
-    print(f"never handled: {len({str(i) for i in range(sent)} - handled)} (the last in flight)")
+    missing = sorted(int(body) for body in {str(i) for i in range(sent)} - handled)
+    print(f"never handled: {len(missing)}, from #{missing[0] if missing else '-'} of {sent}")
 
 
 def main() -> None:
