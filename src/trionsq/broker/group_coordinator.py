@@ -89,10 +89,10 @@ class GroupCoordinator:
         """``member``'s session is over (a connection silent for its session timeout):
         close all its connections to the group here, so that what they hold goes to
         the next owners and nothing it still holds can be finished late."""
-        topic_now = self._broker.topics.get(topic)
-        if topic_now is None:
+        found = self._broker.topics.get(topic)
+        if found is None:
             return
-        for partition in topic_now.partitions:
+        for partition in found.partitions:
             runner = self._broker.runners.get((topic, partition.index, channel_name))
             if runner is None:
                 continue

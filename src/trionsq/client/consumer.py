@@ -223,8 +223,10 @@ class Consumer:
         while True:
             if not self._waiting:
                 await self._wait_for_messages()
-            batch = [message for message in self._waiting if not self._fenced(message)]
+            batch = list(self._waiting)
             self._waiting.clear()
+            if self.settings.group_member:
+                batch = [message for message in batch if not self._fenced(message)]
             if batch:
                 return batch
 
@@ -260,7 +262,9 @@ class Consumer:
                 await self._arrived.wait()
                 self._arrived = trio.Event()
         taken = [self._waiting.popleft() for _ in range(min(count, len(self._waiting)))]
-        return [message for message in taken if not self._fenced(message)]
+        if self.settings.group_member:
+            taken = [message for message in taken if not self._fenced(message)]
+        return taken
 
     def _ask_for(self, missing: int) -> None:
         """PULL ``missing`` messages, shared over the links that owe none."""

@@ -315,16 +315,17 @@ class ClientSession(CommandLayer):
         they hold goes to the partitions' next owners and nothing it still holds can
         be finished late (docs/extensions.md, "Consumer groups")."""
         member = self.protocol.negotiated.group_member
-        subscription = self.subscription
         if not member:
             log.info("client %d: no command for two heartbeat intervals, closing", self.client_id)
-        elif subscription is not None:
+        else:
             log.info(
                 "client %d: group member %r silent for its session timeout (%gs), fenced",
                 self.client_id,
                 member,
                 self.silence_limit,
             )
+        subscription = self.subscription
+        if member and subscription is not None:
             channel = subscription.channel
             self.broker.group_coordinator.fence(channel.topic, channel.name, member)
         self._cancel()
