@@ -341,6 +341,7 @@ async def test_members_split_a_topic_placed_over_three_brokers(nsq_cluster: NsqC
     assert answer.status_code == 200, answer.text
     document = answer.json()
     assert document["assignment"] == owned
+    assert document["members"] == ["m0", "m1", "m2"]  # connected to any broker
     assert len(document["brokers"]) == 3
     assert all(b["generation"] >= 1 and "error" not in b for b in document["brokers"])
     assert sorted(p for b in document["brokers"] for p in b["partitions"]) == list(range(6))

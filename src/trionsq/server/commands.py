@@ -271,13 +271,11 @@ class CommandLayer:
             )
 
     def close(self) -> None:
-        """Our channel was deleted, or our group member was fenced: end the connection
-        (nsqd closes it without a frame)."""
+        """Our channel was deleted (or group member fenced): end the connection quietly."""
         self._cancel()
 
     def group_owner(self) -> None:
-        """Our group member now owns the partition: say so if the client asked
-        (IDENTIFY ``group_notices``), before any message of its ownership."""
+        """Our group member owns the partition now: say so if asked (``group_notices``)."""
         if self.protocol.negotiated.group_notices:
             self.outbound.add_response(GROUP_OWNER_FRAME)
             self._wake()
