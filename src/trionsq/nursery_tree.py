@@ -13,7 +13,7 @@ below)::
     │   │   └── read ahead     the next cold chunk of a disk backlog (one read, then ends)
     │   ├── storage: syncer (fsync by --sync-every/--sync-timeout)       broker/storage.py
     │   ├── storage: persister (metadata + channel states, atomic, 1 s)   broker/storage.py
-    │   ├── group rebalance: a consumer group's deal after --group-rebalance-delay  broker/broker.py
+    │   ├── group rebalance: a consumer group's deal after --group-rebalance-delay  broker/group_coordinator.py
     │   ├── alarm clock: wakes idle connections' pumps at their due times  server/alarms.py
     │   ├── statsd: pushes /stats figures every --statsd-interval (when set)  server/statsd.py
     │   ├── TCP listener (listen.serve_connections) -> per connection nursery   server/tcp.py
@@ -58,6 +58,7 @@ from .dispatch.router import ChannelRunner
 from .http.connection import FdTransport, StreamTransport, serve_http_connection
 from .listen import open_listeners, serve_connections
 from .server.alarms import AlarmClock
+from .server.group_views import LookupdGroupViews
 from .server.lookupd_peers import LookupdPeers, peer_identity
 from .server.nsqd_api import NsqdHttpApi, RuntimeOptions
 from .server.tcp import ClientSession
@@ -142,6 +143,7 @@ async def serve_nsqd(
             broker, identity, config.lookupd_tcp_addresses, max_reply_size=config.max_body_size
         )
         await broker_nursery.start(peers.run)
+        broker.group_coordinator.learn = LookupdGroupViews(peers.http_addresses, config)
         alarms = AlarmClock()
         await broker_nursery.start(alarms.run)
         if config.statsd_address:
@@ -296,7 +298,7 @@ TASKS: Final = {
     "storage": "Storage.run",
     "storage syncer": "Storage._sync_forever",
     "storage persister": "Storage._persist_forever",
-    "group rebalance": "Broker._rebalance_after",
+    "group rebalance": "GroupCoordinator._rebalance_after",
     "http listener": "serve_listeners",
     "http connection": "_run_handler",
     "https listener": "serve_listeners",

@@ -32,6 +32,7 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Final, Generic, TypeVar
 
 import attrs
+import orjson
 import trio
 import trio.testing
 
@@ -44,8 +45,9 @@ except ImportError as missing:  # pragma: no cover - exercised in a subprocess
     ) from missing
 
 from .addresses import join_host_port
-from .client import open_consumer, open_producer
+from .client import ConsumerSettings, open_consumer, open_producer
 from .config import NsqdConfig
+from .http.client import http_get
 from .lookupd.config import LookupdConfig
 from .lookupd.registry import CHANNEL, CLIENT, TOPIC, Registration
 from .lookupd.server import LookupdAddresses, serve_lookupd
@@ -54,7 +56,7 @@ from .protocol import MAGIC_V2
 from .protocol.client import ClientConnection, encode_commands
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+    from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator
     from contextlib import AbstractAsyncContextManager
 
     from .client import ClientMessage, Consumer, Producer
@@ -68,6 +70,8 @@ __all__ = [
     "NsqCluster",
     "ProtocolClient",
     "ThreadedNsqd",
+    "even_group",
+    "group_member",
     "is_registered",
     "open_nsq_cluster",
     "wait_until",
@@ -289,6 +293,56 @@ async def wait_until(
 
 
 T = TypeVar("T")
+
+
+async def group_member(
+    lookupd: str,
+    topic: str,
+    channel: str,
+    name: str,
+    *,
+    task_status: trio.TaskStatus[trio.CancelScope] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """A consumer-group member that handles nothing: a ``trionsq.client`` consumer
+    found through ``lookupd`` (HTTP ``host:port``), subscribed to every partition
+    until cancelled. ``await nursery.start(group_member, ...)`` returns once it is
+    subscribed, with a scope whose cancelling makes it leave."""
+    with trio.CancelScope() as scope:
+        settings = ConsumerSettings(group_member=name, lookup_interval=0.5)
+        async with open_consumer(topic, channel, lookupd=lookupd, settings=settings):
+            task_status.started(scope)
+            await trio.sleep_forever()
+
+
+async def even_group(
+    lookupd: str,
+    topic: str,
+    channel: str,
+    members: Collection[str],
+    partitions: int,
+    *,
+    steady: float = 0.5,
+) -> dict[int, str]:
+    """partition -> member, from lookupd's ``GET /group`` (``lookupd``: its HTTP
+    ``host:port``) once every partition of the topic has one of ``members``, the
+    members' counts differ by one at most, and it stays so for ``steady`` seconds
+    (a consumer group's rebalances over the brokers have settled)."""
+    target = f"/group?topic={topic}&channel={channel}"
+    while True:
+        reply = await http_get(lookupd, target, connect_timeout=2, request_timeout=5)
+        document = orjson.loads(reply.body) if reply.status == 200 else {}
+        owners = {p: m for m, parts in document.get("assignment", {}).items() for p in parts}
+        loads = [list(owners.values()).count(m) for m in members]
+        if (
+            set(document.get("assignment", {})) == set(members)
+            and sorted(owners) == list(range(partitions))
+            and max(loads) - min(loads) <= 1
+        ):
+            await trio.sleep(steady)
+            again = await http_get(lookupd, target, connect_timeout=2, request_timeout=5)
+            if again.body == reply.body:
+                return owners
+        await trio.sleep(0.1)
 
 
 def _address(host_port: tuple[str, int]) -> str:

@@ -21,6 +21,7 @@ from trionsq.client import ConsumerSettings, open_consumer, open_producer
 from trionsq.config import ConfigError
 from trionsq.protocol import Fin, IdentifyRequest, Pub, Rdy, Sub
 from trionsq.protocol.client import MessageFrame, Response, encode_identify
+from trionsq.testing import even_group, group_member
 
 from .raw import LOCAL, next_error, next_frame, ok, publish, start, stats_channel
 from .test_admin_stream import events_until, open_stream
@@ -76,11 +77,27 @@ class Member:
                 await self.links[partition].send(*(Fin(m.id) for m in messages))
 
 
-async def join(clients: Clients, addresses: BoundAddresses, name: str, rdy: int = 10) -> Member:
+SESSION = 60_000
+"""The members' session timeout (ms): these raw members do not answer heartbeats
+while they read, so a minute, as nsqd's two default heartbeat intervals."""
+
+
+async def join(
+    clients: Clients,
+    addresses: BoundAddresses,
+    name: str,
+    rdy: int = 10,
+    *,
+    identify: IdentifyRequest | None = None,
+) -> Member:
+    """``name`` subscribed to every partition, one connection each (``identify``: its
+    IDENTIFY, by default the name and a minute's session)."""
+    if identify is None:
+        identify = IdentifyRequest(group_member=name, group_session_timeout=SESSION)
     links: dict[int, ProtocolClient] = {}
     for partition in range(PARTITIONS):
         link = await clients.connect(addresses.tcp)
-        await link.stream.send_all(encode_identify(IdentifyRequest(group_member=name)))
+        await link.stream.send_all(encode_identify(identify))
         assert ok(await next_frame(link))
         await link.send(Sub("g", "c", partition))
         assert ok(await next_frame(link))
@@ -192,14 +209,14 @@ async def test_the_old_owner_releases_before_the_new_one_starts(
     second = await join(clients, addresses, "b", rdy=1)
     await second.collect(DELAY + 1)
     assert second.partitions() == []  # "a" still holds a message of every partition
-    assert (await group_stats(addresses))["assignment"] == {"a": [0, 2, 4], "b": [1, 3, 5]}
+    assert (await group_stats(addresses))["assignment"] == {"a": [0, 1, 2], "b": [3, 4, 5]}
     held = {p: ms[0] for p, ms in first.received.items()}
-    for partition in (1, 3, 5):  # "a" finishes what it held of the partitions it lost
+    for partition in (3, 4, 5):  # "a" finishes what it held of the partitions it lost
         await first.links[partition].send(Fin(held[partition].id))
     await second.collect(DELAY)
-    assert second.partitions() == [1, 3, 5]
+    assert second.partitions() == [3, 4, 5]
     assert {p: [m.body for m in ms] for p, ms in second.received.items() if ms} == {
-        p: [b"p%d-1" % p] for p in (1, 3, 5)
+        p: [b"p%d-1" % p] for p in (3, 4, 5)
     }
 
 
@@ -272,7 +289,7 @@ async def test_trionsq_client_members_split_the_partitions(
                     )
                     assert reply.status_code == 200, reply.text
         producer_done.set()
-    assert received == {"one": {0, 2, 4}, "two": {1, 3, 5}}
+    assert received == {"one": {0, 1, 2}, "two": {3, 4, 5}}  # "one" keeps its lowest
 
 
 @pytest.fixture
@@ -324,9 +341,89 @@ async def test_members_split_a_topic_placed_over_three_brokers(nsq_cluster: NsqC
     assert answer.status_code == 200, answer.text
     document = answer.json()
     assert document["assignment"] == owned
+    assert document["members"] == ["m0", "m1", "m2"]  # connected to any broker
     assert len(document["brokers"]) == 3
     assert all(b["generation"] >= 1 and "error" not in b for b in document["brokers"])
     assert sorted(p for b in document["brokers"] for p in b["partitions"]) == list(range(6))
+
+
+@pytest.mark.nsq_cluster(brokers=3, lookupds=1)
+@pytest.mark.parametrize("partitions", [8, 6])
+async def test_the_deal_is_sticky_over_three_brokers(
+    nsq_cluster: NsqCluster, partitions: int
+) -> None:
+    """Partitions placed by lookupd over three brokers, each dealing its own: when one
+    of three members leaves, only its partitions move; when a fourth joins three, it
+    takes the fewest that even the counts out, from the others (issue 30, item 7)."""
+    (lookupd,) = nsq_cluster.lookupd_http_addresses
+    topic = f"sticky{partitions}"
+    async with httpx.AsyncClient(base_url=f"http://{lookupd}") as http:
+        created = await http.post(
+            f"/topic/create?topic={topic}&partition_num={partitions}&replicator=1"
+        )
+        assert created.status_code == 200, created.text
+        scopes: dict[str, trio.CancelScope] = {}
+        with trio.fail_after(60):
+            async with trio.open_nursery() as members:
+                for name in ("m0", "m1", "m2"):
+                    scopes[name] = await members.start(group_member, lookupd, topic, "c", name)
+                three = await even_group(lookupd, topic, "c", {"m0", "m1", "m2"}, partitions)
+                scopes["m2"].cancel()  # m2 leaves: its connections to every broker close
+                two = await even_group(lookupd, topic, "c", {"m0", "m1"}, partitions)
+                moved = {p for p in two if two[p] != three[p]}
+                assert moved == {p for p, owner in three.items() if owner == "m2"}
+                await members.start(group_member, lookupd, topic, "c", "m3")
+                three = await even_group(lookupd, topic, "c", {"m0", "m1", "m3"}, partitions)
+                await members.start(group_member, lookupd, topic, "c", "m4")  # a fourth
+                four = await even_group(lookupd, topic, "c", {"m0", "m1", "m3", "m4"}, partitions)
+                moved = {p for p in four if four[p] != three[p]}
+                assert len(moved) == partitions // 4
+                assert all(four[p] == "m4" for p in moved)
+                members.cancel_scope.cancel()
+
+
+def broker_holding(cluster: NsqCluster, partition: int, group: httpx.Response) -> int:
+    """The index of the broker that ``/group`` shows holding ``partition``."""
+    (address,) = [b["address"] for b in group.json()["brokers"] if partition in b["partitions"]]
+    (index,) = [
+        i
+        for i, broker in enumerate(cluster.brokers)
+        if broker.http is not None and f"{broker.http[0]}:{broker.http[1]}" == address
+    ]
+    return index
+
+
+@pytest.mark.nsq_cluster(brokers=3, lookupds=1)
+async def test_a_restarted_broker_learns_the_deal_from_lookupd(nsq_cluster: NsqCluster) -> None:
+    """A broker that restarts has forgotten its deal; its members come back one by
+    one. Dealing from what lookupd's ``/group`` shows of the other brokers, it gives
+    each member back as many partitions as it had: the whole stays even."""
+    (lookupd,) = nsq_cluster.lookupd_http_addresses
+    async with httpx.AsyncClient(base_url=f"http://{lookupd}") as http:
+        created = await http.post("/topic/create?topic=restart&partition_num=6&replicator=1")
+        assert created.status_code == 200, created.text
+        names = {"m0", "m1", "m2"}
+        with trio.fail_after(60):
+            async with trio.open_nursery() as members:
+                joined: set[str] = set()
+                for name in ("m0", "m1", "m2"):  # one after another
+                    await members.start(group_member, lookupd, "restart", "c", name)
+                    joined.add(name)
+                    before = await even_group(lookupd, "restart", "c", joined, 6)
+                # m0 alone had all six, m1 took 3-5, m2 took 2 from m0 and 5 from m1: a
+                # deal from scratch would give 2 to m1, so restart the broker with it
+                assert (before[2], before[5]) == ("m2", "m2")
+                await nsq_cluster.restart_broker(
+                    broker_holding(nsq_cluster, 2, await http.get("/group?topic=restart&channel=c"))
+                )
+                after = await even_group(lookupd, "restart", "c", names, 6)
+                brokers = (await http.get("/group?topic=restart&channel=c")).json()["brokers"]
+                members.cancel_scope.cancel()
+    counts = {name: list(after.values()).count(name) for name in names}
+    assert counts == {name: list(before.values()).count(name) for name in names}
+    assert len(brokers) == 3
+    moved = {p for p in after if after[p] != before[p]}
+    assert any(moved <= set(b["partitions"]) for b in brokers)  # only the restarted one's
 
 
 async def test_lookupd_group_needs_a_known_topic_and_valid_names(lookupd: LookupdAddresses) -> None:

@@ -21,7 +21,7 @@ from ..protocol.names import is_ephemeral
 from . import idempotence, trace_log
 from .dead_letters import dead_letter_header
 from .events import EventHub
-from .groups import ConsumerGroup
+from .group_coordinator import GroupCoordinator
 from .health import APPEND, CREATE, READ, StorageFault
 from .idempotence import Stored
 from .latency import LatencySettings
@@ -110,7 +110,8 @@ class Broker:
         self._listeners: list[Callable[[TopologyChange], None]] = []
         self.events = EventHub()
         """The admin stream's watchers (docs/admin.md): told every change here."""
-        self.groups: dict[tuple[str, str], ConsumerGroup] = {}
+        self.group_coordinator = GroupCoordinator(self, nursery, self._wake)
+        self.groups: Final = self.group_coordinator.groups
         """Consumer groups by (topic, channel), while they have members."""
 
     # ------------------------------------------------------------- topology listeners
@@ -412,15 +413,7 @@ class Broker:
         runner.outboxes[consumer.client_id] = outbox
         runner.wake()
         if consumer.member is not None:
-            key = (topic_name, channel_name)
-            group = self.groups.get(key)
-            if group is None:
-                group = self.groups[key] = ConsumerGroup(topic_name, channel_name)
-            group.join(consumer.member, partition)
-            owner = group.owners.get(partition, "")
-            if runner.channel.group_owner != owner:  # a channel made again since the deal
-                runner.channel.set_group_owner(owner)
-            self._group_changed(group)
+            self.group_coordinator.joined(runner.channel, consumer.member)
         return Subscription(runner, consumer, self.unsubscribe, self.wall_clock)
 
     async def _runner(self, topic_name: str, partition: int, channel_name: str) -> ChannelDriver:
@@ -453,68 +446,13 @@ class Broker:
         channel.unsubscribe(client_id)
         runner.outboxes.pop(client_id, None)
         if consumer is not None and consumer.member is not None:
-            group = self.groups.get((channel.topic, channel.name))
-            if group is not None:
-                group.leave(consumer.member, channel.partition)
-                self._group_changed(group)
+            self.group_coordinator.left(channel, consumer.member)
         key = (channel.topic, channel.partition, channel.name)
         if self.runners.get(key) is not runner:  # the channel was deleted meanwhile
             return
         runner.wake()
         if is_ephemeral(channel.name) and not channel.consumers:
             self.delete_channel(*key)
-
-    def _group_changed(self, group: ConsumerGroup) -> None:
-        """A member joined or left: deal the partitions again once the rebalance delay
-        has passed (changes meanwhile are dealt with it), or at once with no delay."""
-        if group.pending:
-            return
-        group.pending = True
-        delay = self.config.group_rebalance_delay
-        if delay <= 0:
-            self._rebalance(group)
-        else:
-            self._nursery.start_soon(self._rebalance_after, group, delay)
-
-    async def _rebalance_after(self, group: ConsumerGroup, delay: float) -> None:
-        await trio.sleep(delay)
-        self._rebalance(group)
-
-    def _rebalance(self, group: ConsumerGroup) -> None:
-        """Deal the group's partitions over its members now; the channels whose owner
-        changed route again (a new owner starts once the old one holds nothing)."""
-        key = (group.topic, group.channel)
-        if self.groups.get(key) is not group:
-            return
-        topic = self.topics.get(group.topic)
-        if topic is None:  # deleted: its members are gone or going
-            del self.groups[key]
-            return
-        group.rebalance(p.index for p in topic.partitions)
-        for partition in topic.partitions:  # a channel made again since gets its owner too
-            channel = partition.channels.get(group.channel)
-            owner = group.owners.get(partition.index, "")
-            if channel is not None and channel.group_owner != owner:
-                channel.set_group_owner(owner)
-                self._wake(channel)
-        if group.empty:
-            del self.groups[key]
-        assignment = group.assignment()
-        log.info(
-            "GROUP(%s/%s): rebalance %d: %s",
-            group.topic,
-            group.channel,
-            group.generation,
-            ", ".join(f"{m}={parts}" for m, parts in assignment.items()) or "no members",
-        )
-        self.events.emit(
-            "channel",
-            "group_rebalanced",
-            group.topic,
-            channel=group.channel,
-            generation=group.generation,
-            assignment=assignment,
-        )
 
     async def drain(self, grace: float) -> int:
         """Stop delivering, then give consumers up to ``grace`` seconds to finish what

@@ -40,6 +40,7 @@ from ..queues.inflight import InFlightTable
 from ..queues.record import Record
 from .dead_letters import dead_topic_name
 from .latency import LatencyWindow
+from .partition_owner import PartitionOwner
 from .rate_limits import RateLimit
 from .statistics import ChannelStatistics
 from .ttl import TopicTtl
@@ -218,11 +219,9 @@ class Channel:
         self.dead_letters: list[tuple[Record, int]] = []
         """Left the channel, not yet published to the dead-letter topic: (record,
         deliveries). The broker takes them after each routing pass."""
-        self.group_owner = ""
-        """The consumer-group member that consumes this partition (broker/groups.py;
-        empty: none yet). Consumers of other members stand by."""
-        self.releasing: set[int] = set()
-        """Connections of the partition's previous owners still holding its messages."""
+        self.group = PartitionOwner()
+        """The consumer-group member that consumes this partition (broker/groups.py,
+        broker/partition_owner.py); consumers of other members stand by."""
         self.rate_limit = rate_limit
         """The channel's rate limit (``/channel/rate_limit``), one bucket shared by the
         channel's Channel objects in every partition; None: unlimited."""
@@ -259,6 +258,8 @@ class Channel:
         for record in returned:
             self._delivered_once(record.internal_id)
         self._put_back(self._below_bound(returned))
+        if returned and consumer is not None and consumer.member is not None:
+            self.group.hand_over(self)  # whoever takes over reads the partition in order
         return returned
 
     def set_rdy(self, client_id: int, count: int) -> None:
@@ -298,32 +299,12 @@ class Channel:
             or (self.ordered and len(self.in_flight) >= self.ordered_window())
         ):
             return 0
-        if consumer.member is not None and (
-            consumer.member != self.group_owner or (self.releasing and self._still_releasing())
-        ):
+        if consumer.member is not None and self.group.holds_back(consumer.member, self):
             return 0
         credit = consumer.credit
         if credit is not None:
             return credit
         return max(0, consumer.rdy - self.in_flight.count_for(consumer.client_id))
-
-    def set_group_owner(self, owner: str) -> None:
-        """A rebalance gave this partition to ``owner`` (broker/groups.py): the
-        connections of other members that still hold messages of it release them
-        (FIN, REQ, timeout, leaving) before the owner's get any."""
-        self.group_owner = owner
-        count_for = self.in_flight.count_for
-        self.releasing = {
-            c.client_id
-            for c in self.consumers.values()
-            if c.member is not None and c.member != owner and count_for(c.client_id)
-        }
-
-    def _still_releasing(self) -> bool:
-        """Whether a previous owner's connection still holds a message here."""
-        count_for = self.in_flight.count_for
-        self.releasing = {client for client in self.releasing if count_for(client)}
-        return bool(self.releasing)
 
     def ordered_window(self) -> int:
         """How many messages an ordered channel may have in flight: its consumer's

@@ -30,7 +30,11 @@ class Outbox(Protocol):
         """Take a batch for sending; must not block (the router never awaits here)."""
 
     def close(self) -> None:
-        """The channel is gone (deleted): end the connection, as nsqd closes its clients."""
+        """The channel is gone (deleted), or the consumer's group member was fenced:
+        end the connection, as nsqd closes its clients."""
+
+    def group_owner(self) -> None:
+        """The consumer's group member now owns the partition (broker/groups.py)."""
 
     def topic_now_ext(self) -> None:
         """The topic was upgraded to ext: a consumer that did not IDENTIFY with

@@ -99,12 +99,26 @@ class Connection:
         identified: IdentifyResponse | None,
         on_messages: Callable[[list[Message]], None] | None,
         address: str,
+        on_group_owner: Callable[[], None] | None = None,
     ) -> None:
+        """``on_group_owner``: the broker says this connection's group member now owns
+        its partition (trionsq's ``_group_owner_``), after the messages before it."""
         self.address = address
         self.identified = identified
         """The broker's IDENTIFY answer (feature negotiation), or None for a plain OK."""
         self.parser = parser
         self.closed = False
+        session_ms = identified.group_session_timeout if identified is not None else 0
+        self.session_timeout = session_ms / 1000 if session_ms else None
+        """A group member's session timeout (seconds), as the broker settled it: after
+        that long without a word from us, it closes the connection (None: not a member)."""
+        self.last_sent = trio.current_time()
+        """When we last wrote to the broker (heartbeat answers included)."""
+        self.fenced = False
+        """We were silent for the session timeout (a process stopped, then resumed):
+        the broker closed the connection and gave what we hold to another member, so
+        nothing more of it is handled here."""
+        self._on_group_owner = on_group_owner
         self.async_errors = 0
         """E_FIN_FAILED, E_REQ_FAILED and E_TOUCH_FAILED received."""
         self._socket = layers.socket
@@ -134,6 +148,25 @@ class Connection:
     def remote_address(self) -> str:
         """The broker's ``host:port`` as connected (for trace logs)."""
         return peer_address(self._socket.socket)
+
+    def stale(self) -> bool:
+        """Whether the broker has given up on us (:attr:`fenced`): nothing written for
+        the session timeout. Looked at before anything is written, read or handed
+        to the application, so a process that resumes after a stop finds it first."""
+        timeout = self.session_timeout
+        if (
+            timeout is not None
+            and not self.fenced
+            and trio.current_time() - self.last_sent >= timeout
+        ):
+            self.fenced = True
+            log.warning(
+                "%s: silent for the group session timeout (%gs): fenced, dropping what "
+                "this connection holds",
+                self.address,
+                timeout,
+            )
+        return self.fenced
 
     async def wait_closed(self) -> None:
         """Return once the broker has closed the connection (or it was lost)."""
@@ -176,7 +209,9 @@ class Connection:
         while True:
             await self._has_output.wait()
             self._has_output = trio.Event()
+            self.stale()  # before this write makes the silence look shorter
             await write()
+            self.last_sent = trio.current_time()
 
     async def _write_queued(self) -> None:
         """Write what is queued straight to the descriptor, waiting only when the
@@ -243,6 +278,8 @@ class Connection:
             self._leftover = b""
         while True:
             data = await stream.receive_some(READ_SIZE)
+            if self.session_timeout is not None and self.stale():
+                return  # what the broker sent before it gave up on us is not ours
             if codec is None or not data:
                 route(parser.receive_data(data))
             else:
@@ -262,6 +299,12 @@ class Connection:
             elif type(frame) is Response:
                 if frame.is_heartbeat:
                     self.send_bytes(NOP_BYTES)
+                elif frame.is_group_owner:
+                    if messages and self._on_messages is not None:
+                        self._on_messages(messages)  # those came before it
+                    messages = []
+                    if self._on_group_owner is not None:
+                        self._on_group_owner()
                 else:
                     self._answer(frame)
             elif type(frame) is ErrorReply:
@@ -296,6 +339,7 @@ async def open_connection(
     options: ConnectionOptions | None = None,
     *,
     on_messages: Callable[[list[Message]], None] | None = None,
+    on_group_owner: Callable[[], None] | None = None,
     extended: bool = False,
     detail: bool = False,
 ) -> AsyncIterator[Connection]:
@@ -303,7 +347,9 @@ async def open_connection(
     connection until the block ends or the broker closes it (then waiting commands
     fail with :class:`ConnectionClosedError` and ``connection.closed`` is set).
 
-    ``extended``/``detail``: the message layout the SUB that follows asks for.
+    ``extended``/``detail``: the message layout the SUB that follows asks for;
+    ``on_messages``: each read's messages; ``on_group_owner``: a group member's
+    connection now owns its partition (IDENTIFY ``group_notices``).
 
     Raises:
         NsqError: IDENTIFY, an upgrade or AUTH refused.
@@ -319,7 +365,9 @@ async def open_connection(
     layers = Layers(stream, parser.max_frame_size)
     try:
         identified = await _handshake(layers, parser, options, host)
-        connection = Connection(layers, parser, identified, on_messages, address)
+        connection = Connection(
+            layers, parser, identified, on_messages, address, on_group_owner=on_group_owner
+        )
         try:
             with single_errors():
                 async with trio.open_nursery() as nursery:

@@ -23,7 +23,13 @@ import attrs
 import trio
 
 from ..protocol.commands import OffsetSpec, Sub, SubAdvanced, SubOrdered
-from ..protocol.identify import MAX_ATTEMPTS_BOUND, MAX_BYTES_PER_SEC, MAX_MSGS_PER_SEC
+from ..protocol.identify import (
+    MAX_ATTEMPTS_BOUND,
+    MAX_BYTES_PER_SEC,
+    MAX_GROUP_SESSION_TIMEOUT_MS,
+    MAX_MSGS_PER_SEC,
+    MIN_GROUP_SESSION_TIMEOUT_MS,
+)
 from .connection import ConnectionClosedError, NsqError, open_connection
 from .discovery import Discovery, Placement, Target
 from .groups import single_errors
@@ -51,6 +57,8 @@ MAX_PULL: Final = 2500
 """The most one PULL asks of a connection (nsqd's default max RDY count)."""
 BACKOFF_FIRST: Final = 0.1
 BACKOFF_MAX: Final = 10.0
+MIN_SESSION: Final = MIN_GROUP_SESSION_TIMEOUT_MS / 1000
+MAX_SESSION: Final = MAX_GROUP_SESSION_TIMEOUT_MS / 1000
 LOST_OR_CLOSED: Final[tuple[type[Exception], ...]] = (*LOST, ConnectionClosedError)
 """A connection that could not be opened or was lost: try again after a backoff."""
 
@@ -82,6 +90,12 @@ class ConsumerSettings:
     departed member's partitions to the others. Connect to every partition (through
     lookupd, or ``partitions=``); give each consumer process its own name (1-64 of
     ``[.a-zA-Z0-9_-]``, e.g. host and pid). Empty: an ordinary NSQ consumer."""
+    group_session_timeout: float = 0.0
+    """A group member's session timeout in seconds (IDENTIFY ``group_session_timeout``;
+    3 to 1800, 0: the broker's default, 10): a member the broker hears nothing from
+    for that long is gone and its connections closed. Heartbeats come every third
+    of it and are answered, so only a stopped process goes; one that resumes drops
+    what it held unhandled (another member has it)."""
     max_msgs_per_sec: int = 0
     """Ask the broker to deliver at most this many messages a second to each of this
     consumer's connections (IDENTIFY ``max_msgs_per_sec``, trionsq's extension; 0: no
@@ -134,7 +148,17 @@ class Consumer:
             identify = attrs.evolve(options.identify, max_attempts=settings.max_attempts)
             options = attrs.evolve(options, identify=identify)
         if settings.group_member:
-            identify = attrs.evolve(options.identify, group_member=settings.group_member)
+            session = settings.group_session_timeout
+            if session and not MIN_SESSION <= session <= MAX_SESSION:
+                raise ValueError(
+                    f"group_session_timeout must be 0 or {MIN_SESSION} to {MAX_SESSION}"
+                )
+            identify = attrs.evolve(
+                options.identify,
+                group_member=settings.group_member,
+                group_session_timeout=round(session * 1000),
+                group_notices=True,  # a takeover is not a skip in the offset check
+            )
             options = attrs.evolve(options, identify=identify)
         if settings.max_msgs_per_sec or settings.max_bytes_per_sec:
             if not 0 <= settings.max_msgs_per_sec <= MAX_MSGS_PER_SEC:
@@ -163,6 +187,9 @@ class Consumer:
         self.received = 0
         self.failed = 0
         self.given_up = 0
+        self.fenced = 0
+        """Messages dropped unhandled: their connection's group session had timed out
+        (this process was stopped), so the broker gave them to another member."""
         self.discovery: Discovery | None = None
         self._options = options
         self._nursery = nursery
@@ -183,18 +210,33 @@ class Consumer:
         return self
 
     async def __anext__(self) -> ClientMessage:
-        if not self._waiting:  # no scheduler pass while any are waiting
-            await self._wait_for_messages()
-        return self._waiting.popleft()
+        while True:
+            if not self._waiting:  # no scheduler pass while any are waiting
+                await self._wait_for_messages()
+            message = self._waiting.popleft()
+            if message.connection.session_timeout is None or not self._fenced(message):
+                return message
 
     async def next_batch(self) -> list[ClientMessage]:
         """Every message waiting now (at least one: waits for it), for callers that
         hand messages on in bulk, as the blocking client does."""
-        if not self._waiting:
-            await self._wait_for_messages()
-        batch = list(self._waiting)
-        self._waiting.clear()
-        return batch
+        while True:
+            if not self._waiting:
+                await self._wait_for_messages()
+            batch = list(self._waiting)
+            self._waiting.clear()
+            if self.settings.group_member:
+                batch = [message for message in batch if not self._fenced(message)]
+            if batch:
+                return batch
+
+    def _fenced(self, message: ClientMessage) -> bool:
+        """A message of a connection whose group session timed out: dropped, counted
+        (the broker closed the connection and gave the message to another member)."""
+        if not message.connection.stale():
+            return False
+        self.fenced += 1
+        return True
 
     async def fetch(self, count: int, *, wait: float = 1.0) -> list[ClientMessage]:
         """Pull consumption (``ConsumerSettings(pull=True)``): ask the connections for
@@ -219,7 +261,10 @@ class Consumer:
                 self._ask_for(count - len(self._waiting))
                 await self._arrived.wait()
                 self._arrived = trio.Event()
-        return [self._waiting.popleft() for _ in range(min(count, len(self._waiting)))]
+        taken = [self._waiting.popleft() for _ in range(min(count, len(self._waiting)))]
+        if self.settings.group_member:
+            taken = [message for message in taken if not self._fenced(message)]
+        return taken
 
     def _ask_for(self, missing: int) -> None:
         """PULL ``missing`` messages, shared over the links that owe none."""
@@ -422,10 +467,14 @@ class Consumer:
         def deliver(messages: list[Message]) -> None:
             self._received(link, messages)
 
+        def owner() -> None:  # the next message starts where the channel stands
+            self.offsets.restart((target.address, target.partition))
+
         async with open_connection(
             target.address,
             self._options,
             on_messages=deliver,
+            on_group_owner=owner,
             extended=self._options.identify.extend_support,
             detail=settings.detail,
         ) as connection:

@@ -42,7 +42,13 @@ from .commands import (
     Touch,
 )
 from .errors import ProtocolError
-from .frames import FRAME_TYPE_ERROR, FRAME_TYPE_MESSAGE, FRAME_TYPE_RESPONSE, MAGIC_V2
+from .frames import (
+    FRAME_TYPE_ERROR,
+    FRAME_TYPE_MESSAGE,
+    FRAME_TYPE_RESPONSE,
+    GROUP_OWNER,
+    MAGIC_V2,
+)
 from .identify import IdentifyRequest, encode_identify_request
 from .message import Message, decode_message
 
@@ -380,6 +386,11 @@ class Response:
     def is_close_wait(self) -> bool:
         """The answer to CLS."""
         return self.data == b"CLOSE_WAIT"
+
+    @property
+    def is_group_owner(self) -> bool:
+        """trionsq's notice that the member now owns the partition (not an answer)."""
+        return self.data == GROUP_OWNER
 
     @property
     def is_traced(self) -> bool:

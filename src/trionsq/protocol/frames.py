@@ -13,6 +13,8 @@ __all__ = [
     "FRAME_TYPE_ERROR",
     "FRAME_TYPE_MESSAGE",
     "FRAME_TYPE_RESPONSE",
+    "GROUP_OWNER",
+    "GROUP_OWNER_FRAME",
     "HEARTBEAT_FRAME",
     "MAGIC_V2",
     "OK_FRAME",
@@ -51,6 +53,11 @@ def error_frame(error: ProtocolError) -> bytes:
 OK_FRAME: Final = response_frame(b"OK")
 HEARTBEAT_FRAME: Final = response_frame(b"_heartbeat_")
 CLOSE_WAIT_FRAME: Final = response_frame(b"CLOSE_WAIT")
+GROUP_OWNER: Final = b"_group_owner_"
+"""trionsq's consumer groups: the connection's member now owns the partition, and
+the messages after this notice are its own, from where the channel stands (sent to
+members that asked with IDENTIFY ``group_notices``; docs/extensions.md)."""
+GROUP_OWNER_FRAME: Final = response_frame(GROUP_OWNER)
 
 
 def traced_reply(internal_id: int, trace_id: int, offset: int, raw_size: int) -> bytes:

@@ -18,6 +18,9 @@ if TYPE_CHECKING:
     from .settings import ServerSettings
 
 __all__ = [
+    "DEFAULT_GROUP_SESSION_TIMEOUT_MS",
+    "MAX_GROUP_SESSION_TIMEOUT_MS",
+    "MIN_GROUP_SESSION_TIMEOUT_MS",
     "ExtFilter",
     "ExtFilterItem",
     "IdentifyRequest",
@@ -36,6 +39,12 @@ MAX_MSGS_PER_SEC: Final = 100_000_000
 """The largest rate limit in messages/s (far above what one broker delivers)."""
 MAX_BYTES_PER_SEC: Final = 2**40
 """The largest rate limit in bytes/s (1 TiB/s)."""
+DEFAULT_GROUP_SESSION_TIMEOUT_MS: Final = 10_000
+"""A group member silent this long is gone (Kafka's ``session.timeout.ms`` default)."""
+MIN_GROUP_SESSION_TIMEOUT_MS: Final = 3_000
+"""A third of it, the member's heartbeat interval, is nsqd's shortest (1 s)."""
+MAX_GROUP_SESSION_TIMEOUT_MS: Final = 1_800_000
+"""Kafka's ``group.max.session.timeout.ms`` default (30 minutes)."""
 _INT32_MAX: Final = 2**31 - 1
 
 
@@ -90,6 +99,12 @@ class IdentifyRequest:
     group_member: str = ""
     """trionsq: join the subscribed channel's consumer group as this member (a name
     the consumer's connections share; empty: an ordinary consumer)."""
+    group_session_timeout: int = 0
+    """trionsq, with ``group_member``: milliseconds without a frame from the member
+    after which it is gone (0: the default, 10 s)."""
+    group_notices: bool = False
+    """trionsq, with ``group_member``: send ``_group_owner_`` when the member starts
+    to own the subscribed partition."""
     max_msgs_per_sec: int = 0
     """trionsq: deliver at most this many messages a second to this consumer (0: no
     limit)."""
@@ -125,6 +140,11 @@ class NegotiatedSettings:
     """Dead-letter bound this consumer asked for (trionsq's extension; 0: none)."""
     group_member: str = ""
     """Consumer-group member name (trionsq's extension; empty: no group)."""
+    group_session_timeout_ms: int = 0
+    """A member connection silent this long is closed and the member gone (0: not a
+    member, which has nsqd's two heartbeat intervals instead)."""
+    group_notices: bool = False
+    """A member that asked to hear when it starts to own the partition."""
     max_msgs_per_sec: int = 0
     """This consumer's delivery rate limit (trionsq's extension; 0: none)."""
     max_bytes_per_sec: int = 0
@@ -162,6 +182,11 @@ class IdentifyResponse:
     """trionsq: present only when the client asked for a dead-letter bound."""
     group_member: str = ""
     """trionsq: present only when the client joined a consumer group."""
+    group_session_timeout: int = 0
+    """trionsq: present only when the client joined a consumer group (so it knows
+    when the broker gives up on it)."""
+    group_notices: bool = False
+    """trionsq: present only when a member asked for them."""
     max_msgs_per_sec: int = 0
     """trionsq: present only when the client asked for a rate limit (so it knows it
     holds: a broker without the extension leaves it out)."""
@@ -176,6 +201,8 @@ omit_defaults(
     "ordered_window",
     "max_attempts",
     "group_member",
+    "group_session_timeout",
+    "group_notices",
     "max_msgs_per_sec",
     "max_bytes_per_sec",
 )
@@ -243,6 +270,11 @@ def negotiate(
     member = request.group_member
     if member and not _valid_member(member):
         raise _invalid(f"group member ({member!r}) is invalid")
+    session_ms = _group_session_ms(request.group_session_timeout)
+    if not member:
+        session_ms = 0  # a session is a group member's
+    else:  # heartbeats often enough for an idle member to answer in time
+        heartbeat_ms = min(heartbeat_ms or session_ms, session_ms // 3)
     if not 0 <= request.max_msgs_per_sec <= MAX_MSGS_PER_SEC:
         raise _invalid(f"max msgs per sec ({request.max_msgs_per_sec}) is invalid")
     if not 0 <= request.max_bytes_per_sec <= MAX_BYTES_PER_SEC:
@@ -277,6 +309,8 @@ def negotiate(
         ordered_window=window or 1,
         max_attempts=request.max_attempts,
         group_member=member,
+        group_session_timeout_ms=session_ms,
+        group_notices=bool(member) and request.group_notices,
         max_msgs_per_sec=request.max_msgs_per_sec,
         max_bytes_per_sec=request.max_bytes_per_sec,
     )
@@ -300,6 +334,19 @@ def _heartbeat_ms(asked: int, settings: ServerSettings) -> int:
     if 1000 <= asked <= settings.max_heartbeat_interval_ms:
         return asked
     raise _invalid(f"heartbeat interval ({asked}) is invalid")
+
+
+def _group_session_ms(asked: int) -> int:
+    """0 takes the default, else 3 s up to 30 minutes (a third of it is the member's
+    heartbeat interval, which nsqd keeps at 1 s or more)."""
+    if asked == 0:
+        return DEFAULT_GROUP_SESSION_TIMEOUT_MS
+    if MIN_GROUP_SESSION_TIMEOUT_MS <= asked <= MAX_GROUP_SESSION_TIMEOUT_MS:
+        return asked
+    raise _invalid(
+        f"group session timeout ({asked}) is invalid: "
+        f"{MIN_GROUP_SESSION_TIMEOUT_MS} to {MAX_GROUP_SESSION_TIMEOUT_MS} ms"
+    )
 
 
 def _output_buffer(request: IdentifyRequest, settings: ServerSettings) -> tuple[int, int]:
@@ -357,6 +404,8 @@ def _response(
         ordered_window=negotiated.ordered_window if window_asked else 0,
         max_attempts=negotiated.max_attempts,
         group_member=negotiated.group_member,
+        group_session_timeout=negotiated.group_session_timeout_ms,
+        group_notices=negotiated.group_notices,
         max_msgs_per_sec=negotiated.max_msgs_per_sec,
         max_bytes_per_sec=negotiated.max_bytes_per_sec,
     )

@@ -62,6 +62,7 @@ from ..protocol.commands import (
 from ..protocol.errors import ProtocolError
 from ..protocol.frames import (
     CLOSE_WAIT_FRAME,
+    GROUP_OWNER_FRAME,
     OK_FRAME,
     error_frame,
     response_frame,
@@ -270,8 +271,14 @@ class CommandLayer:
             )
 
     def close(self) -> None:
-        """Our channel was deleted: end the connection (nsqd closes it without a frame)."""
+        """Our channel was deleted (or group member fenced): end the connection quietly."""
         self._cancel()
+
+    def group_owner(self) -> None:
+        """Our group member owns the partition now: say so if asked (``group_notices``)."""
+        if self.protocol.negotiated.group_notices:
+            self.outbound.add_response(GROUP_OWNER_FRAME)
+            self._wake()
 
     def _count(self, topic: str, published: int) -> None:
         counts = self.pub_counts
@@ -747,6 +754,8 @@ class CommandLayer:
                 self._fail(ProtocolError("E_INVALID", str(error)))
                 return
         self._reply(OK_FRAME)
+        if consumer.member is not None and self.subscription.channel.group.owner == consumer.member:
+            self.group_owner()  # it owns the partition already (a connection come back)
 
     def _internal_id(self, message_id: bytes) -> int:
         if self.protocol.binary_ids:

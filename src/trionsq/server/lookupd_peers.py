@@ -71,9 +71,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PING_INTERVAL",
+    "LookupdAnswerError",
     "LookupdPeer",
     "LookupdPeers",
     "PeerTiming",
+    "lookupd_json",
     "lookupd_topic_channels",
     "peer_identity",
 ]
@@ -307,6 +309,40 @@ V1_ACCEPT: Final = ("Accept", "application/vnd.nsq; version=1.0")
 """What nsqd's HTTP client asks for: the bare JSON object, no status envelope."""
 
 
+class LookupdAnswerError(Exception):
+    """A lookupd gave no usable JSON answer (the text says which and why)."""
+
+
+async def lookupd_json(
+    address: str, target: str, *, connect_timeout: float, request_timeout: float
+) -> object:
+    """GET ``target`` from a lookupd's HTTP API: the JSON document of a 200 answer,
+    without a pre-1.0 ``{"data": ...}`` envelope.
+
+    Raises:
+        LookupdAnswerError: no answer, another status, or not JSON.
+    """
+    try:
+        reply = await http_get(
+            address,
+            target,
+            headers=[V1_ACCEPT],
+            connect_timeout=connect_timeout,
+            request_timeout=request_timeout,
+        )
+    except HttpClientError as error:
+        raise LookupdAnswerError(str(error)) from None
+    if reply.status != 200:
+        raise LookupdAnswerError(f"{address}: status {reply.status}")
+    try:
+        document: object = orjson.loads(reply.body)
+    except orjson.JSONDecodeError:
+        raise LookupdAnswerError(f"{address}: not JSON: {reply.body[:100]!r}") from None
+    if isinstance(document, dict) and "data" in document:  # a pre-1.0 envelope
+        return document["data"]
+    return document
+
+
 async def lookupd_topic_channels(
     topic: str, http_addresses: Iterable[str], *, connect_timeout: float, request_timeout: float
 ) -> tuple[list[str], list[str]]:
@@ -319,26 +355,15 @@ async def lookupd_topic_channels(
 
     async def ask(address: str) -> None:
         try:
-            reply = await http_get(
-                address,
-                target,
-                headers=[V1_ACCEPT],
-                connect_timeout=connect_timeout,
-                request_timeout=request_timeout,
+            document = await lookupd_json(
+                address, target, connect_timeout=connect_timeout, request_timeout=request_timeout
             )
-        except HttpClientError as error:
+        except LookupdAnswerError as error:
             failures.append(str(error))
             return
-        if reply.status != 200:
-            failures.append(f"{address}: status {reply.status}")
-            return
-        try:
-            document = orjson.loads(reply.body)
-            if isinstance(document, dict) and "data" in document:  # a pre-1.0 envelope
-                document = document["data"]
-            channels = document["channels"]
-        except (orjson.JSONDecodeError, KeyError, TypeError):
-            failures.append(f"{address}: not a /channels reply: {reply.body[:100]!r}")
+        channels = document.get("channels") if isinstance(document, dict) else None
+        if not isinstance(channels, list):
+            failures.append(f"{address}: not a /channels reply")
             return
         found.update(name for name in channels if isinstance(name, str))
 

@@ -93,6 +93,8 @@ class GroupSnapshot:
 
     generation: int
     assignment: dict[str, list[int]]
+    members: list[str]
+    """The members connected here (the assignment also names owners that are not)."""
 
 
 @attrs.frozen
@@ -427,7 +429,7 @@ def _group_snapshot(broker: Broker, topic: str, channel: str) -> GroupSnapshot |
     group = broker.groups.get((topic, channel))
     if group is None:
         return None
-    return GroupSnapshot(generation=group.generation, assignment=group.assignment())
+    return GroupSnapshot(group.generation, group.assignment(), sorted(group.connections))
 
 
 def _publish_limit_fields(topic: Topic) -> dict[str, int]:
@@ -552,7 +554,14 @@ def _group_json(c: ChannelSnapshot) -> dict[str, object]:
     """trionsq's consumer group of the channel, only while it has one."""
     if c.group is None:
         return {}
-    return {"group": {"generation": c.group.generation, "assignment": c.group.assignment}}
+    group = c.group
+    return {
+        "group": {
+            "generation": group.generation,
+            "assignment": group.assignment,
+            "members": group.members,
+        }
+    }
 
 
 def _ttl_json(c: ChannelSnapshot) -> dict[str, object]:

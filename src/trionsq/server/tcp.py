@@ -268,8 +268,8 @@ class ClientSession(CommandLayer):
             flush_at = outbound.flush_deadline()
             if flush_at is not None and flush_at < deadline:
                 deadline = flush_at
-            if interval > 0:
-                deadline = min(deadline, self._last_read + 2 * interval)
+            if self.silence_limit > 0:
+                deadline = min(deadline, self._last_read + self.silence_limit)
             if self._woken:
                 self._woken = False
                 await trio.lowlevel.checkpoint()
@@ -297,13 +297,38 @@ class ClientSession(CommandLayer):
                 await self._write()
             if self._finished and not len(outbound):
                 return
-            if interval > 0 and now >= self._last_read + 2 * interval:
+            if self.silence_limit > 0 and now >= self._last_read + self.silence_limit:
                 # after the heartbeat due at the same moment, as nsqd's two goroutines
-                log.info(
-                    "client %d: no command for two heartbeat intervals, closing", self.client_id
-                )
-                self._cancel()
+                self._silent()
                 return
+
+    @property
+    def silence_limit(self) -> float:
+        """Seconds without a read after which the connection is closed (0: never):
+        nsqd's two heartbeat intervals, or a group member's session timeout."""
+        session_ms = self.protocol.negotiated.group_session_timeout_ms
+        return session_ms / 1000 if session_ms else 2 * self.heartbeat_interval
+
+    def _silent(self) -> None:
+        """Nothing read for the silence limit: close the connection. A group member's
+        session is over: its other connections here are closed too (fenced), so what
+        they hold goes to the partitions' next owners and nothing it still holds can
+        be finished late (docs/extensions.md, "Consumer groups")."""
+        member = self.protocol.negotiated.group_member
+        if not member:
+            log.info("client %d: no command for two heartbeat intervals, closing", self.client_id)
+        else:
+            log.info(
+                "client %d: group member %r silent for its session timeout (%gs), fenced",
+                self.client_id,
+                member,
+                self.silence_limit,
+            )
+        subscription = self.subscription
+        if member and subscription is not None:
+            channel = subscription.channel
+            self.broker.group_coordinator.fence(channel.topic, channel.name, member)
+        self._cancel()
 
     async def _write(self) -> None:
         """Write everything buffered, straight to the descriptor; wait only when full.

@@ -33,6 +33,9 @@ class Inbox(Outbox):
     def topic_now_ext(self) -> None:
         pass
 
+    def group_owner(self) -> None:
+        pass
+
 
 async def holding_broker(nursery: trio.Nursery, inbox: Inbox) -> tuple[Broker, Subscription]:
     """A broker whose one consumer holds two messages in flight (RDY 2)."""

@@ -36,6 +36,9 @@ class RecordingOutbox:
     def topic_now_ext(self) -> None:
         self.closed = True
 
+    def group_owner(self) -> None:
+        pass
+
     def seen(self) -> list[tuple[float, int, int]]:
         return [(t, d.record.internal_id, d.attempts) for t, batch in self.batches for d in batch]
 

@@ -187,3 +187,56 @@ def test_an_operator_floor_is_honoured() -> None:
     loose = ServerSettings(min_output_buffer_timeout_ms=1)
     settled, _ = negotiate(IdentifyRequest(output_buffer_timeout=1), loose)
     assert settled.output_buffer_timeout_ms == 1
+
+
+@pytest.mark.parametrize(
+    ("body", "session", "heartbeat"),
+    [
+        (b'{"group_member":"m"}', 10_000, 3333),  # a third: an idle member answers in time
+        (b'{"group_member":"m","group_session_timeout":3000}', 3000, 1000),
+        (b'{"group_member":"m","group_session_timeout":1800000}', 1_800_000, 30_000),
+        (b'{"group_member":"m","heartbeat_interval":2000}', 10_000, 2000),
+        (b'{"group_member":"m","heartbeat_interval":-1}', 10_000, 3333),
+        (b'{"group_session_timeout":5000}', 0, 30_000),  # no member: no session
+    ],
+)
+def test_a_group_member_has_a_session_and_heartbeats_within_a_third_of_it(
+    body: bytes, session: int, heartbeat: int
+) -> None:
+    settled = settle(body)
+    assert (settled.group_session_timeout_ms, settled.heartbeat_interval_ms) == (
+        session,
+        heartbeat,
+    )
+
+
+@pytest.mark.parametrize("sent", [2999, 1_800_001, -1, 1])
+def test_a_group_session_timeout_out_of_range_is_refused_with_the_range(sent: int) -> None:
+    for body in (
+        b'{"group_member":"m","group_session_timeout":%d}',
+        b'{"group_session_timeout":%d}',
+    ):
+        with pytest.raises(ProtocolError) as caught:
+            settle(body % sent)
+        assert caught.value.fatal
+        assert caught.value.text == (
+            f"E_BAD_BODY IDENTIFY group session timeout ({sent}) is invalid: 3000 to 1800000 ms"
+        )
+
+
+def test_the_session_and_notices_are_echoed_to_members_only() -> None:
+    asked = IdentifyRequest(
+        feature_negotiation=True, group_member="m", group_session_timeout=4000, group_notices=True
+    )
+    _, reply = negotiate(asked, ServerSettings())
+    assert reply is not None
+    document = encode_identify_response(reply)
+    assert b'"group_session_timeout":4000' in document
+    assert b'"group_notices":true' in document
+    plain = IdentifyRequest(
+        feature_negotiation=True, group_session_timeout=4000, group_notices=True
+    )
+    settled, reply = negotiate(plain, ServerSettings())
+    assert reply is not None
+    assert b"group_" not in encode_identify_response(reply)
+    assert not settled.group_notices
