@@ -38,11 +38,10 @@ from ..queues.cursor import ChannelCursor
 from ..queues.deferred import DeferredQueue
 from ..queues.inflight import InFlightTable
 from ..queues.record import Record
-from .dead_letters import dead_topic_name
+from .channel_exits import ChannelExits
 from .latency import LatencyWindow
 from .rate_limits import RateLimit
 from .statistics import ChannelStatistics
-from .ttl import TopicTtl
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -51,10 +50,10 @@ if TYPE_CHECKING:
     from ..queues.ephemeral import EphemeralFeed
     from ..queues.partition_log import PartitionLog
     from .latency import LatencySettings
+    from .ttl import TopicTtl
 
 __all__ = ["Channel", "Consumer", "Delivery"]
 
-MAX_ATTEMPTS: Final = 0xFFFF
 DEFAULT_MAX_BATCH: Final = 256
 WAITING_LIMIT: Final = 10_000
 """Messages a channel keeps waiting for a consumer of their queue (tag dispatch)
@@ -115,7 +114,7 @@ class Delivery:
     attempts: int
 
 
-class Channel:
+class Channel(ChannelExits):
     """A cursor over one partition log plus the redelivery state nsqd keeps per channel."""
 
     def __init__(
@@ -201,23 +200,7 @@ class Channel:
         self._ahead: dict[int, bool] = {}
         """Ids taken out of order (deferred at publish) that the cursor has not passed,
         with whether they were finished meanwhile."""
-        self._attempts: dict[int, int] = {}
-        self.max_attempts = 0
-        """Dead-letter bound set over HTTP (``/channel/dead_letter``, persisted): a
-        message delivered this many times and put back again (REQ, timeout, its
-        consumer gone) goes to :meth:`dead_topic` instead. 0: the consumers' IDENTIFY
-        bound, if any (:meth:`attempts_bound`)."""
-        self.dead_letter_topic = ""
-        """Where dead letters go; empty: ``<topic>.dead``."""
-        self.dead_letter_count = 0
-        """Messages that left for the dead-letter topic since start (/stats)."""
-        self.ttl = ttl if ttl is not None else TopicTtl()
-        """The topic's TTL rules (broker/ttl.py)."""
-        self.expired_count = 0
-        """Messages skipped at delivery past their TTL since start (/stats)."""
-        self.dead_letters: list[tuple[Record, int]] = []
-        """Left the channel, not yet published to the dead-letter topic: (record,
-        deliveries). The broker takes them after each routing pass."""
+        ChannelExits.__init__(self, ttl)
         self.group_owner = ""
         """The consumer-group member that consumes this partition (broker/groups.py;
         empty: none yet). Consumers of other members stand by."""
@@ -393,22 +376,6 @@ class Channel:
             if consumer.credit is not None:
                 consumer.credit -= len(records)
         return sent
-
-    def _attempt(self, internal_id: int) -> int:
-        """The attempt number of a delivery. Only messages put back have a count kept
-        (:meth:`_delivered_once`): a first delivery costs no entry (issue 19)."""
-        attempts = self._attempts
-        before = attempts.get(internal_id)
-        if before is None:
-            return 1
-        count = min(before + 1, MAX_ATTEMPTS)
-        attempts[internal_id] = count
-        return count
-
-    def _delivered_once(self, internal_id: int) -> None:
-        """A message leaves flight without a FIN (REQ, timeout, its consumer gone): its
-        count is kept from now on (one attempt if none was kept)."""
-        self._attempts.setdefault(internal_id, 1)
 
     def _sampled(self, sample_rate: int, records: list[Record]) -> list[Record]:
         """What a consumer's sample rate lets through; the rest is dropped for this
@@ -637,59 +604,6 @@ class Channel:
         due = self.deferred.pop_due(now)
         self._put_back(due)
         return len(expired) + len(due) + refilled
-
-    def attempts_bound(self) -> int:
-        """The dead-letter bound in force: the channel's own, else the lowest a
-        subscribed consumer asked for in IDENTIFY, else 0 (none: nsqd's behaviour)."""
-        if self.max_attempts:
-            return self.max_attempts
-        asked = [c.max_attempts for c in self.consumers.values() if c.max_attempts]
-        return min(asked) if asked else 0
-
-    def drop_expired(self, records: list[Record], wall_ns: int) -> list[Record]:
-        """Of messages about to be delivered, those within their TTL (the topic's or
-        their ``##ttl``, from the publish time); the others leave the channel unseen,
-        counted in :attr:`expired_count`."""
-        rules = self.ttl
-        kept: list[Record] = []
-        for record in records:
-            limit = rules.limit_ns(record)
-            if limit and wall_ns - record.timestamp >= limit:
-                self.expired_count += 1
-                self._forget(record.internal_id)
-            else:
-                kept.append(record)
-        return kept
-
-    def take_back_dead_letters(self, letters: Sequence[tuple[Record, int]]) -> None:
-        """Dead letters the dead-letter topic refused: back in the channel, delivered
-        again (their counts restored)."""
-        for record, deliveries in letters:
-            self._attempts[record.internal_id] = deliveries
-        self.dead_letter_count -= len(letters)
-        self._put_back([record for record, _ in letters])
-
-    def dead_topic(self) -> str:
-        """The dead-letter topic's name."""
-        return dead_topic_name(self.topic, self.dead_letter_topic)
-
-    def _below_bound(self, records: Sequence[Record]) -> Sequence[Record]:
-        """Of messages about to be put back, those still below the dead-letter bound;
-        the others leave the channel for :attr:`dead_letters` (finished here)."""
-        bound = self.attempts_bound()
-        if not bound or not records:
-            return records
-        kept: list[Record] = []
-        attempts = self._attempts
-        for record in records:
-            deliveries = attempts.get(record.internal_id, 1)
-            if deliveries < bound:
-                kept.append(record)
-                continue
-            self.dead_letters.append((record, deliveries))
-            self.dead_letter_count += 1
-            self._forget(record.internal_id)
-        return kept
 
     def _put_back(self, records: Sequence[Record]) -> None:
         """nsqd's channel put for a redelivery: behind what waits in the channel now.
