@@ -19,7 +19,7 @@ import trio
 from ..protocol.message import EXT_VERSION_JSON
 from ..protocol.names import is_ephemeral
 from . import idempotence, trace_log
-from .dead_letters import dead_letter_header
+from .dead_letter_moves import DeadLetterMover
 from .events import EventHub
 from .groups import ConsumerGroup
 from .health import APPEND, CREATE, READ, StorageFault
@@ -112,6 +112,9 @@ class Broker:
         """The admin stream's watchers (docs/admin.md): told every change here."""
         self.groups: dict[tuple[str, str], ConsumerGroup] = {}
         """Consumer groups by (topic, channel), while they have members."""
+        self.dead_letter_mover = DeadLetterMover(self, storage)
+        """Moves what leaves a channel to its dead-letter topic (its task runs in the
+        broker nursery, started by nursery_tree.py)."""
 
     # ------------------------------------------------------------- topology listeners
 
@@ -210,8 +213,8 @@ class Broker:
                 open_log=(lambda index: storage.open_log(name, index)) if storage else None,
                 ext=ext,
                 ordered=ordered,
-                open_delays=(
-                    (lambda index, channel: storage.open_delays(name, index, channel))
+                open_files=(
+                    (lambda index, channel: storage.open_files(name, index, channel))
                     if storage
                     else None
                 ),
@@ -439,7 +442,7 @@ class Broker:
                 {},
                 read_outcome=self._cold_read_outcome,
                 changed=self._state_changed if persisted else None,  # nothing to tell in memory
-                dead_letters=self._publish_dead_letters,
+                dead_letters=self.dead_letter_mover.notify,
                 wall_clock=self.wall_clock,
             )
             self.runners[key] = runner
@@ -631,33 +634,6 @@ class Broker:
         if not paused:
             self._wake_topic(topic_name)
         return True
-
-    def _publish_dead_letters(self, channel: Channel) -> None:
-        """Messages that left ``channel`` past its bound go to its dead-letter topic
-        (created as an ext topic), with their headers, origin and delivery count. If
-        the topic cannot take them (a storage fault) they go back to the channel."""
-        letters, channel.dead_letters = channel.dead_letters, []
-        if not letters:
-            return
-        name = channel.dead_topic()
-        bodies = [record.body for record, _ in letters]
-        try:
-            topic = self.topic(name, ext=name not in self.topics)
-            if topic.ext:
-                exts = [
-                    dead_letter_header(
-                        record, deliveries, channel.topic, channel.name, channel.partition
-                    )
-                    for record, deliveries in letters
-                ]
-                self.publish(
-                    name, bodies, self.wall_clock(), ext_version=EXT_VERSION_JSON, exts=exts
-                )
-            else:  # a plain topic of that name existed: the bodies alone
-                self.publish(name, bodies, self.wall_clock())
-        except StorageFault as fault:
-            log.error("channel %s/%s: dead letters kept: %s", channel.topic, channel.name, fault)
-            channel.take_back_dead_letters(letters)
 
     def _state_changed(self) -> None:
         """Something the persister writes may have changed."""

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from ..queues.delay_store import DelayStore
+    from ..queues.delivery_journal import DeliveryJournal
     from ..queues.ephemeral import EphemeralFeed
     from ..queues.partition_log import PartitionLog
     from .latency import LatencySettings
@@ -136,6 +137,7 @@ class Channel(ChannelExits):
         delays: DelayStore | None = None,
         park_after: float = PARK_AFTER,
         rate_limit: RateLimit | None = None,
+        journal: DeliveryJournal | None = None,
     ) -> None:
         """``feed``: an ephemeral channel reads it instead of a cursor over ``log``;
         ``latency``: track e2e processing latency on FIN (None: off, as in nsqd
@@ -144,7 +146,8 @@ class Channel(ChannelExits):
         topic's TTL rules, shared with its other channels (none: never expires);
         ``delays``: a durable channel's delay store (None: in memory or ephemeral,
         nothing is parked); ``park_after``: seconds from which a deferral is parked;
-        ``rate_limit``: the channel's limit, shared by its partitions (none: off)."""
+        ``rate_limit``: the channel's limit, shared by its partitions (none: off);
+        ``journal``: a durable channel's delivery journal (channel_exits.py)."""
         self.name: Final = name
         self.topic: Final = topic
         self.partition: Final = partition
@@ -200,7 +203,7 @@ class Channel(ChannelExits):
         self._ahead: dict[int, bool] = {}
         """Ids taken out of order (deferred at publish) that the cursor has not passed,
         with whether they were finished meanwhile."""
-        ChannelExits.__init__(self, ttl)
+        ChannelExits.__init__(self, ttl, journal)
         self.group_owner = ""
         """The consumer-group member that consumes this partition (broker/groups.py;
         empty: none yet). Consumers of other members stand by."""
@@ -391,6 +394,8 @@ class Channel(ChannelExits):
     def _forget(self, internal_id: int) -> None:
         """The channel is done with a message (FIN, sampled out, expired, dead)."""
         self._attempts.pop(internal_id, None)
+        if self.unchecked:
+            self.unchecked.discard(internal_id)
         if internal_id in self.parked:  # the cursor counts it finished already
             self.parked.discard(internal_id)
             if self.delays is not None:
@@ -427,10 +432,44 @@ class Channel(ChannelExits):
     def skip_finished(self, internal_id: int) -> None:
         """After a restart: an id finished before it, which the cursor must not deliver."""
         self._ahead[internal_id] = True
+        if self._attempts.pop(internal_id, None) is not None:
+            self.unchecked.discard(internal_id)
+
+    def unfinished(self, internal_id: int) -> bool:
+        """After a restart: whether the channel still holds ``internal_id``."""
+        if internal_id in self.parked:
+            return True
+        cursor = self.cursor
+        return (
+            isinstance(cursor, ChannelCursor)
+            and cursor.confirmed_id <= internal_id < self.log.next_id
+            and not cursor.is_finished(internal_id)
+            and self._ahead.get(internal_id) is not True
+        )
+
+    def finished_at_restart(self, internal_id: int) -> None:
+        """After a restart: a message found in the dead-letter topic, which the saved
+        state still held: finished, wherever the restart put it."""
+        self.deferred.discard(internal_id)
+        if internal_id in self.parked:
+            self._forget(internal_id)  # its delay store lets it go
+        else:
+            self.skip_finished(internal_id)
+
+    def leave_at_restart(self, record: Record, deliveries: int) -> None:
+        """After a restart: a message that must leave for the dead-letter topic (it was
+        on its way, or came back at its bound); the cursor skips it when it reads it,
+        and finishes it there once the move is done."""
+        internal_id = record.internal_id
+        self.deferred.discard(internal_id)
+        if internal_id not in self.parked:  # a parked one is finished for the cursor
+            self._ahead[internal_id] = False
+        self.unchecked.discard(internal_id)
+        self.leave_for_dead_letters(record, deliveries)
 
     def state_fingerprint(self) -> tuple[object, ...] | None:
         """Different whenever what the channel persists is (read and confirmed
-        positions, the ids finished out of order, deferrals, pause), and cheap: the
+        positions, the ids finished out of order, deferrals, counts, pause), and cheap: the
         persister encodes and writes a channel only when this changed. None for an
         ephemeral channel, which persists nothing."""
         cursor = self.cursor
@@ -441,6 +480,7 @@ class Channel(ChannelExits):
             cursor.confirmed_id,
             cursor.finished_count,
             self.deferred.changes,
+            self.attempt_changes,
             self.paused,
             tuple(self.finished_ahead()) if self._ahead else (),
         )
@@ -638,6 +678,10 @@ class Channel(ChannelExits):
         self.waiting_count = 0
         self.tags.clear()
         self._attempts.clear()
+        self.unchecked.clear()
+        self.dead_letters.clear()  # they never reach the dead-letter topic
+        if self.journal is not None:
+            self.journal.clear()
         self._ahead.clear()
         if self.parked or (self.delays is not None and len(self.delays)):
             self.parked.clear()
