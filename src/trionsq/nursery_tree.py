@@ -122,6 +122,7 @@ async def serve_nsqd(
         broker.dead_letter_mover.settle()  # what recovery found on its way, before serving
         await broker_nursery.start(storage.run, broker)
         await broker_nursery.start(broker.dead_letter_mover.run)
+        await broker.run_ttl_timers()  # restored channels' messages expire unread too
         tcp_listeners, http_listeners, https_listeners = await _open_all_listeners(config)
         tcp = _bound(tcp_listeners)
         http = _bound(http_listeners) if http_listeners else None

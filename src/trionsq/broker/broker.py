@@ -225,6 +225,7 @@ class Broker:
             storage.health.succeeded(CREATE)
         if ext:
             self._restore_keys(topic.partitions)
+        topic.ttl.dead_letter = self.config.ttl_dead_letter
         self.topics[name] = topic
         self._announce(name, None, True)
         for partition in topic.partitions:
@@ -296,11 +297,18 @@ class Broker:
             self.storage.appended(partition.log, len(records))
         if exts and ext_version and partition.ttl.note_published(exts):
             self._state_changed()  # the metadata remembers the topic's ##ttl headers
+            self._nursery.start_soon(self.run_ttl_timers, topic_name)
         if self.trace_log and trace_ids is not None:
             trace_log.published(topic_name, partition_index, records, source)
         if deliver_at and records and not partition.paused:
             self._defer_at_publish(partition, records, deliver_at)
+        ttl = partition.ttl.active and records
         for name, channel in partition.channels.items():
+            if ttl:  # they leave when they expire, read or not (channel_ttl.py)
+                channel.ttl_arrived(records, in_order=True)
+                runner = self.runners.get((topic_name, partition_index, name))
+                if runner is not None:
+                    runner.deadline_changed()
             if channel.consumers:  # a channel nobody reads is woken when someone subscribes
                 self.runners[(topic_name, partition_index, name)].wake()
         count = self._since_release.get(topic_name, 0) + len(records)
@@ -712,12 +720,31 @@ class Broker:
             self.events.emit("channel", kind, topic_name, channel=channel_name)
         return bool(channels)
 
-    def set_topic_ttl(self, topic_name: str, ttl_ns: int) -> None:
+    async def set_topic_ttl(self, topic_name: str, ttl_ns: int) -> None:
         """A topic's TTL (0: none), for all its channels at once; persisted. Its
-        channels are woken so messages already past it leave now."""
+        channels sweep now, so messages already past it leave now."""
         self.topics[topic_name].ttl.ttl_ns = ttl_ns
         self._state_changed()  # also for a topic with no channel yet
+        for partition in self.topics[topic_name].partitions:
+            for channel in partition.channels.values():
+                channel.ttl_due_ns = 0
+        await self.run_ttl_timers(topic_name)
         self._wake_topic(topic_name)
+
+    async def run_ttl_timers(self, topic_name: str | None = None) -> None:
+        """Give every channel of a topic with a TTL (of ``topic_name``, or of any) its
+        runner: a channel's runner starts with its first consumer, but its messages
+        must expire while nobody consumes (channels restored at start, a TTL set on
+        a topic whose channels nobody read since)."""
+        names = [topic_name] if topic_name is not None else list(self.topics)
+        for name in names:
+            topic = self.topics.get(name)
+            if topic is None or not topic.ttl.active:
+                continue
+            for partition in topic.partitions:
+                for channel_name in list(partition.channels):
+                    if (name, partition.index, channel_name) not in self.runners:
+                        await self._runner(name, partition.index, channel_name)
 
     def set_dead_letter(
         self, topic_name: str, channel_name: str, max_attempts: int, dead_topic: str = ""

@@ -38,7 +38,7 @@ from ..queues.cursor import ChannelCursor
 from ..queues.deferred import DeferredQueue
 from ..queues.inflight import InFlightTable
 from ..queues.record import Record
-from .channel_exits import ChannelExits
+from .channel_ttl import ChannelTtl
 from .latency import LatencyWindow
 from .rate_limits import RateLimit
 from .statistics import ChannelStatistics
@@ -115,7 +115,7 @@ class Delivery:
     attempts: int
 
 
-class Channel(ChannelExits):
+class Channel(ChannelTtl):
     """A cursor over one partition log plus the redelivery state nsqd keeps per channel."""
 
     def __init__(
@@ -203,7 +203,7 @@ class Channel(ChannelExits):
         self._ahead: dict[int, bool] = {}
         """Ids taken out of order (deferred at publish) that the cursor has not passed,
         with whether they were finished meanwhile."""
-        ChannelExits.__init__(self, ttl, journal)
+        ChannelTtl.__init__(self, ttl, journal)
         self.group_owner = ""
         """The consumer-group member that consumes this partition (broker/groups.py;
         empty: none yet). Consumers of other members stand by."""
@@ -412,7 +412,8 @@ class Channel(ChannelExits):
     def cold_read_from(self) -> int | None:
         """Where a disk read must start before routing can go on (None: no need).
 
-        Only when a consumer has room: an idle channel's backlog stays on disk.
+        Only when a consumer has room (an idle channel's backlog stays on disk), or
+        a TTL sweep needs the records (channel_ttl.py).
         """
         cursor = self.cursor
         log = self.log
@@ -420,6 +421,8 @@ class Channel(ChannelExits):
             return None
         if not log.is_cold(cursor.read_id):
             return None
+        if self.ttl_read:  # a TTL sweep needs the records there
+            return cursor.read_id
         if not any(self.room_for(consumer) for consumer in self.consumers.values()):
             return None
         return cursor.read_id
@@ -655,6 +658,8 @@ class Channel(ChannelExits):
         if records:
             gate = self.cursor.position_after(min(self.intake(), self.redelivery_window))
             self.requeued.extend([(gate, record) for record in records])
+            if self.ttl.active:
+                self.ttl_arrived(records, in_order=False)
 
     # ---------------------------------------------------------------- admin
 

@@ -149,21 +149,6 @@ class ChannelExits:
         asked = [c.max_attempts for c in self.consumers.values() if c.max_attempts]
         return min(asked) if asked else 0
 
-    def drop_expired(self, records: list[Record], wall_ns: int) -> list[Record]:
-        """Of messages about to be delivered, those within their TTL (the topic's or
-        their ``##ttl``, from the publish time); the others leave the channel unseen,
-        counted in :attr:`expired_count`."""
-        rules = self.ttl
-        kept: list[Record] = []
-        for record in records:
-            limit = rules.limit_ns(record)
-            if limit and wall_ns - record.timestamp >= limit:
-                self.expired_count += 1
-                self._forget(record.internal_id)
-            else:
-                kept.append(record)
-        return kept
-
     def check_restored(self, records: list[Record]) -> list[Record]:
         """Of messages about to be delivered, those a restart did not bring back at
         their bound: a message delivered ``max_attempts`` times before the restart
