@@ -14,6 +14,7 @@ below)::
     │   ├── storage: syncer (fsync by --sync-every/--sync-timeout)       broker/storage.py
     │   ├── storage: persister (metadata + channel states, atomic, 1 s)   broker/storage.py
     │   ├── dead-letter mover: moves what leaves a channel to its dead-letter topic  broker/dead_letter_moves.py
+    │   ├── TTL timers: runners for a topic's idle channels once it has ##ttl headers (then ends)  broker/broker.py
     │   ├── group rebalance: a consumer group's deal after --group-rebalance-delay  broker/broker.py
     │   ├── alarm clock: wakes idle connections' pumps at their due times  server/alarms.py
     │   ├── statsd: pushes /stats figures every --statsd-interval (when set)  server/statsd.py
@@ -275,6 +276,7 @@ TREE: Final = (
     ("storage syncer", "storage"),
     ("storage persister", "storage"),
     ("dead letter mover", "broker nursery"),
+    ("ttl timers", "broker nursery"),
     ("group rebalance", "broker nursery"),
     ("http listener", "broker nursery"),
     ("http connection", "http listener"),
@@ -305,6 +307,7 @@ TASKS: Final = {
     "storage syncer": "Storage._sync_forever",
     "storage persister": "Storage._persist_forever",
     "dead letter mover": "DeadLetterMover.run",
+    "ttl timers": "Broker.run_ttl_timers",
     "group rebalance": "Broker._rebalance_after",
     "http listener": "serve_listeners",
     "http connection": "_run_handler",

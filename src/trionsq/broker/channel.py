@@ -693,6 +693,8 @@ class Channel(ChannelTtl):
             if self.delays is not None:
                 self.delays.clear()
         self.cursor.move_to(internal_id)
+        if self.ttl.active:  # what is read again may be past its TTL already
+            self.ttl_due_ns = 0
         if self.saved_confirmed is not None:  # the log must keep what will be read again
             self.saved_confirmed = min(self.saved_confirmed, internal_id)
 

@@ -2,10 +2,9 @@
 
 Part of :class:`~trionsq.broker.channel.Channel`, kept apart so the channel's own
 module stays about delivery: the attempt count of each message (kept only for
-messages put back: a first delivery costs no entry, issue 19), the dead-letter bound
-and the messages past it (:mod:`.dead_letters`: the broker moves them), and the
-topic's TTL (:mod:`.ttl`), past which a message leaves unseen. Pure state, time
-passed in.
+messages put back: a first delivery costs no entry, issue 19), and the dead-letter
+bound and the messages past it (:mod:`.dead_letters`: the broker moves them); the
+TTL is :mod:`.channel_ttl`'s. Pure state, time passed in.
 
 Counts survive a restart (issue 30): the persister writes them with the cursor's
 state (:meth:`ChannelExits.delivery_counts`), and a channel with a bound also
@@ -23,7 +22,6 @@ from typing import TYPE_CHECKING, Final
 
 from ..queues.delivery_journal import runs_of
 from .dead_letters import MAX_ATTEMPTS_REASON, DeadLetter, dead_topic_name
-from .ttl import TopicTtl
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -40,7 +38,7 @@ MAX_ATTEMPTS: Final = 0xFFFF
 
 
 class ChannelExits:
-    """Attempts, dead letters and TTL of a channel (a base of ``Channel``)."""
+    """Attempts and dead letters of a channel (a base of ``Channel``)."""
 
     if TYPE_CHECKING:  # the channel's, which these rules use
 
@@ -54,9 +52,8 @@ class ChannelExits:
 
         def _put_back(self, records: Sequence[Record]) -> None: ...
 
-    def __init__(self, ttl: TopicTtl | None, journal: DeliveryJournal | None) -> None:
-        """``ttl``: the topic's TTL rules, shared with its other channels (none:
-        never expires); ``journal``: a durable channel's delivery journal."""
+    def __init__(self, journal: DeliveryJournal | None) -> None:
+        """``journal``: a durable channel's delivery journal (None: in memory)."""
         self._attempts: dict[int, int] = {}
         """Deliveries of each unfinished message put back (or restored) so far."""
         self.attempt_changes = 0
@@ -74,10 +71,6 @@ class ChannelExits:
         """Where dead letters go; empty: ``<topic>.dead``."""
         self.dead_letter_count = 0
         """Messages that left for the dead-letter topic since start (/stats)."""
-        self.ttl = ttl if ttl is not None else TopicTtl()
-        """The topic's TTL rules (broker/ttl.py)."""
-        self.expired_count = 0
-        """Messages skipped at delivery past their TTL since start (/stats)."""
         self.dead_letters: list[DeadLetter] = []
         """Left the channel, not yet in the dead-letter topic; still unfinished in the
         cursor. The broker moves them after each routing pass."""

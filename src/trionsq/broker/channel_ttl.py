@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Final
 from ..queues.cursor import ChannelCursor
 from .channel_exits import ChannelExits
 from .dead_letters import TTL_REASON
+from .ttl import TopicTtl
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -41,7 +42,6 @@ if TYPE_CHECKING:
     from ..queues.ephemeral import EphemeralFeed
     from ..queues.partition_log import PartitionLog
     from ..queues.record import Record
-    from .ttl import TopicTtl
 
 __all__ = ["SWEEP_SCAN", "SWEEP_SLACK", "ChannelTtl"]
 
@@ -73,7 +73,13 @@ class ChannelTtl(ChannelExits):
         ) -> None: ...
 
     def __init__(self, ttl: TopicTtl | None, journal: DeliveryJournal | None) -> None:
-        super().__init__(ttl, journal)
+        """``ttl``: the topic's TTL rules, shared with its other channels (none:
+        never expires); ``journal``: as :class:`ChannelExits`."""
+        super().__init__(journal)
+        self.ttl = ttl if ttl is not None else TopicTtl()
+        """The topic's TTL rules (broker/ttl.py)."""
+        self.expired_count = 0
+        """Messages that left past their TTL since start (/stats)."""
         self.ttl_due_ns: int | None = 0 if self.ttl.active else None
         """Wall-clock nanoseconds of the next sweep (None: nothing can expire); 0: at
         once (a channel made on a topic with a TTL, or restored, looks at its backlog)."""

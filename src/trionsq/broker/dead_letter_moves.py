@@ -88,6 +88,10 @@ class DeadLetterMover:
                 return
             if crash_points.ARMED:
                 crash_points.reached("dead_letter.topic_saved")
+            current = self._broker.topics.get(topic.name)
+            if current is not topic or channel.dead_topic() != topic.name:
+                self.notify(channel)  # deleted or renamed meanwhile: once more, afresh
+                return
         if self._alive(channel):
             self.move_now(channel, topic)
 

@@ -578,7 +578,12 @@ class Storage:
             current = snapshot(broker)
             data = encode_metadata(current)
             if data != self._saved_metadata and self.directory is not None:
-                await trio.to_thread.run_sync(write_atomic, metadata_path(self.directory), data)
+                path = metadata_path(self.directory)
+                try:
+                    await trio.to_thread.run_sync(write_atomic, path, data)
+                except OSError as error:
+                    self.health.failed(PERSIST, error)
+                    raise
                 self._metadata_saved(current, data)
 
     def save_metadata_blocking(self, broker: Topics) -> None:

@@ -28,6 +28,10 @@ __all__ = ["ChannelRunner"]
 
 COLD_READ_RECORDS = 20_000
 """Records read from disk at once for a channel behind the log's memory tail."""
+SWEEP_EARLY_NS = 1_000_000
+"""A TTL sweep whose wall-clock time is this close is due: the timer's deadline is
+in Trio's clock, converted, and a sweep skipped for a nanosecond would be aimed
+again at the same instant."""
 COLD_READ_RETRY = 1.0
 """Seconds before a cold read the file system refused (no descriptors left, I/O
 error) is tried again; the channel waits, the rest of the broker does not."""
@@ -167,8 +171,8 @@ class ChannelRunner:
         sweep_ns = channel.ttl_due_ns
         if sweep_ns is not None:
             wall = self._wall_clock()
-            if sweep_ns <= wall:
-                moved += channel.sweep_ttl(now, wall)
+            if sweep_ns - wall <= SWEEP_EARLY_NS:  # due: the two clocks may differ a hair
+                moved += channel.sweep_ttl(now, max(wall, sweep_ns))
         if moved or channel.ttl_read:  # route; or read what a sweep needs first
             self.wake()
 
@@ -207,9 +211,9 @@ class ChannelRunner:
                     self._read_failing = False
                     if self._read_outcome is not None:
                         self._read_outcome(None)
-                if channel.ttl_read:  # read for a TTL sweep: sweep again now
-                    channel.ttl_read = False
-                    channel.ttl_due_ns = 0
+            if channel.ttl_read:  # a TTL sweep wanted the records: they are there
+                channel.ttl_read = False
+                channel.ttl_due_ns = 0
             self._pass()
 
     def _pass(self) -> None:
