@@ -12,11 +12,7 @@ topic, with its ``##dead_*`` headers. docs/storage.md "Dead letters".
 from __future__ import annotations
 
 import os
-import re
 import signal
-import subprocess
-import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import httpx
@@ -29,12 +25,13 @@ from trionsq.protocol.client import ErrorReply, encode_identify
 from trionsq.testing import ProtocolClient
 
 from ..integration.raw import next_frame, next_message, ok, publish
+from .test_crash_recovery import start_listening
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from trionsq.nursery_tree import BoundAddresses
 
-NSQD = Path(sys.executable).with_name("nsqd")
-LISTENING = re.compile(rb"(TCP|HTTP): listening on 127\.0\.0\.1:(\d+)")
 TIMED_KILLS = (0.005, 0.01, 0.02, 0.04, 0.07, 0.1, 0.15, 0.2, 1.5)
 """Seconds after the third REQ (the repro of issue 30: 5-200 ms; and once the
 persister has written everything)."""
@@ -60,28 +57,8 @@ async def start_nsqd(data_path: Path, crash_at: str = "") -> tuple[trio.Process,
     env.pop("TRIONSQ_CRASH_AT", None)
     if crash_at:
         env["TRIONSQ_CRASH_AT"] = crash_at
-    process = await trio.lowlevel.open_process(
-        [
-            str(NSQD),
-            "-tcp-address=127.0.0.1:0",
-            "-http-address=127.0.0.1:0",
-            f"-data-path={data_path}",
-        ],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env=env,
-    )
-    assert process.stderr is not None
-    seen = b""
-    ports: dict[bytes, int] = {}
-    with trio.fail_after(20):
-        while len(ports) < 2:
-            chunk = await process.stderr.receive_some(4096)
-            assert chunk, seen
-            seen += chunk
-            ports = {m.group(1): int(m.group(2)) for m in LISTENING.finditer(seen)}
-    return process, ports[b"TCP"], ports[b"HTTP"]
+    process, ports = await start_listening(data_path, "-http-address=127.0.0.1:0", env=env)
+    return process, ports["TCP"], ports["HTTP"]
 
 
 async def set_up(data_path: Path, topics: list[str]) -> None:

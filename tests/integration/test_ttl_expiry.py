@@ -45,6 +45,14 @@ async def started(
     return addresses
 
 
+async def topic_with_ttl(addresses: BoundAddresses, topic: str, ttl: str, *channels: str) -> None:
+    """Topic ``topic`` with a TTL, and ``channels`` made before anything is published."""
+    await http(addresses, "POST", f"/topic/create?topic={topic}")
+    await http(addresses, "POST", f"/topic/ttl?topic={topic}&ttl={ttl}")
+    for channel in channels:
+        await http(addresses, "POST", f"/channel/create?topic={topic}&channel={channel}")
+
+
 async def depths(addresses: BoundAddresses, topic: str, name: str = "c") -> tuple[int, int, int]:
     """Channel ``name``'s depth in /stats and /metrics, and its expired_count."""
     stats = (await http(addresses, "GET", f"/stats?format=json&topic={topic}")).json()
@@ -64,9 +72,7 @@ async def test_an_idle_channel_loses_its_expired_messages_within_a_second(
     clients: Clients, nursery: trio.Nursery, autojump_clock: trio.testing.MockClock
 ) -> None:
     addresses = await started(nursery, autojump_clock)
-    await http(addresses, "POST", "/topic/create?topic=t")
-    await http(addresses, "POST", "/topic/ttl?topic=t&ttl=1s")
-    await http(addresses, "POST", "/channel/create?topic=t&channel=c")
+    await topic_with_ttl(addresses, "t", "1s", "c")
     producer = await clients.connect(addresses.tcp)
     await publish(producer, Mpub("t", tuple(b"m%d" % i for i in range(10))))
     published = trio.current_time()
@@ -83,8 +89,7 @@ async def test_a_message_put_back_expires_while_nobody_has_room(
     clients: Clients, nursery: trio.Nursery, autojump_clock: trio.testing.MockClock
 ) -> None:
     addresses = await started(nursery, autojump_clock)
-    await http(addresses, "POST", "/topic/create?topic=r")
-    await http(addresses, "POST", "/topic/ttl?topic=r&ttl=10s")
+    await topic_with_ttl(addresses, "r", "10s")
     producer = await clients.connect(addresses.tcp)
     consumer = await clients.subscribe(addresses.tcp, "r", "c", rdy=1)
     await publish(producer, Pub("r", b"late"))
@@ -107,9 +112,7 @@ async def test_an_unread_backlog_on_disk_expires_in_publish_order(
     the channel has read none. Half are published a minute before the others; each
     half leaves the depth within a second of its TTL."""
     addresses = await started(nursery, autojump_clock, data_path=str(tmp_path), mem_queue_size=1000)
-    await http(addresses, "POST", "/topic/create?topic=d")
-    await http(addresses, "POST", "/topic/ttl?topic=d&ttl=2m")
-    await http(addresses, "POST", "/channel/create?topic=d&channel=c")
+    await topic_with_ttl(addresses, "d", "2m", "c")
     start = trio.current_time()
     for half in (b"a", b"b"):
         producer = await clients.connect(addresses.tcp)  # new: the first one idles out
@@ -131,10 +134,8 @@ async def test_ttl_dead_letter_sends_expired_messages_to_the_dead_letter_topic(
     clients: Clients, nursery: trio.Nursery, autojump_clock: trio.testing.MockClock
 ) -> None:
     addresses = await started(nursery, autojump_clock, ttl_dead_letter=True)
-    await http(addresses, "POST", "/topic/create?topic=q")
-    await http(addresses, "POST", "/topic/ttl?topic=q&ttl=1s")
+    await topic_with_ttl(addresses, "q", "1s", "other")
     await http(addresses, "POST", "/channel/dead_letter?topic=q&channel=c&max_attempts=5")
-    await http(addresses, "POST", "/channel/create?topic=q&channel=other")
     producer = await clients.connect(addresses.tcp)
     await publish(producer, Pub("q", b"quote"))
     await trio.sleep(2)
@@ -168,9 +169,7 @@ async def test_a_restored_idle_channel_expires_what_it_holds(
     config = NsqdConfig.loopback(data_path=str(tmp_path))
     async with trio.open_nursery() as first:
         addresses = await first.start(functools.partial(serve_nsqd, config, wall_clock=wall))
-        await http(addresses, "POST", "/topic/create?topic=k")
-        await http(addresses, "POST", "/topic/ttl?topic=k&ttl=1m")
-        await http(addresses, "POST", "/channel/create?topic=k&channel=c")
+        await topic_with_ttl(addresses, "k", "1m", "c")
         producer = await clients.connect(addresses.tcp)
         await publish(producer, Mpub("k", (b"a", b"b", b"c")))
         published = trio.current_time()
