@@ -1,10 +1,10 @@
 """A dead letter is in exactly one place whenever the broker dies (issue 30, item 4).
 
-A real ``nsqd`` process on one data path takes a message through three deliveries
+A real ``nsqd`` process on a data path takes a message through three deliveries
 and REQs on a channel with ``max_attempts=3``, and is killed with SIGKILL around
 the move to ``<topic>.dead``: at a named crash point (``TRIONSQ_CRASH_AT``, the
 process kills itself at the Nth pass of the point) or a few milliseconds after the
-third REQ. A broker opened on the same data path then finds the message exactly
+third REQ. A broker opened on that data path then finds the message exactly
 once: in the channel (a kill before the move began), or in ``<topic>.dead``, an ext
 topic, with its ``##dead_*`` headers. docs/storage.md "Dead letters".
 """
@@ -12,6 +12,7 @@ topic, with its ``##dead_*`` headers. docs/storage.md "Dead letters".
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 from typing import TYPE_CHECKING
 
@@ -49,6 +50,8 @@ CRASH_POINTS = (
     "storage.persisted:1",  # the state written
 )
 """Named crash points (``point:pass``), each one round."""
+PARALLEL_ROUNDS = 4
+"""Rounds at once, each a broker process of its own on its own data path."""
 
 
 async def start_nsqd(data_path: Path, crash_at: str = "") -> tuple[trio.Process, int, int]:
@@ -153,24 +156,38 @@ async def where_is_it(
 async def test_a_dead_letter_is_in_one_place_whenever_the_broker_is_killed(
     tmp_path: Path,
 ) -> None:
+    """Each round on its own copy of one prepared data path, a few at a time (most of
+    a round is waiting: for a broker to start, for its persister's second)."""
     rounds: list[dict[str, str | float]] = [{"crash_at": point} for point in CRASH_POINTS]
     rounds += [{"after": after} for after in TIMED_KILLS]
-    await set_up(tmp_path, [f"t{number}" for number in range(len(rounds))])
+    await set_up(tmp_path / "prepared", ["t"])
+    paths = [tmp_path / f"round{number}" for number in range(len(rounds))]
+    for path in paths:
+        shutil.copytree(tmp_path / "prepared", path)
+    killed: dict[Path, str] = {}
+    limit = trio.CapacityLimiter(PARALLEL_ROUNDS)
+
+    async def one_round(path: Path, kill: dict[str, str | float]) -> None:
+        async with limit:
+            killed[path] = await round_killed(path, "t", **kill)  # type: ignore[arg-type]
+
+    async with trio.open_nursery() as nursery:
+        for path, kill in zip(paths, rounds, strict=True):
+            nursery.start_soon(one_round, path, kill)
     failures: list[str] = []
-    for number, kill in enumerate(rounds):
-        topic = f"t{number}"
-        how = await round_killed(tmp_path, topic, **kill)  # type: ignore[arg-type]
-        config = NsqdConfig.loopback(data_path=str(tmp_path))
+    for path in paths:
         async with trio.open_nursery() as nursery:
+            config = NsqdConfig.loopback(data_path=str(path))
             addresses: BoundAddresses = await nursery.start(serve_nsqd, config)
-            in_channel, dead = await where_is_it(addresses, topic)
+            in_channel, dead = await where_is_it(addresses, "t")
             nursery.cancel_scope.cancel()
+        how = killed[path]
         if dead is None:
             failures.append(
-                f"{how}: {topic}.dead came back as a plain topic ({in_channel} in the channel)"
+                f"{how}: t.dead came back as a plain topic ({in_channel} in the channel)"
             )
         elif in_channel + len(dead) != 1:
-            failures.append(f"{how}: {in_channel} in the channel, {len(dead)} in {topic}.dead")
+            failures.append(f"{how}: {in_channel} in the channel, {len(dead)} in t.dead")
         elif dead and dead[0].get("##dead_attempts") != "3":
             failures.append(f"{how}: dead letter without its headers: {dead[0]}")
     assert not failures, "\n".join(failures)

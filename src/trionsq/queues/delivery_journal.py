@@ -205,10 +205,20 @@ class DeliveryJournal:
         If the one of the previous checkpoint was written (:meth:`covered`), the file
         that was active before that holds only what is on disk already: it is
         emptied and appended to from now on."""
-        if self._covered and not self._closed:
-            other = 1 - self._active
-            if self._reset(other, max(self._generations) + 1):
+        active = self._active
+        other = 1 - active
+        if not self._covered or self._closed:
+            pass
+        elif self._sizes[active] > _HEADER_SIZE:
+            if self._fds[other] is None and not self.paths[other].exists():
+                self._active = other  # made, as the newest, at its first entry
+            elif self._reset(other, max(self._generations) + 1):
                 self._active = other
+            if self._active == other:  # one descriptor per journal: reopened to reset it
+                self._close_fd(active)
+        elif self._sizes[other] > _HEADER_SIZE:  # nothing new: the older file goes alone
+            self._reset(other, self._generations[other])
+            self._close_fd(other)
         self._covered = False
         if crash_points.ARMED:
             crash_points.reached("journal.checkpoint")
@@ -290,10 +300,14 @@ class DeliveryJournal:
     def close(self) -> None:
         """Close the files (they stay on disk); later writes are ignored."""
         self._closed = True
-        for index, fd in enumerate(self._fds):
-            if fd is not None:
-                os.close(fd)
-                self._fds[index] = None
+        self._close_fd(0)
+        self._close_fd(1)
+
+    def _close_fd(self, index: int) -> None:
+        fd = self._fds[index]
+        if fd is not None:
+            self._fds[index] = None
+            os.close(fd)
 
     def delete(self) -> None:
         """Close and remove both files (the channel is deleted)."""

@@ -89,3 +89,14 @@ def test_runs_cover_exactly_the_counts(pairs: list[tuple[int, int]]) -> None:
         for internal_id in range(first, first + length)
     }
     assert expanded == dict(pairs)
+
+
+def test_a_channel_that_journals_nothing_has_no_files(tmp_path: Path) -> None:
+    """A channel without a bound: its state is written every second, its journal
+    never (no file, no descriptor)."""
+    state = tmp_path / "c.state"
+    journal, _, _ = reopen(state)
+    for _ in range(3):
+        journal.checkpoint()
+        journal.covered()
+    assert not any(path.exists() for path in journal_paths(state))
