@@ -134,6 +134,10 @@ class NsqdConfig(Listeners):
     """trionsq's own: ``##idempotency_key`` values each partition remembers (the most
     recently stored; 0 turns deduplication off). docs/extensions.md, "Idempotent
     publishing"."""
+    ttl_dead_letter: bool = False
+    """trionsq's own: a message past its TTL goes to its channel's dead-letter topic
+    (with ``##dead_reason: ttl``) when the channel has a dead-letter bound, instead of
+    being dropped. docs/extensions.md, "Message TTL"."""
     group_rebalance_delay: float = 1.0
     """trionsq's own: how long a consumer group's membership must stay unchanged
     before its partitions are dealt again (joins and departures within it count as

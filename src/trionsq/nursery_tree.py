@@ -13,6 +13,8 @@ below)::
     │   │   └── read ahead     the next cold chunk of a disk backlog (one read, then ends)
     │   ├── storage: syncer (fsync by --sync-every/--sync-timeout)       broker/storage.py
     │   ├── storage: persister (metadata + channel states, atomic, 1 s)   broker/storage.py
+    │   ├── dead-letter mover: moves what leaves a channel to its dead-letter topic  broker/dead_letter_moves.py
+    │   ├── TTL timers: runners for a topic's idle channels once it has ##ttl headers (then ends)  broker/broker.py
     │   ├── group rebalance: a consumer group's deal after --group-rebalance-delay  broker/group_coordinator.py
     │   ├── alarm clock: wakes idle connections' pumps at their due times  server/alarms.py
     │   ├── statsd: pushes /stats figures every --statsd-interval (when set)  server/statsd.py
@@ -50,6 +52,7 @@ from typing import TYPE_CHECKING, Final
 import attrs
 import trio
 
+from . import crash_points
 from .addresses import peer_address
 from .broker.broker import Broker
 from .broker.storage import Storage
@@ -118,7 +121,10 @@ async def serve_nsqd(
         storage = Storage(config, wall_clock)
         broker = Broker(config, broker_nursery, storage, drive=ChannelRunner, wall_clock=wall_clock)
         storage.recover(broker)
+        broker.dead_letter_mover.settle()  # what recovery found on its way, before serving
         await broker_nursery.start(storage.run, broker)
+        await broker_nursery.start(broker.dead_letter_mover.run)
+        await broker.run_ttl_timers()  # restored channels' messages expire unread too
         tcp_listeners, http_listeners, https_listeners = await _open_all_listeners(config)
         tcp = _bound(tcp_listeners)
         http = _bound(http_listeners) if http_listeners else None
@@ -171,6 +177,8 @@ async def serve_nsqd(
             )
 
         await _start_http(broker_nursery, api, http_listeners, https_listeners, tls_context)
+        if crash_points.ARMED:
+            crash_points.arm()
         task_status.started(BoundAddresses(tcp=tcp, broker=broker, http=http, https=https))
 
 
@@ -269,6 +277,8 @@ TREE: Final = (
     ("storage", "broker nursery"),
     ("storage syncer", "storage"),
     ("storage persister", "storage"),
+    ("dead letter mover", "broker nursery"),
+    ("ttl timers", "broker nursery"),
     ("group rebalance", "broker nursery"),
     ("http listener", "broker nursery"),
     ("http connection", "http listener"),
@@ -298,6 +308,8 @@ TASKS: Final = {
     "storage": "Storage.run",
     "storage syncer": "Storage._sync_forever",
     "storage persister": "Storage._persist_forever",
+    "dead letter mover": "DeadLetterMover.run",
+    "ttl timers": "Broker.run_ttl_timers",
     "group rebalance": "GroupCoordinator._rebalance_after",
     "http listener": "serve_listeners",
     "http connection": "_run_handler",

@@ -18,31 +18,39 @@ from trionsq.protocol.client import ClientConnection, MessageFrame, Response, en
 
 NSQD = Path(sys.executable).with_name("nsqd")
 KILLS = 20
-TCP_LINE = re.compile(rb"TCP: listening on 127\.0\.0\.1:(\d+)")
+LISTENING = re.compile(rb"(TCP|HTTP): listening on 127\.0\.0\.1:(\d+)")
 
 
 async def start(data_path: Path, *flags: str) -> tuple[trio.Process, int]:
     """A real ``nsqd`` on ``data_path`` (and ``flags``); its TCP port once it listens."""
+    process, ports = await start_listening(data_path, "-http-address=", *flags)
+    return process, ports["TCP"]
+
+
+async def start_listening(
+    data_path: Path, *flags: str, env: dict[str, str] | None = None
+) -> tuple[trio.Process, dict[str, int]]:
+    """A real ``nsqd`` on ``data_path`` with ``flags`` (and ``env``, default this
+    process's); its ports by listener (``TCP``, ``HTTP`` unless disabled) once all
+    listen."""
+    http = "-http-address=" not in flags
     process = await trio.lowlevel.open_process(
-        [
-            str(NSQD),
-            "-tcp-address=127.0.0.1:0",
-            "-http-address=",
-            f"-data-path={data_path}",
-            *flags,
-        ],
+        [str(NSQD), "-tcp-address=127.0.0.1:0", f"-data-path={data_path}", *flags],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
+        env=env,
     )
     assert process.stderr is not None
     seen = b""
+    ports: dict[str, int] = {}
     with trio.fail_after(20):
-        while (match := TCP_LINE.search(seen)) is None:
+        while len(ports) < 1 + http:
             chunk = await process.stderr.receive_some(4096)
             assert chunk, seen
             seen += chunk
-    return process, int(match.group(1))
+            ports = {m.group(1).decode(): int(m.group(2)) for m in LISTENING.finditer(seen)}
+    return process, ports
 
 
 async def publish_until_killed(port: int, acked: list[bytes], round_: int) -> None:

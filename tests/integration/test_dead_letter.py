@@ -110,6 +110,7 @@ async def test_a_message_requeued_past_the_bound_goes_to_the_dead_letter_topic(
         "##dead_from_channel": "c",
         "##dead_from_partition": "0",
         "##dead_attempts": "3",
+        "##dead_reason": "max_attempts",
     }
 
 

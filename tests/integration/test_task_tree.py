@@ -29,10 +29,17 @@ if TYPE_CHECKING:
 ACCEPT_LOOPS = frozenset({"_serve_one_listener", "_accept_forever"})
 """The accept loops (trio.serve_listeners', listen.serve_connections'), one per listener."""
 NOT_RUNNING_HERE = frozenset(
-    {"https listener", "https connection", "channel pre-creation", "channel read ahead"}
+    {
+        "https listener",
+        "https connection",
+        "channel pre-creation",
+        "channel read ahead",
+        "ttl timers",
+    }
 )
 """Nodes this broker has no task for: HTTPS needs a certificate; pre-creation ends
-once the lookupds answered; a read ahead runs only while a backlog is read from disk."""
+once the lookupds answered; a read ahead runs only while a backlog is read from disk;
+TTL timers only start a topic's idle channels when it gets its first ##ttl header."""
 
 
 def task_parent(node: str) -> str | None:

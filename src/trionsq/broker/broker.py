@@ -19,7 +19,7 @@ import trio
 from ..protocol.message import EXT_VERSION_JSON
 from ..protocol.names import is_ephemeral
 from . import idempotence, trace_log
-from .dead_letters import dead_letter_header
+from .dead_letter_moves import DeadLetterMover
 from .events import EventHub
 from .group_coordinator import GroupCoordinator
 from .health import APPEND, CREATE, READ, StorageFault
@@ -113,6 +113,9 @@ class Broker:
         self.group_coordinator = GroupCoordinator(self, nursery, self._wake)
         self.groups: Final = self.group_coordinator.groups
         """Consumer groups by (topic, channel), while they have members."""
+        self.dead_letter_mover = DeadLetterMover(self, storage)
+        """Moves what leaves a channel to its dead-letter topic (its task runs in the
+        broker nursery, started by nursery_tree.py)."""
 
     # ------------------------------------------------------------- topology listeners
 
@@ -211,8 +214,8 @@ class Broker:
                 open_log=(lambda index: storage.open_log(name, index)) if storage else None,
                 ext=ext,
                 ordered=ordered,
-                open_delays=(
-                    (lambda index, channel: storage.open_delays(name, index, channel))
+                open_files=(
+                    (lambda index, channel: storage.open_files(name, index, channel))
                     if storage
                     else None
                 ),
@@ -223,6 +226,7 @@ class Broker:
             storage.health.succeeded(CREATE)
         if ext:
             self._restore_keys(topic.partitions)
+        topic.ttl.dead_letter = self.config.ttl_dead_letter
         self.topics[name] = topic
         self._announce(name, None, True)
         for partition in topic.partitions:
@@ -294,11 +298,18 @@ class Broker:
             self.storage.appended(partition.log, len(records))
         if exts and ext_version and partition.ttl.note_published(exts):
             self._state_changed()  # the metadata remembers the topic's ##ttl headers
+            self._nursery.start_soon(self.run_ttl_timers, topic_name)
         if self.trace_log and trace_ids is not None:
             trace_log.published(topic_name, partition_index, records, source)
         if deliver_at and records and not partition.paused:
             self._defer_at_publish(partition, records, deliver_at)
+        ttl = partition.ttl.active and records
         for name, channel in partition.channels.items():
+            if ttl:  # they leave when they expire, read or not (channel_ttl.py)
+                channel.ttl_arrived(records, in_order=True)
+                runner = self.runners.get((topic_name, partition_index, name))
+                if runner is not None:
+                    runner.deadline_changed()
             if channel.consumers:  # a channel nobody reads is woken when someone subscribes
                 self.runners[(topic_name, partition_index, name)].wake()
         count = self._since_release.get(topic_name, 0) + len(records)
@@ -432,7 +443,7 @@ class Broker:
                 {},
                 read_outcome=self._cold_read_outcome,
                 changed=self._state_changed if persisted else None,  # nothing to tell in memory
-                dead_letters=self._publish_dead_letters,
+                dead_letters=self.dead_letter_mover.notify,
                 wall_clock=self.wall_clock,
             )
             self.runners[key] = runner
@@ -570,33 +581,6 @@ class Broker:
             self._wake_topic(topic_name)
         return True
 
-    def _publish_dead_letters(self, channel: Channel) -> None:
-        """Messages that left ``channel`` past its bound go to its dead-letter topic
-        (created as an ext topic), with their headers, origin and delivery count. If
-        the topic cannot take them (a storage fault) they go back to the channel."""
-        letters, channel.dead_letters = channel.dead_letters, []
-        if not letters:
-            return
-        name = channel.dead_topic()
-        bodies = [record.body for record, _ in letters]
-        try:
-            topic = self.topic(name, ext=name not in self.topics)
-            if topic.ext:
-                exts = [
-                    dead_letter_header(
-                        record, deliveries, channel.topic, channel.name, channel.partition
-                    )
-                    for record, deliveries in letters
-                ]
-                self.publish(
-                    name, bodies, self.wall_clock(), ext_version=EXT_VERSION_JSON, exts=exts
-                )
-            else:  # a plain topic of that name existed: the bodies alone
-                self.publish(name, bodies, self.wall_clock())
-        except StorageFault as fault:
-            log.error("channel %s/%s: dead letters kept: %s", channel.topic, channel.name, fault)
-            channel.take_back_dead_letters(letters)
-
     def _state_changed(self) -> None:
         """Something the persister writes may have changed."""
         if self.storage is not None and self.storage.enabled:
@@ -674,12 +658,31 @@ class Broker:
             self.events.emit("channel", kind, topic_name, channel=channel_name)
         return bool(channels)
 
-    def set_topic_ttl(self, topic_name: str, ttl_ns: int) -> None:
+    async def set_topic_ttl(self, topic_name: str, ttl_ns: int) -> None:
         """A topic's TTL (0: none), for all its channels at once; persisted. Its
-        channels are woken so messages already past it leave now."""
+        channels sweep now, so messages already past it leave now."""
         self.topics[topic_name].ttl.ttl_ns = ttl_ns
         self._state_changed()  # also for a topic with no channel yet
+        for partition in self.topics[topic_name].partitions:
+            for channel in partition.channels.values():
+                channel.ttl_due_ns = 0
+        await self.run_ttl_timers(topic_name)
         self._wake_topic(topic_name)
+
+    async def run_ttl_timers(self, topic_name: str | None = None) -> None:
+        """Give every channel of a topic with a TTL (of ``topic_name``, or of any) its
+        runner: a channel's runner starts with its first consumer, but its messages
+        must expire while nobody consumes (channels restored at start, a TTL set on
+        a topic whose channels nobody read since)."""
+        names = [topic_name] if topic_name is not None else list(self.topics)
+        for name in names:
+            topic = self.topics.get(name)
+            if topic is None or not topic.ttl.active:
+                continue
+            for partition in topic.partitions:
+                for channel_name in list(partition.channels):
+                    if (name, partition.index, channel_name) not in self.runners:
+                        await self._runner(name, partition.index, channel_name)
 
     def set_dead_letter(
         self, topic_name: str, channel_name: str, max_attempts: int, dead_topic: str = ""

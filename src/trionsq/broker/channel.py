@@ -38,24 +38,24 @@ from ..queues.cursor import ChannelCursor
 from ..queues.deferred import DeferredQueue
 from ..queues.inflight import InFlightTable
 from ..queues.record import Record
-from .dead_letters import dead_topic_name
+from .channel_ttl import ChannelTtl
 from .latency import LatencyWindow
 from .partition_owner import PartitionOwner
 from .rate_limits import RateLimit
 from .statistics import ChannelStatistics
-from .ttl import TopicTtl
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from ..queues.delay_store import DelayStore
+    from ..queues.delivery_journal import DeliveryJournal
     from ..queues.ephemeral import EphemeralFeed
     from ..queues.partition_log import PartitionLog
     from .latency import LatencySettings
+    from .ttl import TopicTtl
 
 __all__ = ["Channel", "Consumer", "Delivery"]
 
-MAX_ATTEMPTS: Final = 0xFFFF
 DEFAULT_MAX_BATCH: Final = 256
 WAITING_LIMIT: Final = 10_000
 """Messages a channel keeps waiting for a consumer of their queue (tag dispatch)
@@ -116,7 +116,7 @@ class Delivery:
     attempts: int
 
 
-class Channel:
+class Channel(ChannelTtl):
     """A cursor over one partition log plus the redelivery state nsqd keeps per channel."""
 
     def __init__(
@@ -138,6 +138,7 @@ class Channel:
         delays: DelayStore | None = None,
         park_after: float = PARK_AFTER,
         rate_limit: RateLimit | None = None,
+        journal: DeliveryJournal | None = None,
     ) -> None:
         """``feed``: an ephemeral channel reads it instead of a cursor over ``log``;
         ``latency``: track e2e processing latency on FIN (None: off, as in nsqd
@@ -146,7 +147,8 @@ class Channel:
         topic's TTL rules, shared with its other channels (none: never expires);
         ``delays``: a durable channel's delay store (None: in memory or ephemeral,
         nothing is parked); ``park_after``: seconds from which a deferral is parked;
-        ``rate_limit``: the channel's limit, shared by its partitions (none: off)."""
+        ``rate_limit``: the channel's limit, shared by its partitions (none: off);
+        ``journal``: a durable channel's delivery journal (channel_exits.py)."""
         self.name: Final = name
         self.topic: Final = topic
         self.partition: Final = partition
@@ -202,23 +204,7 @@ class Channel:
         self._ahead: dict[int, bool] = {}
         """Ids taken out of order (deferred at publish) that the cursor has not passed,
         with whether they were finished meanwhile."""
-        self._attempts: dict[int, int] = {}
-        self.max_attempts = 0
-        """Dead-letter bound set over HTTP (``/channel/dead_letter``, persisted): a
-        message delivered this many times and put back again (REQ, timeout, its
-        consumer gone) goes to :meth:`dead_topic` instead. 0: the consumers' IDENTIFY
-        bound, if any (:meth:`attempts_bound`)."""
-        self.dead_letter_topic = ""
-        """Where dead letters go; empty: ``<topic>.dead``."""
-        self.dead_letter_count = 0
-        """Messages that left for the dead-letter topic since start (/stats)."""
-        self.ttl = ttl if ttl is not None else TopicTtl()
-        """The topic's TTL rules (broker/ttl.py)."""
-        self.expired_count = 0
-        """Messages skipped at delivery past their TTL since start (/stats)."""
-        self.dead_letters: list[tuple[Record, int]] = []
-        """Left the channel, not yet published to the dead-letter topic: (record,
-        deliveries). The broker takes them after each routing pass."""
+        ChannelTtl.__init__(self, ttl, journal)
         self.group = PartitionOwner()
         """The consumer-group member that consumes this partition (broker/groups.py,
         broker/partition_owner.py); consumers of other members stand by."""
@@ -375,22 +361,6 @@ class Channel:
                 consumer.credit -= len(records)
         return sent
 
-    def _attempt(self, internal_id: int) -> int:
-        """The attempt number of a delivery. Only messages put back have a count kept
-        (:meth:`_delivered_once`): a first delivery costs no entry (issue 19)."""
-        attempts = self._attempts
-        before = attempts.get(internal_id)
-        if before is None:
-            return 1
-        count = min(before + 1, MAX_ATTEMPTS)
-        attempts[internal_id] = count
-        return count
-
-    def _delivered_once(self, internal_id: int) -> None:
-        """A message leaves flight without a FIN (REQ, timeout, its consumer gone): its
-        count is kept from now on (one attempt if none was kept)."""
-        self._attempts.setdefault(internal_id, 1)
-
     def _sampled(self, sample_rate: int, records: list[Record]) -> list[Record]:
         """What a consumer's sample rate lets through; the rest is dropped for this
         channel, as nsqd does."""
@@ -405,6 +375,8 @@ class Channel:
     def _forget(self, internal_id: int) -> None:
         """The channel is done with a message (FIN, sampled out, expired, dead)."""
         self._attempts.pop(internal_id, None)
+        if self.unchecked:
+            self.unchecked.discard(internal_id)
         if internal_id in self.parked:  # the cursor counts it finished already
             self.parked.discard(internal_id)
             if self.delays is not None:
@@ -421,7 +393,8 @@ class Channel:
     def cold_read_from(self) -> int | None:
         """Where a disk read must start before routing can go on (None: no need).
 
-        Only when a consumer has room: an idle channel's backlog stays on disk.
+        Only when a consumer has room (an idle channel's backlog stays on disk), or
+        a TTL sweep needs the records (channel_ttl.py).
         """
         cursor = self.cursor
         log = self.log
@@ -429,6 +402,8 @@ class Channel:
             return None
         if not log.is_cold(cursor.read_id):
             return None
+        if self.ttl_read:  # a TTL sweep needs the records there
+            return cursor.read_id
         if not any(self.room_for(consumer) for consumer in self.consumers.values()):
             return None
         return cursor.read_id
@@ -441,10 +416,44 @@ class Channel:
     def skip_finished(self, internal_id: int) -> None:
         """After a restart: an id finished before it, which the cursor must not deliver."""
         self._ahead[internal_id] = True
+        if self._attempts.pop(internal_id, None) is not None:
+            self.unchecked.discard(internal_id)
+
+    def unfinished(self, internal_id: int) -> bool:
+        """After a restart: whether the channel still holds ``internal_id``."""
+        if internal_id in self.parked:
+            return True
+        cursor = self.cursor
+        return (
+            isinstance(cursor, ChannelCursor)
+            and cursor.confirmed_id <= internal_id < self.log.next_id
+            and not cursor.is_finished(internal_id)
+            and self._ahead.get(internal_id) is not True
+        )
+
+    def finished_at_restart(self, internal_id: int) -> None:
+        """After a restart: a message found in the dead-letter topic, which the saved
+        state still held: finished, wherever the restart put it."""
+        self.deferred.discard(internal_id)
+        if internal_id in self.parked:
+            self._forget(internal_id)  # its delay store lets it go
+        else:
+            self.skip_finished(internal_id)
+
+    def leave_at_restart(self, record: Record, deliveries: int) -> None:
+        """After a restart: a message that must leave for the dead-letter topic (it was
+        on its way, or came back at its bound); the cursor skips it when it reads it,
+        and finishes it there once the move is done."""
+        internal_id = record.internal_id
+        self.deferred.discard(internal_id)
+        if internal_id not in self.parked:  # a parked one is finished for the cursor
+            self._ahead[internal_id] = False
+        self.unchecked.discard(internal_id)
+        self.leave_for_dead_letters(record, deliveries)
 
     def state_fingerprint(self) -> tuple[object, ...] | None:
         """Different whenever what the channel persists is (read and confirmed
-        positions, the ids finished out of order, deferrals, pause), and cheap: the
+        positions, the ids finished out of order, deferrals, counts, pause), and cheap: the
         persister encodes and writes a channel only when this changed. None for an
         ephemeral channel, which persists nothing."""
         cursor = self.cursor
@@ -455,6 +464,7 @@ class Channel:
             cursor.confirmed_id,
             cursor.finished_count,
             self.deferred.changes,
+            self.attempt_changes,
             self.paused,
             tuple(self.finished_ahead()) if self._ahead else (),
         )
@@ -619,59 +629,6 @@ class Channel:
         self._put_back(due)
         return len(expired) + len(due) + refilled
 
-    def attempts_bound(self) -> int:
-        """The dead-letter bound in force: the channel's own, else the lowest a
-        subscribed consumer asked for in IDENTIFY, else 0 (none: nsqd's behaviour)."""
-        if self.max_attempts:
-            return self.max_attempts
-        asked = [c.max_attempts for c in self.consumers.values() if c.max_attempts]
-        return min(asked) if asked else 0
-
-    def drop_expired(self, records: list[Record], wall_ns: int) -> list[Record]:
-        """Of messages about to be delivered, those within their TTL (the topic's or
-        their ``##ttl``, from the publish time); the others leave the channel unseen,
-        counted in :attr:`expired_count`."""
-        rules = self.ttl
-        kept: list[Record] = []
-        for record in records:
-            limit = rules.limit_ns(record)
-            if limit and wall_ns - record.timestamp >= limit:
-                self.expired_count += 1
-                self._forget(record.internal_id)
-            else:
-                kept.append(record)
-        return kept
-
-    def take_back_dead_letters(self, letters: Sequence[tuple[Record, int]]) -> None:
-        """Dead letters the dead-letter topic refused: back in the channel, delivered
-        again (their counts restored)."""
-        for record, deliveries in letters:
-            self._attempts[record.internal_id] = deliveries
-        self.dead_letter_count -= len(letters)
-        self._put_back([record for record, _ in letters])
-
-    def dead_topic(self) -> str:
-        """The dead-letter topic's name."""
-        return dead_topic_name(self.topic, self.dead_letter_topic)
-
-    def _below_bound(self, records: Sequence[Record]) -> Sequence[Record]:
-        """Of messages about to be put back, those still below the dead-letter bound;
-        the others leave the channel for :attr:`dead_letters` (finished here)."""
-        bound = self.attempts_bound()
-        if not bound or not records:
-            return records
-        kept: list[Record] = []
-        attempts = self._attempts
-        for record in records:
-            deliveries = attempts.get(record.internal_id, 1)
-            if deliveries < bound:
-                kept.append(record)
-                continue
-            self.dead_letters.append((record, deliveries))
-            self.dead_letter_count += 1
-            self._forget(record.internal_id)
-        return kept
-
     def _put_back(self, records: Sequence[Record]) -> None:
         """nsqd's channel put for a redelivery: behind what waits in the channel now.
 
@@ -682,6 +639,8 @@ class Channel:
         if records:
             gate = self.cursor.position_after(min(self.intake(), self.redelivery_window))
             self.requeued.extend([(gate, record) for record in records])
+            if self.ttl.active:
+                self.ttl_arrived(records, in_order=False)
 
     # ---------------------------------------------------------------- admin
 
@@ -705,12 +664,18 @@ class Channel:
         self.waiting_count = 0
         self.tags.clear()
         self._attempts.clear()
+        self.unchecked.clear()
+        self.dead_letters.clear()  # they never reach the dead-letter topic
+        if self.journal is not None:
+            self.journal.clear()
         self._ahead.clear()
         if self.parked or (self.delays is not None and len(self.delays)):
             self.parked.clear()
             if self.delays is not None:
                 self.delays.clear()
         self.cursor.move_to(internal_id)
+        if self.ttl.active:  # what is read again may be past its TTL already
+            self.ttl_due_ns = 0
         if self.saved_confirmed is not None:  # the log must keep what will be read again
             self.saved_confirmed = min(self.saved_confirmed, internal_id)
 

@@ -11,10 +11,12 @@ Acknowledged publishes are already in the OS when OK is sent (``os.write`` in
 redelivery of what was unfinished (at-least-once). docs/storage.md has the layout.
 
 Each durable channel also has a delay store (``<channel>.delays``, opened when the
-channel is made, see ``queues/delay_store.py``) for its long deferrals. The
-persister fsyncs the stores written since the last round before it writes any
-channel state: a state that counts a parked message as finished (letting its
-segment go) is on disk only after the message is, in its store.
+channel is made, see ``queues/delay_store.py``) for its long deferrals, and a
+delivery journal (``queues/delivery_journal.py``). The persister fsyncs the stores
+written since the last round, and the logs dead letters were moved to, before it
+writes any channel state: a state that counts a message as finished (letting its
+segment go) is on disk only after the message is, in its store or its dead-letter
+topic (``dead_letter_moves.py``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import TYPE_CHECKING, Final, NamedTuple, TypeAlias
 
 import trio
 
+from .. import crash_points
 from ..persist import ensure_directory, remove_file, remove_stale_temps, write_atomic
 from ..protocol.names import is_ephemeral
 from ..queues.cursor import ChannelCursor
@@ -46,8 +49,10 @@ from ..queues.cursor_state import (
     state_path,
 )
 from ..queues.delay_store import DelayStore, DelayStoreError, ParkedMessage, fsync_and_close
+from ..queues.delivery_journal import DeliveryJournal, JournalReplay, Move, journal_paths
 from ..queues.memory_log import MemoryLog
 from ..queues.topic_log import RecoveryReport, TopicLog
+from .dead_letter_moves import resolve_moves
 from .health import APPEND, PERSIST, SYNC, StorageHealth, go_error_text
 from .metadata import (
     Metadata,
@@ -60,6 +65,7 @@ from .metadata import (
 )
 from .rate_limits import PublishLimit, RateLimit, Rates
 from .reader_holds import HoldsError, fit_holds, holds_path, load_holds, save_holds
+from .topic import ChannelFiles
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -110,7 +116,18 @@ class Storage:
         """Each durable channel's delay store, open while the channel exists."""
         self._loaded: dict[ChannelKey, list[ParkedMessage]] = {}
         """What the stores held at start, until :meth:`recover` gives it back."""
+        self.journals: dict[ChannelKey, DeliveryJournal] = {}
+        """Each durable channel's delivery journal, open while the channel exists."""
+        self._replays: dict[ChannelKey, JournalReplay] = {}
+        """What the journals held at start, until :meth:`recover` applies it."""
         self._recovering = False
+        self._moved_to: set[TopicLog] = set()
+        """Logs dead letters were moved to since the last persist: fsynced first."""
+        self._write_lock = trio.Lock()
+        """One metadata and state write at a time, so the last file written is the
+        latest (the persister's round, or a dead-letter topic's metadata now)."""
+        self._saved_topics: dict[str, bool] = {}
+        """The topics metadata.json lists, with their ext flag."""
 
     @property
     def enabled(self) -> bool:
@@ -165,6 +182,8 @@ class Storage:
                     topic_log.delete_files()
                 for key in [k for k in self.delays if k[:2] == (topic, partition)]:
                     self.delays.pop(key).close()  # the directory goes with its files
+                for key in [k for k in self.journals if k[:2] == (topic, partition)]:
+                    self.journals.pop(key).close()
                 remove_partition_states(self.directory, topic, partition)
             except OSError as error:
                 _left_behind(f"topic {topic}/{partition}", error)
@@ -183,10 +202,46 @@ class Storage:
                 store.delete()
             else:
                 remove_file(delays_path(self.directory, topic, partition, channel))
+            journal = self.journals.pop((topic, partition, channel), None)
+            if journal is not None:
+                journal.delete()
+            else:
+                for path in journal_paths(state_path(self.directory, topic, partition, channel)):
+                    remove_file(path)
         except OSError as error:
             _left_behind(f"channel {topic}/{partition}/{channel}", error)
         self._saved_states.pop((topic, partition, channel), None)
         self._fingerprints.pop((topic, partition, channel), None)
+
+    def open_files(self, topic: str, partition: int, channel: str) -> ChannelFiles:
+        """A new channel's delay store and delivery journal (none in memory or when
+        ephemeral)."""
+        if self.directory is None or is_ephemeral(topic) or is_ephemeral(channel):
+            return ChannelFiles()
+        return ChannelFiles(
+            self.open_delays(topic, partition, channel),
+            self._open_journal(topic, partition, channel),
+        )
+
+    def _open_journal(self, topic: str, partition: int, channel: str) -> DeliveryJournal | None:
+        """A durable channel's journal; what it holds is applied by :meth:`recover`
+        (a channel made later starts with an empty one). None when the file system
+        will not read it: the channel then journals nothing (one error line)."""
+        assert self.directory is not None  # noqa: S101 - only called when enabled
+        key = (topic, partition, channel)
+        path = state_path(self.directory, topic, partition, channel)
+        try:
+            journal, replay = DeliveryJournal.open(path, on_error=self._delays_failed)
+        except OSError as error:
+            log.error("storage: cannot read %s: %s", path, go_error_text(error))
+            self.health.failed(PERSIST, error)
+            return None
+        if self._recovering:
+            self._replays[key] = replay
+        elif replay.counts or replay.moves:  # left by a channel deleted before
+            journal.clear()
+        self.journals[key] = journal
+        return journal
 
     def open_delays(self, topic: str, partition: int, channel: str) -> DelayStore | None:
         """A new durable channel's delay store (None in memory or when ephemeral).
@@ -260,14 +315,22 @@ class Storage:
         now, wall = trio.current_time(), self.wall_clock()
         self._recovering = True
         try:
-            self._recover_topics(broker, metadata, now, wall)
+            moves = self._recover_topics(broker, metadata, now, wall)
         finally:
             self._recovering = False
             self._loaded.clear()
-        self._saved_metadata = encode_metadata(snapshot(broker))
+            self._replays.clear()
+        for channel, journaled in moves:  # every dead-letter topic is open now
+            resolve_moves(channel, journaled, self.logs)
+        self._metadata_saved(snapshot(broker))
         return metadata
 
-    def _recover_topics(self, broker: Topics, metadata: Metadata, now: float, wall: int) -> None:
+    def _recover_topics(
+        self, broker: Topics, metadata: Metadata, now: float, wall: int
+    ) -> list[tuple[Channel, list[Move]]]:
+        """Every topic and channel back; the journaled dead-letter moves of each
+        channel, to resolve once every topic is back."""
+        moves: list[tuple[Channel, list[Move]]] = []
         for meta in metadata.topics:
             topic = broker.topic(
                 meta.name, partitions=meta.partitions, ext=meta.ext, ordered=meta.ordered
@@ -288,15 +351,26 @@ class Storage:
                     channel = partition.channel(channel_meta.name, oldest=state is None)
                     key = (meta.name, partition.index, channel_meta.name)
                     parked = self._loaded.pop(key, [])
+                    counts: dict[int, int] = {}
                     if state is not None:
-                        self._restore_channel(key, channel, state, parked, now, wall)
+                        counts = self._restore_channel(key, channel, state, parked, now, wall)
                     _restore_parked(channel, parked, now, wall)
                     channel.paused = channel_meta.paused
                     channel.max_attempts = channel_meta.max_attempts
                     channel.dead_letter_topic = channel_meta.dead_letter_topic
+                    replay = self._replays.pop(key, None)
+                    if replay is not None:
+                        moves.append((channel, replay.moves))
+                        for internal_id, deliveries in replay.counts.items():
+                            if deliveries > counts.get(internal_id, 0):
+                                counts[internal_id] = deliveries
+                    channel.restore_attempts(
+                        {i: n for i, n in counts.items() if channel.unfinished(i)}
+                    )
                 self._restore_holds(meta.name, partition)
             if meta.paused:
                 topic.set_paused(True)
+        return moves
 
     def _load_channel_state(self, topic: str, partition: int, channel: str) -> ChannelState | None:
         """The channel's saved state; None when there is none or it is unusable.
@@ -357,9 +431,10 @@ class Storage:
         parked: list[ParkedMessage],
         now: float,
         wall: int,
-    ) -> None:
+    ) -> dict[int, int]:
         """The cursor, finished ids and short deferrals from the state file; a
-        deferral the delay store holds too comes from the store (it wins)."""
+        deferral the delay store holds too comes from the store (it wins). Returns
+        the delivery counts it holds."""
         topic, partition, _ = key
         label = f"{topic}/{partition}/{channel.name}"
         restored = restore_channel(
@@ -382,6 +457,7 @@ class Storage:
             channel.skip_finished(internal_id)
         channel.lost += restored.lost
         self._saved_states[key] = encode_state(state)
+        return restored.attempts
 
     # ------------------------------------------------------------------ tasks
 
@@ -440,6 +516,8 @@ class Storage:
         failure: OSError | None = None
         for store in self.delays.values():  # the last persist synced them
             store.close()
+        for journal in self.journals.values():
+            journal.close()
         for topic_log in self.logs.values():
             try:
                 topic_log.close(sync=True)
@@ -482,15 +560,93 @@ class Storage:
                 syncs.append((store, handle))
         return syncs
 
+    def saved(self, topic: str, *, ext: bool) -> bool:
+        """Whether metadata.json lists ``topic`` with that ext flag."""
+        return self._saved_topics.get(topic) == ext
+
+    def moved_to(self, partition_log: PartitionLog) -> None:
+        """Dead letters were appended to ``partition_log``: it is fsynced before any
+        channel state (which lets them go) is written, and the persister is told."""
+        if isinstance(partition_log, TopicLog):
+            self._moved_to.add(partition_log)
+        self.changed()
+
+    async def save_metadata_now(self, broker: Topics) -> None:
+        """Write metadata.json now if it differs from what is on disk (a dead-letter
+        topic must be listed before its first append). Raises OSError when refused."""
+        async with self._write_lock:
+            current = snapshot(broker)
+            data = encode_metadata(current)
+            if data != self._saved_metadata and self.directory is not None:
+                path = metadata_path(self.directory)
+                try:
+                    await trio.to_thread.run_sync(write_atomic, path, data)
+                except OSError as error:
+                    self.health.failed(PERSIST, error)
+                    raise
+                self._metadata_saved(current, data)
+
+    def save_metadata_blocking(self, broker: Topics) -> None:
+        """:meth:`save_metadata_now` on this thread (at start, before serving)."""
+        current = snapshot(broker)
+        data = encode_metadata(current)
+        if data != self._saved_metadata and self.directory is not None:
+            write_atomic(metadata_path(self.directory), data)
+            self._metadata_saved(current, data)
+
+    def _metadata_saved(self, metadata: Metadata, data: bytes | None = None) -> None:
+        self._saved_metadata = data if data is not None else encode_metadata(metadata)
+        self._saved_topics = {topic.name: topic.ext for topic in metadata.topics}
+
     async def persist(self, broker: Topics) -> None:
         """Write metadata and every durable channel state that changed since written."""
         directory = self.directory
         if directory is None:
             return
-        metadata = encode_metadata(snapshot(broker))
+        async with self._write_lock:
+            await self._persist(broker, directory)
+        if crash_points.ARMED:
+            crash_points.reached("storage.persisted")
+
+    async def _persist(self, broker: Topics, directory: Path) -> None:
+        current = snapshot(broker)
+        metadata = encode_metadata(current)
         writes: list[tuple[Path, bytes]] = []
         if metadata != self._saved_metadata:
             writes.append((metadata_path(directory), metadata))
+        changed = self._changed_states(broker, directory, writes)
+        syncs = self._delay_syncs()
+        logs, self._moved_to = self._moved_to, set()
+        if not writes and not syncs and not logs:
+            return
+        written, error = await trio.to_thread.run_sync(_sync_then_write, syncs, logs, writes)
+        if error is None:
+            if not self.health.healthy:
+                self.health.succeeded(PERSIST)
+        else:
+            # what was not written stays "changed", and the persister comes back for
+            # it after a second even if nothing else changes (health stays NOK until then)
+            self.health.failed(PERSIST, error)
+            self._changed.set()
+            if not any(written):
+                self._moved_to |= logs
+        if metadata != self._saved_metadata:
+            if written[0]:
+                self._metadata_saved(current, metadata)
+            written = written[1:]
+        for change, ok in zip(changed, written, strict=True):
+            if ok:
+                self._saved_states[change.key] = change.data
+                self._fingerprints[change.key] = change.fingerprint
+                change.channel.saved_confirmed = change.confirmed
+                if change.channel.journal is not None:
+                    change.channel.journal.covered()
+
+    def _changed_states(
+        self, broker: Topics, directory: Path, writes: list[tuple[Path, bytes]]
+    ) -> list[_Changed]:
+        """The durable channel states that changed since written, added to ``writes``;
+        each changed channel's journal is checkpointed with its capture."""
         now, wall = trio.current_time(), self.wall_clock()
         changed: list[_Changed] = []
         fingerprints = self._fingerprints
@@ -510,29 +666,11 @@ class Storage:
                     if self._saved_states.get(key) == data:
                         fingerprints[key] = fingerprint
                         continue
+                    if channel.journal is not None:
+                        channel.journal.checkpoint()  # what the state covers from now
                     changed.append(_Changed(key, data, channel, state.confirmed_id, fingerprint))
                     writes.append((state_path(directory, *key), data))
-        syncs = self._delay_syncs()
-        if not writes and not syncs:
-            return
-        written, error = await trio.to_thread.run_sync(_sync_then_write, syncs, writes)
-        if error is None:
-            if not self.health.healthy:
-                self.health.succeeded(PERSIST)
-        else:
-            # what was not written stays "changed", and the persister comes back for
-            # it after a second even if nothing else changes (health stays NOK until then)
-            self.health.failed(PERSIST, error)
-            self._changed.set()
-        if metadata != self._saved_metadata:
-            if written[0]:
-                self._saved_metadata = metadata
-            written = written[1:]
-        for change, ok in zip(changed, written, strict=True):
-            if ok:
-                self._saved_states[change.key] = change.data
-                fingerprints[change.key] = change.fingerprint
-                change.channel.saved_confirmed = change.confirmed
+        return changed
 
 
 class _Changed(NamedTuple):
@@ -558,6 +696,7 @@ def channel_state(channel: Channel, now: float, wall: int) -> ChannelState:
         now_monotonic=now,
         now_wall_ns=wall,
         finished_ahead=channel.finished_ahead(),
+        attempts=channel.delivery_counts(),
     )
 
 
@@ -597,11 +736,12 @@ def _sync_logs(logs: set[TopicLog]) -> tuple[set[TopicLog], OSError] | None:
 
 
 def _sync_then_write(
-    syncs: list[tuple[DelayStore, int]], writes: list[tuple[Path, bytes]]
+    syncs: list[tuple[DelayStore, int]], logs: set[TopicLog], writes: list[tuple[Path, bytes]]
 ) -> tuple[list[bool], OSError | None]:
-    """fsync the delay stores, then write the files (:func:`_write_all`); when a
-    store's fsync fails nothing is written (a state must not count a message as
-    finished whose PARK may not be on disk), and the stores are synced again later."""
+    """fsync the delay stores and the logs dead letters went to, then write the files
+    (:func:`_write_all`); when an fsync fails nothing is written (a state must not
+    count a message as finished whose PARK or dead letter may not be on disk), and
+    they are synced again later."""
     first: OSError | None = None
     for store, handle in syncs:
         try:
@@ -609,8 +749,13 @@ def _sync_then_write(
         except OSError as error:
             first = first or error
             store.unsynced_again()  # a flag: safe from this thread
+    failed = _sync_logs(logs) if first is None else None
+    if failed is not None:
+        first = failed[1]
     if first is not None:
         return [False] * len(writes), first
+    if logs and crash_points.ARMED:
+        crash_points.reached("storage.dead_letters_synced")
     return _write_all(writes)
 
 

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Final, Protocol
 import attrs
 
 from ..protocol.names import is_ephemeral
+from ..queues.delay_store import DelayStore
+from ..queues.delivery_journal import DeliveryJournal
 from ..queues.ephemeral import EphemeralFeed
 from ..queues.memory_log import MemoryLog
 from .channel import Channel
@@ -23,7 +25,6 @@ from .ttl import TopicTtl
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
-    from ..queues.delay_store import DelayStore
     from ..queues.partition_log import PartitionLog
     from ..queues.record import Record as Record  # the publish result, for transports
     from .holds import ReaderHold
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from .latency import LatencySettings
     from .rate_limits import PublishLimit, RateLimit
 
-__all__ = ["Partition", "Topic", "TopicStatistics", "Topics"]
+__all__ = ["ChannelFiles", "Partition", "Topic", "TopicStatistics", "Topics"]
 
 
 class Topics(Protocol):
@@ -48,6 +49,17 @@ class Topics(Protocol):
     ) -> Topic:
         """The topic, created if missing."""
         ...
+
+
+@attrs.frozen
+class ChannelFiles:
+    """A durable channel's files beside its state, opened by storage when the channel
+    is made (None: in memory, ephemeral, or the file system refused)."""
+
+    delays: DelayStore | None = None
+    """Its parked long delays (queues/delay_store.py)."""
+    journal: DeliveryJournal | None = None
+    """Its delivery journal (queues/delivery_journal.py)."""
 
 
 @attrs.frozen
@@ -76,12 +88,12 @@ class Partition:
         latency: LatencySettings | None = None,
         log: PartitionLog | None = None,
         ttl: TopicTtl | None = None,
-        open_delays: Callable[[str], DelayStore | None] | None = None,
+        open_files: Callable[[str], ChannelFiles] | None = None,
         channel_limits: dict[str, RateLimit] | None = None,
     ) -> None:
         """``log``: the partition's storage (a durable TopicLog has MemoryLog's methods);
-        ``ttl``: the topic's TTL rules, which its channels share; ``open_delays(name)``:
-        a durable channel's delay store (none: nothing is parked); ``channel_limits``:
+        ``ttl``: the topic's TTL rules, which its channels share; ``open_files(name)``:
+        a durable channel's delay store and journal (none: in memory); ``channel_limits``:
         the topic's channel rate limits by channel name, shared with the other
         partitions (a channel's one bucket serves it in every partition)."""
         self.topic: Final = topic
@@ -108,7 +120,7 @@ class Partition:
         self.idempotence: IdempotenceTable | None = None
         """The ``##idempotency_key`` values stored lately (made at the first one)."""
         self.ttl = ttl if ttl is not None else TopicTtl()
-        self._open_delays = open_delays
+        self._open_files = open_files
         self.channel_limits: dict[str, RateLimit] = (
             channel_limits if channel_limits is not None else {}
         )
@@ -135,8 +147,8 @@ class Partition:
         else:
             start = self.log.next_id
         feed = EphemeralFeed(self.mem_queue_size, start) if is_ephemeral(name) else None
-        open_delays = self._open_delays
-        delays = open_delays(name) if open_delays is not None and feed is None else None
+        open_files = self._open_files
+        files = open_files(name) if open_files is not None and feed is None else ChannelFiles()
         channel = Channel(
             name,
             self.log,
@@ -147,8 +159,9 @@ class Partition:
             feed=feed,
             latency=self.latency,
             ttl=self.ttl,
-            delays=delays,
+            delays=files.delays,
             rate_limit=self.channel_limits.get(name),
+            journal=files.journal,
         )
         self.channels[name] = channel
         if self.paused:
@@ -322,10 +335,10 @@ class Topic:
         open_log: Callable[[int], PartitionLog] | None = None,
         ext: bool = False,
         ordered: bool = False,
-        open_delays: Callable[[int, str], DelayStore | None] | None = None,
+        open_files: Callable[[int, str], ChannelFiles] | None = None,
     ) -> None:
         """``open_log(partition)``: each partition's storage (default: in memory);
-        ``open_delays(partition, channel)``: a durable channel's delay store."""
+        ``open_files(partition, channel)``: a durable channel's own files."""
         self.name: Final = name
         self.ephemeral: Final = is_ephemeral(name)
         self.ext = ext
@@ -346,7 +359,7 @@ class Topic:
         self._mem_queue_size: Final = mem_queue_size
         self._latency: Final = latency
         self._open_log: Final = open_log
-        self._open_delays: Final = open_delays
+        self._open_files: Final = open_files
         self.partitions: list[Partition] = []
         self.add_partitions(partitions)
 
@@ -366,7 +379,7 @@ class Topic:
                 latency=self._latency,
                 log=self._open_log(index) if self._open_log is not None else None,
                 ttl=self.ttl,
-                open_delays=self._delays_opener(index),
+                open_files=self._files_opener(index),
                 channel_limits=self.channel_limits,
             )
             for index in range(len(self.partitions), count)
@@ -374,11 +387,11 @@ class Topic:
         self.partitions.extend(added)
         return added
 
-    def _delays_opener(self, index: int) -> Callable[[str], DelayStore | None] | None:
-        open_delays = self._open_delays
-        if open_delays is None:
+    def _files_opener(self, index: int) -> Callable[[str], ChannelFiles] | None:
+        open_files = self._open_files
+        if open_files is None:
             return None
-        return lambda channel: open_delays(index, channel)
+        return lambda channel: open_files(index, channel)
 
     @property
     def paused(self) -> bool:

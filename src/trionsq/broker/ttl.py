@@ -1,10 +1,10 @@
-"""Message time to live (issue 20): past it a message is skipped at delivery.
+"""Message time to live (issue 20): past it a message leaves its channels unseen.
 
 A topic's TTL (``/topic/ttl``, persisted) and a message's own ``##ttl`` header (ext
 topics) both count from the message's publish time; the shorter one holds. A
-message past it leaves each channel the next time a routing pass would hand it out
-(a first delivery or a redelivery), finished unseen and counted in the channel's
-``expired_count``. Off by default: a topic without a TTL costs nothing per message
+message past it leaves each channel when a routing pass would hand it out, or at
+the channel's next TTL sweep (``channel_ttl.py``), finished unseen and counted in
+the channel's ``expired_count``. Off by default: a topic without a TTL costs nothing per message
 until a message with ``##ttl`` is published to it (then its ext messages are looked
 at for one; the topic remembers this in its metadata).
 """
@@ -37,6 +37,9 @@ class TopicTtl:
     """The topic's TTL in nanoseconds (0: none)."""
     headers: bool = False
     """A message with ``##ttl`` was published to the topic (persisted)."""
+    dead_letter: bool = False
+    """``--ttl-dead-letter``: an expired message goes to its channel's dead-letter
+    topic, when the channel has a bound (the broker's setting, not persisted)."""
 
     @property
     def active(self) -> bool:
@@ -59,6 +62,11 @@ class TopicTtl:
             if own is not None and (not limit or own < limit):
                 limit = own
         return limit
+
+    def expires_ns(self, record: Record) -> int:
+        """When ``record`` expires, wall-clock nanoseconds (0: never)."""
+        limit = self.limit_ns(record)
+        return record.timestamp + limit if limit else 0
 
 
 def header_ttl_ns(ext: bytes) -> int | None:

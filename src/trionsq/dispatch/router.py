@@ -28,6 +28,10 @@ __all__ = ["ChannelRunner"]
 
 COLD_READ_RECORDS = 20_000
 """Records read from disk at once for a channel behind the log's memory tail."""
+SWEEP_EARLY_NS = 1_000_000
+"""A TTL sweep whose wall-clock time is this close is due: the timer's deadline is
+in Trio's clock, converted, and a sweep skipped for a nanosecond would be aimed
+again at the same instant."""
 COLD_READ_RETRY = 1.0
 """Seconds before a cold read the file system refused (no descriptors left, I/O
 error) is tried again; the channel waits, the rest of the broker does not."""
@@ -77,10 +81,22 @@ class ChannelRunner:
         self._work.set()
 
     def deadline_changed(self) -> None:
-        """A deadline may now be earlier (REQ with delay, TOUCH): re-aim the timer."""
-        deadline = self.channel.next_deadline()
+        """A deadline may now be earlier (REQ with delay, TOUCH, a TTL): re-aim the
+        timer."""
+        deadline = self._next_deadline()
         if deadline is not None:
             self.timer.schedule(deadline)
+
+    def _next_deadline(self) -> float | None:
+        """The channel's earliest deadline, its next TTL sweep included (kept in wall
+        time, as TTLs count from publish times: converted here, with both clocks)."""
+        channel = self.channel
+        deadline = channel.next_deadline()
+        sweep_ns = channel.ttl_due_ns
+        if sweep_ns is None:
+            return deadline
+        sweep = trio.current_time() + (sweep_ns - self._wall_clock()) / 1e9
+        return sweep if deadline is None or sweep < deadline else deadline
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run the router and the expiry timer until the cancel scope is cancelled."""
@@ -88,7 +104,7 @@ class ChannelRunner:
             with self.cancel_scope:
                 async with trio.open_nursery() as nursery:
                     self._nursery = nursery
-                    await nursery.start(self.timer.run, self.channel.next_deadline, self._expired)
+                    await nursery.start(self.timer.run, self._next_deadline, self._expired)
                     task_status.started()
                     await self._route_forever()
         finally:
@@ -150,7 +166,14 @@ class ChannelRunner:
             done.set()
 
     def _expired(self, now: float) -> None:
-        if self.channel.expire(now):
+        channel = self.channel
+        moved = channel.expire(now)
+        sweep_ns = channel.ttl_due_ns
+        if sweep_ns is not None:
+            wall = self._wall_clock()
+            if sweep_ns - wall <= SWEEP_EARLY_NS:  # due: the two clocks may differ a hair
+                moved += channel.sweep_ttl(now, max(wall, sweep_ns))
+        if moved or channel.ttl_read:  # route; or read what a sweep needs first
             self.wake()
 
     def route_now(self) -> None:
@@ -188,6 +211,9 @@ class ChannelRunner:
                     self._read_failing = False
                     if self._read_outcome is not None:
                         self._read_outcome(None)
+            if channel.ttl_read:  # a TTL sweep wanted the records: they are there
+                channel.ttl_read = False
+                channel.ttl_due_ns = 0
             self._pass()
 
     def _pass(self) -> None:

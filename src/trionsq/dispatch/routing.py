@@ -129,6 +129,8 @@ def _route(
     batch = _collect(channel, room, slots, now, wall_ns)
     if batch and channel.ttl.active:
         batch = channel.drop_expired(batch, wall_ns)
+    if batch and channel.unchecked:  # counts a restart brought back
+        batch = channel.check_restored(batch)
     if not batch:
         return {}
     result = assign(batch, slots, lambda record: _tag_of(channel, record), turn=channel.turn)
@@ -140,6 +142,8 @@ def _route(
         sent = channel.deliver(channel.consumers[client_id], records, now)
         if sent:
             deliveries[client_id] = sent
+    if channel.journal is not None:  # before any frame of the pass is sent
+        channel.journal_deliveries(deliveries)
     return deliveries
 
 

@@ -95,6 +95,10 @@ class ChannelCursor:
         else:
             self._finished.add(internal_id)
 
+    def is_finished(self, internal_id: int) -> bool:
+        """Whether the channel is done with ``internal_id`` as far as the cursor knows."""
+        return internal_id < self.confirmed_id or internal_id in self._finished
+
     def finish_many(self, internal_ids: list[int]) -> None:
         """:meth:`finish` of each id, in bulk. A run that starts at the confirmed id
         and counts up by one (a consumer's FINs in delivery order) moves the

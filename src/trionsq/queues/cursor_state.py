@@ -8,7 +8,7 @@ is delivered again (at-least-once), while ids already finished are not.
 File format (version 1): one compact JSON object, members in this order::
 
     {"version":1,"confirmed_id":101,"read_id":140,"finished":[103,104],
-     "deferred":[[1700000000000000000,102]],"paused":false}
+     "deferred":[[1700000000000000000,102]],"paused":false,"attempts":[[101,2,1]]}
 
 - ``confirmed_id``: every id below it is finished for this channel.
 - ``read_id``: the cursor's read position when saved (informational: restoring
@@ -18,6 +18,10 @@ File format (version 1): one compact JSON object, members in this order::
   (wall clock, so a restart still waits until the right moment), in due order.
 - ``paused``: the channel's pause flag when saved (metadata.json's flag wins for a
   channel listed there).
+- ``attempts`` (absent when empty): how often each unfinished message was delivered,
+  as runs ``[first id, run length, deliveries]`` of consecutive ids with the same
+  count (a consumer's window in flight is a few runs), so a restart counts on
+  (issue 30); a message not listed was never delivered.
 
 Invariant: ``confirmed_id <= read_id``; ``finished`` ids lie above ``confirmed_id``,
 ``deferred`` ids at or above it, and no id is in both. Either may lie beyond
@@ -47,8 +51,9 @@ from ..persist import (
     write_atomic,
 )
 from ..protocol.names import is_ephemeral, is_valid_name
-from ..serialization import dumps
+from ..serialization import dumps, omit_defaults
 from .cursor import ChannelCursor
+from .delivery_journal import runs_of
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -109,6 +114,8 @@ class ChannelState:
     deferred: tuple[tuple[int, int], ...]
     """(due, internal id), due in Unix nanoseconds, in due order."""
     paused: bool
+    attempts: tuple[tuple[int, int, int], ...] = ()
+    """Delivery counts of unfinished messages: runs (first id, length, deliveries)."""
 
     def check(self) -> None:
         """Raise :class:`ChannelStateError` unless the ids keep the invariant."""
@@ -130,6 +137,12 @@ class ChannelState:
                     f"deferred id {internal_id} is below confirmed_id {low}, finished or repeated"
                 )
             seen.add(internal_id)
+        for first, length, deliveries in self.attempts:
+            if first < low or length < 1 or deliveries < 1:
+                raise ChannelStateError(f"attempts run {[first, length, deliveries]} is invalid")
+
+
+omit_defaults(_CONVERTER, ChannelState, "attempts")
 
 
 def encode_state(state: ChannelState) -> bytes:
@@ -162,6 +175,7 @@ def capture_state(
     now_monotonic: float,
     now_wall_ns: int,
     finished_ahead: Iterable[int] = (),
+    attempts: Iterable[tuple[int, int]] = (),
 ) -> ChannelState:
     """Snapshot a live channel (call on the broker's thread, then write elsewhere).
 
@@ -170,6 +184,7 @@ def capture_state(
     ``finished_ahead``: ids the channel finished before its cursor reached them (a
     DPUB deferred at publish, then FINished), which the cursor does not know yet;
     without them they would only be delivered again after a restart.
+    ``attempts``: (id, deliveries) of the messages delivered and not finished.
     """
     confirmed = cursor.confirmed_id
     done = set(cursor._finished)  # no public accessor yet
@@ -182,12 +197,14 @@ def capture_state(
         for due, key in deferred.entries()
         if key not in done and key >= confirmed
     )
+    counts = sorted((i, n) for i, n in attempts if i >= confirmed and i not in done)
     return ChannelState(
         confirmed_id=confirmed,
         read_id=max(cursor.read_id, confirmed),
         finished=tuple(sorted(done)),
         deferred=entries,
         paused=paused,
+        attempts=tuple(runs_of(counts)),
     )
 
 
@@ -223,6 +240,8 @@ class RestoredChannel:
     """Ids read before the restart and neither finished nor deferred: delivered again."""
     lost: int
     """Unfinished ids the log no longer holds (cut by recovery): logged, for /stats."""
+    attempts: dict[int, int] = attrs.Factory(dict)
+    """Delivery counts of the unfinished ids the log holds."""
 
     @property
     def skip_ids(self) -> frozenset[int]:
@@ -311,6 +330,13 @@ def restore_channel(
     )
     deferred_ids = frozenset(internal_id for _, internal_id in fitted.deferred)
     finished_ids = frozenset(fitted.finished)
+    end = log.next_id
+    attempts = {
+        internal_id: deliveries
+        for first, length, deliveries in state.attempts
+        for internal_id in range(max(first, fitted.confirmed_id), min(first + length, end))
+        if internal_id not in finished_ids
+    }
     horizon = min(max(state.read_id, fitted.confirmed_id), log.next_id)
     held = sum(1 for i in finished_ids if i < horizon) + sum(1 for i in deferred_ids if i < horizon)
     redelivered = horizon - fitted.confirmed_id - held
@@ -329,6 +355,7 @@ def restore_channel(
         paused=state.paused,
         redelivered=redelivered,
         lost=fitted.lost,
+        attempts=attempts,
     )
 
 

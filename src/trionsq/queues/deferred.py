@@ -53,6 +53,13 @@ class DeferredQueue(Generic[T]):
         self._items[key] = (due, seq, item)
         heapq.heappush(self._heap, (due, seq, key))
 
+    def discard(self, key: int) -> bool:
+        """Drop ``key`` if it is held (its heap entry goes lazily); whether it was."""
+        if self._items.pop(key, None) is None:
+            return False
+        self.changes += 1
+        return True
+
     def next_due(self) -> float | None:
         """The earliest due time, or None when empty."""
         heap = self._heap

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Final, Generic, TypeVar
 import attrs
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import KeysView, Sequence
 
 __all__ = ["InFlight", "InFlightError", "InFlightStatistics", "InFlightTable"]
 
@@ -108,6 +108,10 @@ class InFlightTable(Generic[T]):
 
     def __contains__(self, key: int) -> bool:
         return key in self._entries
+
+    def keys(self) -> KeysView[int]:
+        """The keys in flight (a live view: do not change the table while iterating)."""
+        return self._entries.keys()
 
     def get(self, key: int) -> InFlight[T] | None:
         """The entry for ``key``, if it is in flight."""

@@ -121,6 +121,7 @@ _NOT_CFG_NAMES: Final = frozenset(
         "trace_log",
         "idempotency_window",
         "group_rebalance_delay",
+        "ttl_dead_letter",
     }
 )
 """Fields /config does not know by their own name: renamed, or without a flag in nsqd."""
@@ -703,7 +704,7 @@ class NsqdHttpApi:
             raise HttpError(400, "INVALID_ARG_TTL") from None
         if not 0 <= seconds <= MAX_TTL_SECONDS or (seconds and seconds < 0.001):
             raise HttpError(400, "INVALID_ARG_TTL")
-        self.broker.set_topic_ttl(name, int(seconds * 1e9))
+        await self.broker.set_topic_ttl(name, int(seconds * 1e9))
         return Response.empty()
 
     async def _channel_dead_letter(self, request: Request) -> Response:

@@ -121,7 +121,9 @@ def test_a_parked_message_past_its_dead_letter_bound_is_let_go(tmp_path: Path) -
     ch.expire(DAY)
     route(ch, DAY, WALL + DAY_NS)
     ch.requeue(1, 1, 0.0, DAY, WALL + DAY_NS)  # second delivery put back: dead now
-    assert [record.internal_id for record, _ in ch.dead_letters] == [1]
+    assert [letter.record.internal_id for letter in ch.dead_letters] == [1]
+    assert parked_on_disk(store) == {1: WALL + DAY_NS}  # until it is in the dead topic
+    ch.dead_letters_moved(ch.dead_letters)
     assert parked_on_disk(store) == {}
 
 
