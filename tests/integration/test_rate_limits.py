@@ -41,14 +41,20 @@ if TYPE_CHECKING:
 
 BACKLOG = 15_000
 WINDOW = 10.0
+AUTOJUMP = 0.002
 
 
 async def started(
     clients: Clients, nursery: trio.Nursery, clock: trio.testing.MockClock
 ) -> tuple[BoundAddresses, ProtocolClient]:
-    """A broker on the mock clock (jumping only while no bytes are in flight on the
-    real sockets), and a producer."""
-    clock.autojump_threshold = 0.1
+    """A broker on the mock clock, and a producer.
+
+    The clock jumps after ``AUTOJUMP`` of real idleness: every task of the test runs in
+    this process, and bytes written to a loopback socket are readable as the write
+    returns, so nothing is in flight when all tasks wait; the margin covers a loaded
+    machine. A throttled channel's router wakes about 100 times a virtual second, so a
+    10 s window is about 1,000 jumps (0.1 s each was 100 s a test)."""
+    clock.autojump_threshold = AUTOJUMP
     addresses = await start(nursery)
     producer = await clients.connect(addresses.tcp)
     return addresses, producer
