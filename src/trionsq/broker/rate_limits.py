@@ -18,11 +18,14 @@ A router held back by a bucket looks again once it holds a *step*
 (:data:`STEP_SECONDS` of its rate, at least one token), not once it is full: a
 channel at 1,000/s sends 10 messages every 10 ms rather than 100 every 100 ms, and
 a router that wakes late loses nothing (what accrued meanwhile is still in the
-bucket, up to its capacity).
+bucket, up to its capacity); a throttled producer waits the same way. A publish
+limit (:class:`PublishLimit`) either throttles its producers (the default) or refuses
+them (:class:`PublishMode`).
 """
 
 from __future__ import annotations
 
+import enum
 import math
 from typing import TYPE_CHECKING, Final
 
@@ -38,6 +41,7 @@ __all__ = [
     "STEP_SECONDS",
     "UNLIMITED",
     "PublishLimit",
+    "PublishMode",
     "RateLimit",
     "Rates",
     "TokenBucket",
@@ -180,10 +184,16 @@ class RateLimit:
             size is not None and size.balance + _TOLERANCE < 1.0
         )
 
+    def open_at(self, now: float) -> float:
+        """When every bucket holds a token again: when a refused publish may be sent
+        again (HTTP's ``Retry-After``)."""
+        return self._when(now, _one_token)
+
     def ready_at(self, now: float) -> float:
-        """When every bucket without a token holds its step again: when a router held
-        back by this limit looks again (at most 100 times a second, each time a
-        hundredth of the rate, instead of one burst of a tenth every 100 ms)."""
+        """When every bucket without a token holds its step again: when a router or a
+        throttled producer held back by this limit goes on (at most 100 times a
+        second, each time a hundredth of the rate, instead of one burst of a tenth
+        every 100 ms)."""
         return self._when(now, _step)
 
     def _when(self, now: float, amount: Callable[[TokenBucket], float]) -> float:
@@ -194,21 +204,41 @@ class RateLimit:
         return ready
 
 
+def _one_token(bucket: TokenBucket) -> float:
+    return 1.0
+
+
 def _step(bucket: TokenBucket) -> float:
     return bucket.step
 
 
+class PublishMode(enum.Enum):
+    """What a topic's publish limit does with a publish its bucket cannot take now."""
+
+    THROTTLE = "throttle"
+    """Hold it (Kafka's quotas): TCP reads the connection no further until the bucket
+    holds its step again, then stores it and answers OK; HTTP answers when the bucket
+    has a token, within :data:`~trionsq.server.publish_api.HTTP_THROTTLE_SECONDS`,
+    else 429. Clients that pipeline never see an error."""
+    REFUSE = "refuse"
+    """Refuse it at once: a non-fatal ``E_PUB_FAILED ... rate limit exceeded`` over
+    TCP, 429 with ``Retry-After`` over HTTP; nothing is stored."""
+
+
 class PublishLimit:
-    """A topic's publish limit: its rates, and the one bucket HTTP publishes share
-    (each TCP connection keeps its own, made from :attr:`rates`)."""
+    """A topic's publish limit: its rates and mode, and the one bucket HTTP publishes
+    share (each TCP connection keeps its own, made from :attr:`rates`)."""
 
-    __slots__ = ("http", "rates", "refused")
+    __slots__ = ("http", "mode", "rates", "refused", "throttled")
 
-    def __init__(self, rates: Rates, now: float) -> None:
+    def __init__(self, rates: Rates, now: float, mode: PublishMode = PublishMode.THROTTLE) -> None:
         self.rates: Final = rates
+        self.mode: Final = mode
         self.http: Final = RateLimit(rates, now)
         self.refused = 0
         """Publishes refused for it, over TCP and HTTP (/stats)."""
+        self.throttled = 0
+        """Publishes it held until their bucket allowed them, over TCP and HTTP (/stats)."""
 
 
 def batch_size(bodies: Sequence[bytes]) -> int:

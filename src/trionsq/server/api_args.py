@@ -15,12 +15,16 @@ __all__ = ["HttpError", "name_arg", "parsed_query", "partition_arg"]
 
 
 class HttpError(Exception):
-    """A handler's refusal: status and nsqd's text."""
+    """A handler's refusal: status and nsqd's text (and headers to send with it, such
+    as a 429's ``Retry-After``)."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(
+        self, status: int, message: str, headers: tuple[tuple[bytes, bytes], ...] = ()
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.headers = headers
 
 
 def parsed_query(request: Request) -> Request:

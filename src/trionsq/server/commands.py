@@ -107,6 +107,10 @@ _AUTH_VERBS: dict[type[Event], str] = {
     SubAdvanced: "SUB",
 }
 """Commands nsqd's CheckAuth guards, with the name its error gives them."""
+_PUBLISHES: frozenset[type[Event]] = frozenset(
+    {Pub, Mpub, Dpub, PubExt, MpubExt, PubTrace, MpubTrace}
+)
+"""Commands a topic's publish limit applies to."""
 """Publishes whose topic must exist before their body is read (spec §8.3 step 5);
 PUB/MPUB are gated only when they name a partition."""
 
@@ -240,6 +244,11 @@ class CommandLayer(PublishCommands):
         """The connection's TLS layer, for /stats."""
         return None
 
+    async def _hold(self, until: float) -> None:
+        """A throttling publish limit holds the next command until ``until``: read
+        nothing more until then."""
+        await trio.sleep_until(until)
+
     # ------------------------------------------------------------- Outbox for the router
 
     def push(self, deliveries: list[Delivery]) -> None:
@@ -280,8 +289,10 @@ class CommandLayer(PublishCommands):
         """Apply the commands of one turn; their answers go into :attr:`outbound`.
 
         PUBs to one topic that arrive together become one append (one write to a
-        durable log), as an MPUB would; each still gets its own OK, in order. A fatal
-        answer ends the list: nothing after it is acted on, as nsqd.
+        durable log), as an MPUB would; each still gets its own OK, in order. A
+        publish to a topic with a publish limit goes on its own, and one a throttling
+        limit holds back waits here, the rest of the turn (and the socket) with it. A
+        fatal answer ends the list: nothing after it is acted on, as nsqd.
         """
         handlers = self._HANDLERS
         auth = self.auth
@@ -295,12 +306,19 @@ class CommandLayer(PublishCommands):
                     self._fail(refusal)
                     break
             try:
-                if type(event) is Pub and index < count:
-                    run = _same_topic_pubs_end(events, index, event.topic)
-                    if run > index:
-                        self._pub_together(event.topic, events[index - 1 : run])  # type: ignore[arg-type]
-                        index = run
-                        continue
+                if type(event) in _PUBLISHES:
+                    topic: str = event.topic  # type: ignore[union-attr]
+                    limit = self._publish_limit(topic)
+                    if limit is not None:  # each publish on its own; a throttled one waits
+                        until = self._throttled_until(topic, limit)
+                        if until is not None:
+                            await self._hold(until)
+                    elif type(event) is Pub and index < count:
+                        run = _same_topic_pubs_end(events, index, topic)
+                        if run > index:
+                            self._pub_together(topic, events[index - 1 : run])  # type: ignore[arg-type]
+                            index = run
+                            continue
                 handler = handlers.get(type(event))
                 if handler is not None:
                     handler(self, event)  # type: ignore[arg-type]

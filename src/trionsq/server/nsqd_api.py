@@ -24,7 +24,7 @@ import trio
 from ..broker.dead_letters import dead_topic_name
 from ..broker.health import StorageFault
 from ..broker.offsets import OffsetError
-from ..broker.rate_limits import Rates
+from ..broker.rate_limits import PublishMode, Rates
 from ..broker.rules import MAX_PARTITION_NUM
 from ..config import TlsRequired
 from ..durations import parse_duration
@@ -236,7 +236,10 @@ class NsqdHttpApi:
         try:
             return await handler(request)
         except HttpError as error:
-            return self._refusal(request, error.status, error.message)
+            refusal = self._refusal(request, error.status, error.message)
+            if error.headers:
+                refusal = attrs.evolve(refusal, headers=refusal.headers + error.headers)
+            return refusal
         except StorageFault as fault:  # logged once per episode by the broker's health
             return self._refusal(request, 500, f"{_failed_verb(path)}_FAILED {fault.reason}")
 
@@ -531,12 +534,22 @@ class NsqdHttpApi:
     async def _topic_publish_limit(self, request: Request) -> Response:
         """trionsq's per-producer publish limit: ``msgs_per_sec`` and/or
         ``bytes_per_sec`` for each TCP connection, and for all HTTP publishes
-        together (0 turns one off; one not given keeps its value)."""
+        together (0 turns one off), and ``mode``, ``throttle`` (the default) or
+        ``refuse``; one not given keeps its value, ``mode`` alone changes only that."""
         parsed_query(request)
         name = self._existing_topic(name_arg(request, "topic", invalid="INVALID_ARG_TOPIC"))
         current = self.broker.topics[name].publish_limit
-        rates = _rates_args(request, current.rates if current is not None else Rates())
-        self.broker.set_publish_limit(name, rates)
+        raw_mode = request.arg("mode")
+        mode = current.mode if current is not None else PublishMode.THROTTLE
+        if raw_mode is not None:
+            if raw_mode not in _PUBLISH_MODES:
+                raise HttpError(400, "INVALID_ARG_MODE")
+            mode = _PUBLISH_MODES[raw_mode]
+        rates = current.rates if current is not None else Rates()
+        rates = _rates_args(request, rates, required=raw_mode is None)
+        if not rates and raw_mode is not None:  # a mode, and no limit to apply it to
+            raise HttpError(400, "MISSING_ARG_RATE")
+        self.broker.set_publish_limit(name, rates, mode)
         return Response.empty()
 
     async def _channel_setoffset(self, request: Request) -> Response:
@@ -621,14 +634,15 @@ class NsqdHttpApi:
 
 
 _MISSING: Final = object()
+_PUBLISH_MODES: Final = {mode.value: mode for mode in PublishMode}
 
 
-def _rates_args(request: Request, current: Rates) -> Rates:
-    """``msgs_per_sec``/``bytes_per_sec`` (decimal, 0 to the IDENTIFY bounds); at least
-    one must be given, one left out keeps its ``current`` value."""
+def _rates_args(request: Request, current: Rates, *, required: bool = True) -> Rates:
+    """``msgs_per_sec``/``bytes_per_sec`` (decimal, 0 to the IDENTIFY bounds); one left
+    out keeps its ``current`` value; ``required``: at least one must be given."""
     msgs = _count_arg(request, "msgs_per_sec", MAX_MSGS_PER_SEC)
     size = _count_arg(request, "bytes_per_sec", MAX_BYTES_PER_SEC)
-    if msgs is None and size is None:
+    if msgs is None and size is None and required:
         raise HttpError(400, "MISSING_ARG_RATE")
     return Rates(
         current.msgs_per_sec if msgs is None else msgs,

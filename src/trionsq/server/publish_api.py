@@ -10,13 +10,14 @@ headers obey :func:`~trionsq.protocol.check_ext_header`. A topic's publish limit
 
 from __future__ import annotations
 
+import math
 import struct
 from typing import TYPE_CHECKING, Final, Protocol
 
 import orjson
 import trio
 
-from ..broker.rate_limits import batch_size
+from ..broker.rate_limits import PublishMode, batch_size
 from ..broker.rules import EXT_TOO_LONG_REASON, Refusal, ext_refusal, publish_target
 from ..http.messages import Request, Response, parse_bool
 from ..protocol.broker_errors import pub_failed
@@ -34,9 +35,13 @@ if TYPE_CHECKING:
     from ..broker.topic import Record
     from ..config import NsqdConfig
 
-__all__ = ["AuthorizePublish", "PublishApi"]
+__all__ = ["HTTP_THROTTLE_SECONDS", "AuthorizePublish", "PublishApi"]
 
 _INT32: Final = struct.Struct(">i")
+HTTP_THROTTLE_SECONDS: Final = 10.0
+"""Longest an HTTP publish waits for a throttling publish limit before its 429: a
+third of the connection's request timeout (30 s, from the first byte of the request
+to the last of its answer), so the answer always has time to go out."""
 _NSQEXT_PREFIX: Final = "x-nsqext-"
 """Request headers that add a key to /pub_ext's JSON header (names are lower-cased)."""
 
@@ -93,16 +98,16 @@ class PublishApi:
             raise HttpError(400, "MSG_EMPTY")
         await self._authorize_publish(request)
         topic, partition = self._publish_target(request, create=True)
-        now = self.broker.wall_clock()
-        deliver_at = 0
+        defer_ms = 0
         if "defer" in request.query:
-            defer_ms = _go_int64(request.query["defer"][0])
+            parsed = _go_int64(request.query["defer"][0])
             max_ms = int(self.config.max_req_timeout * 1000)
-            if defer_ms is None or not 0 <= defer_ms <= max_ms:
+            if parsed is None or not 0 <= parsed <= max_ms:
                 raise HttpError(400, "INVALID_DEFER")
-            if defer_ms:
-                deliver_at = now + defer_ms * 1_000_000
-        self._check_publish_limit(topic, (body,))
+            defer_ms = parsed
+        await self._admit(topic, partition, (body,))
+        now = self.broker.wall_clock()
+        deliver_at = now + defer_ms * 1_000_000 if defer_ms else 0
         self.broker.publish(topic, [body], now, deliver_at=deliver_at, partition_index=partition)
         return Response.legacy_ok("OK") if request.legacy else Response.text("OK")
 
@@ -115,19 +120,38 @@ class PublishApi:
         else:
             bodies = self._text_bodies(request.body)
         if bodies:
-            self._check_publish_limit(topic, bodies)
+            await self._admit(topic, partition, bodies)
             self.broker.publish(topic, bodies, self.broker.wall_clock(), partition_index=partition)
         return Response.legacy_ok("OK") if request.legacy else Response.text("OK")
 
-    def _check_publish_limit(self, topic: str, bodies: Sequence[bytes]) -> None:
-        """The topic's publish limit, one bucket for all HTTP publishers: over it, a
-        429 ``RATE_LIMITED`` and nothing stored."""
+    async def _admit(self, topic: str, partition: int, bodies: Sequence[bytes]) -> None:
+        """The topic's publish limit, one bucket for all HTTP publishers (docs/extensions.md,
+        "Rate limits"). Throttling (the default): a publish the bucket cannot take now
+        waits until it has a token, for at most :data:`HTTP_THROTTLE_SECONDS`; one that
+        would wait longer, or any over a refusing limit, is a 429 ``RATE_LIMITED`` with
+        ``Retry-After`` (whole seconds until the bucket has a token), nothing stored."""
         limit = self.broker.topics[topic].publish_limit
         if limit is None:
             return
-        if not limit.http.admit(trio.current_time(), len(bodies), batch_size(bodies)):
-            limit.refused += 1
-            raise HttpError(429, "RATE_LIMITED")
+        bucket = limit.http
+        now = trio.current_time()
+        if limit.mode is PublishMode.THROTTLE and not bucket.is_open(now):
+            give_up = now + HTTP_THROTTLE_SECONDS
+            opens = bucket.open_at(now)
+            if opens <= give_up:
+                limit.throttled += 1
+            while opens <= give_up:  # others may take the token first: wait again
+                await trio.sleep_until(opens)
+                _still_there(self.broker, topic, partition)
+                now = trio.current_time()
+                if bucket.is_open(now):
+                    break
+                opens = bucket.open_at(now)
+        if bucket.admit(now, len(bodies), batch_size(bodies)):
+            return
+        limit.refused += 1
+        retry_after = max(1, math.ceil(bucket.open_at(now) - now))
+        raise HttpError(429, "RATE_LIMITED", ((b"Retry-After", b"%d" % retry_after),))
 
     def _youzan_body(self, request: Request) -> bytes:
         """Youzan's /pub body rules, shared by /pubtrace and /pub_ext: 413, then 406."""
@@ -147,7 +171,7 @@ class PublishApi:
         trace_id = go_parse_uint64(given.encode("utf-8", "surrogateescape"))
         if trace_id is None:
             raise HttpError(400, "INVALID_TRACE_ID")
-        self._check_publish_limit(topic, (body,))
+        await self._admit(topic, partition, (body,))
         records = self.broker.publish(
             topic,
             [body],
@@ -175,7 +199,7 @@ class PublishApi:
             raise HttpError(400, "E_EXT_NOT_SUPPORT")
         if refusal is Refusal.EXT_TOO_LONG:  # the record's limit: TCP's refusal, as a 400
             raise HttpError(400, pub_failed("PUB", EXT_TOO_LONG_REASON, youzan=True).text)
-        self._check_publish_limit(topic, (body,))
+        await self._admit(topic, partition, (body,))
         trace_id = checked.trace_id
         if checked.idempotency_key is not None:
             return self._pub_ext_once(request, topic, partition, body, header, checked)
@@ -253,6 +277,13 @@ class PublishApi:
             bodies.append(body[position : position + size])
             position += size
         return bodies
+
+
+def _still_there(broker: Broker, topic: str, partition: int) -> None:
+    """After a throttled wait: the topic (and partition) may have been deleted meanwhile."""
+    found = broker.topics.get(topic)
+    if found is None or partition >= len(found.partitions):
+        raise HttpError(404, "E_TOPIC_NOT_EXIST")
 
 
 def _nsqext_headers(request: Request) -> dict[str, str]:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from ..broker.rate_limits import RateLimit, batch_size
+from ..broker.rate_limits import PublishMode, RateLimit, batch_size
 from ..broker.rules import EXT_TOO_LONG_REASON, Refusal, ext_refusal, publish_target
 from ..protocol import broker_errors
 from ..protocol.frames import OK_FRAME, error_frame, traced_reply_frame
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from ..broker.broker import Broker
+    from ..broker.rate_limits import PublishLimit
     from ..protocol.commands import (
         Dpub,
         ExtMessage,
@@ -84,27 +85,57 @@ class PublishCommands:
             self._fail(broker_errors.topic_not_exist())
         return -1
 
-    def _over_limit(
-        self, topic_name: str, verb: str, bodies: Sequence[bytes], *, youzan: bool = False
-    ) -> bool:
-        """Answer the non-fatal refusal if the topic's publish limit holds this publish
-        back on this connection (nothing is stored; the client may publish again).
-
-        Upstream's E_PUB_FAILED is fatal for a store failure; this one keeps the
-        connection open, as Youzan's publish errors do (docs/extensions.md).
-        """
+    def _publish_limit(self, topic_name: str) -> PublishLimit | None:
         topic = self.broker.topics.get(topic_name)
-        limit = topic.publish_limit if topic is not None else None
-        if limit is None:
-            return False
+        return topic.publish_limit if topic is not None else None
+
+    def _publish_bucket(self, topic_name: str, limit: PublishLimit) -> RateLimit:
+        """This connection's bucket for the topic's limit (a new limit: a new bucket)."""
         buckets = self.publish_limits
         if buckets is None:
             buckets = self.publish_limits = {}
         bucket = buckets.get(topic_name)
-        now = trio.current_time()
         if bucket is None or bucket.rates is not limit.rates:
-            bucket = buckets[topic_name] = RateLimit(limit.rates, now)
-        if bucket.admit(now, len(bodies), batch_size(bodies)):
+            bucket = buckets[topic_name] = RateLimit(limit.rates, trio.current_time())
+        return bucket
+
+    def _throttled_until(self, topic_name: str, limit: PublishLimit) -> float | None:
+        """When a publish to the topic may go on this connection, if its throttling
+        limit holds it back now (None: it goes now). The reader waits until then,
+        reading nothing more, so the client's later commands wait in the socket (the
+        OKs of what went before are written first): Kafka's quotas mute the channel
+        the same way. The wait is for the bucket's step (a hundredth of a second of
+        the rate, at least one message), as a router's: at most one wake-up per
+        message and 100 a second, and a late one loses none of the rate."""
+        if limit.mode is not PublishMode.THROTTLE:
+            return None
+        now = trio.current_time()
+        bucket = self._publish_bucket(topic_name, limit)
+        if bucket.is_open(now):
+            return None
+        limit.throttled += 1
+        return bucket.ready_at(now)
+
+    def _over_limit(
+        self, topic_name: str, verb: str, bodies: Sequence[bytes], *, youzan: bool = False
+    ) -> bool:
+        """Charge this publish to the connection's bucket for the topic's publish limit,
+        or answer the non-fatal refusal if a refusing limit holds it back (nothing is
+        stored; the client may publish again). A throttling limit never refuses: the
+        reader held the publish until the bucket had a token (:meth:`_throttled_until`),
+        and it goes, on debt if it is larger than what the bucket holds.
+
+        Upstream's E_PUB_FAILED is fatal for a store failure; this one keeps the
+        connection open, as Youzan's publish errors do (docs/extensions.md).
+        """
+        limit = self._publish_limit(topic_name)
+        if limit is None:
+            return False
+        bucket = self._publish_bucket(topic_name, limit)
+        if limit.mode is PublishMode.THROTTLE:
+            bucket.charge(len(bodies), batch_size(bodies))
+            return False
+        if bucket.admit(trio.current_time(), len(bodies), batch_size(bodies)):
             return False
         limit.refused += 1
         self._reply(error_frame(broker_errors.pub_rate_limited(verb, youzan=youzan)))
@@ -122,13 +153,8 @@ class PublishCommands:
         self._reply(OK_FRAME)
 
     def _pub_together(self, topic: str, pubs: list[Pub]) -> None:
-        """PUBs to one topic in one read: one append per run naming the same partition
-        (each on its own under a publish limit: each is admitted or refused)."""
-        topic_now = self.broker.topics.get(topic)
-        if topic_now is not None and topic_now.publish_limit is not None:
-            for pub in pubs:
-                self._pub(pub)
-            return
+        """PUBs to one topic without a publish limit, in one read: one append per run
+        naming the same partition (under a limit each PUB goes on its own)."""
         start, count = 0, len(pubs)
         while start < count:
             partition = pubs[start].partition

@@ -58,7 +58,8 @@ def test_a_bytes_limit_lets_a_batch_through_on_debt() -> None:
     assert limit.room(0.0) == UNLIMITED  # no size known yet
     limit.charge(5, 500)  # more than the bucket: it goes, the bucket owes 450
     assert limit.room(0.0) == 0
-    assert math.isclose(limit.ready_at(0.2), 0.46)  # when the router looks again: a step
+    assert math.isclose(limit.ready_at(0.2), 0.46)  # when a router or producer goes on: a step
+    assert math.isclose(limit.open_at(0.2), 0.451)  # when a refused one may come back
     assert limit.room(0.45) == 0  # repaid at 0.45, then one byte more is needed
     assert limit.room(0.46) == 1  # 10 bytes: one message of the last mean size (100), on debt
     assert limit.room(1.0) == 1
