@@ -14,7 +14,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-import httpx
 import pytest
 import trio
 
@@ -23,7 +22,7 @@ from trionsq.protocol import Fin, IdentifyRequest, Mpub, Pub, Rdy, Sub
 from trionsq.protocol.client import encode_identify
 from trionsq.testing import wait_until
 
-from .raw import next_frame, next_message, ok, publish
+from .raw import http, next_frame, next_message, ok, publish
 
 if TYPE_CHECKING:
     from trionsq.nursery_tree import BoundAddresses
@@ -60,11 +59,8 @@ def nsqd_config() -> NsqdConfig:
     return CONFIG
 
 
-async def post(addresses: BoundAddresses, path: str, body: bytes = b"") -> None:
-    assert addresses.http is not None
-    host, port = addresses.http
-    async with httpx.AsyncClient() as client:
-        response = await client.post(f"http://{host}:{port}{path}", content=body)
+async def post(addresses: BoundAddresses, path: str) -> None:
+    response = await http(addresses, "POST", path)
     assert response.status_code == 200, (path, response.content)
 
 
@@ -110,10 +106,7 @@ async def test_promtool_check_metrics_passes_on_a_busy_broker(
         "the FINs counted",
         within=10,
     )
-    assert nsqd.http is not None
-    host, port = nsqd.http
-    async with httpx.AsyncClient() as client:
-        response = await client.get(f"http://{host}:{port}/metrics")
+    response = await http(nsqd, "GET", "/metrics")
     assert response.status_code == 200
     text = response.content
     for present in (
