@@ -10,6 +10,7 @@ STAMP := $(VENV)/.installed
 # the commands would otherwise compile every module again (about 100 ms here).
 COMPILE := $(BIN)/python -m compileall -q src >/dev/null
 CHROMIUM := /usr/bin/chromium
+PROMTOOL := /usr/bin/promtool
 
 .PHONY: serve test lint typecheck unit bench example-spark clean
 
@@ -39,13 +40,19 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP) | $(CHROMIUM)
+unit: $(STAMP) | $(CHROMIUM) $(PROMTOOL)
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 # tests/browser drive Debian's chromium through playwright (which downloads no browser);
 # installed as root, as CI runs, when it is missing.
 $(CHROMIUM):
 	apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium
+
+# tests/integration/test_metrics_lint.py runs Prometheus' own linter (`promtool check
+# metrics`) on a broker's /metrics; Debian's prometheus package carries promtool (the
+# server it also installs is not started: the test runs promtool only).
+$(PROMTOOL):
+	apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus
 
 # The Spark example pipeline (docs/spark.md): its own broker, clicks in, counts out.
 example-spark: $(STAMP)

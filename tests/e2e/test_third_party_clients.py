@@ -13,7 +13,7 @@ import pytest
 import trio
 
 from trionsq import NsqdConfig, serve_nsqd
-from trionsq.broker.rate_limits import Rates
+from trionsq.broker.rate_limits import BURST_SECONDS, PublishMode, Rates
 from trionsq.protocol import ExtMessage, IdentifyRequest, PubExt, Rdy, Sub
 from trionsq.protocol.client import MessageFrame, encode_identify
 from trionsq.testing import ProtocolClient
@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 
 CLIENTS = Path(__file__).with_name("clients")
 COUNT = 200
+RATE = 200
+PIPELINED = 600
 
 
 async def run_client(script: str, *args: str) -> str:
@@ -89,14 +91,48 @@ async def test_pynsq_on_a_plain_topic_beside_an_ext_topic_in_use(nursery: trio.N
     await ext_consumer.aclose()
 
 
-async def test_pynsq_over_a_publish_limit_gets_the_error_and_goes_on(
+async def test_pynsq_pipelining_over_a_throttling_limit_sees_no_error(
     nursery: trio.Nursery,
 ) -> None:
-    """trionsq's publish limit (docs/extensions.md, "Rate limits"): the refused publish
-    gets its error in pynsq's callback, the connection stays, a later publish works."""
+    """Issue 30: pynsq fails every pending callback on any error frame, so refusing a
+    publish failed the pipelined ones behind it (an app that retries them duplicates
+    the stored ones). Throttled (the default mode), 600 publishes sent at once all get
+    OK, each is stored once, and they are answered at the limit's rate: the bucket's
+    10 at once, then 200 a second."""
+    addresses: BoundAddresses = await nursery.start(serve_nsqd, NsqdConfig.loopback())
+    addresses.broker.topic("throttled")
+    addresses.broker.set_publish_limit("throttled", Rates(msgs_per_sec=RATE))
+    host, port = addresses.tcp
+    summary = json.loads(
+        await run_client(
+            str(CLIENTS / "pynsq_throttled.py"), f"{host}:{port}", "throttled", str(PIPELINED)
+        )
+    )
+    assert (summary["ok"], summary["failed"], summary["errors"]) == (PIPELINED, 0, [])
+    expected = (PIPELINED - RATE * BURST_SECONDS) / RATE
+    took = summary["last"] - summary["first"]
+    assert abs(took / expected - 1) <= 0.05, (took, expected)
+    consumer = await ProtocolClient.connect(addresses.tcp)
+    await consumer.send(Sub("throttled", "c"), Rdy(PIPELINED + 10))
+    frames = [f for f in await consumer.drain(quiet=0.5) if isinstance(f, MessageFrame)]
+    assert sorted(f.message.body for f in frames) == sorted(
+        b"m%d" % i for i in range(PIPELINED)
+    )  # every message, each once
+    await consumer.aclose()
+    limit = addresses.broker.topics["throttled"].publish_limit
+    assert limit is not None
+    assert (limit.refused, limit.throttled > 0) == (0, True)
+
+
+async def test_pynsq_over_a_refusing_limit_gets_the_error_and_goes_on(
+    nursery: trio.Nursery,
+) -> None:
+    """trionsq's publish limit in refuse mode (docs/extensions.md, "Rate limits"): the
+    refused publish gets its error in pynsq's callback, the connection stays, a later
+    publish works."""
     addresses: BoundAddresses = await nursery.start(serve_nsqd, NsqdConfig.loopback())
     addresses.broker.topic("limited")
-    addresses.broker.set_publish_limit("limited", Rates(msgs_per_sec=2))
+    addresses.broker.set_publish_limit("limited", Rates(msgs_per_sec=2), PublishMode.REFUSE)
     host, port = addresses.tcp
     summary = json.loads(
         await run_client(str(CLIENTS / "pynsq_rate_limited.py"), f"{host}:{port}", "limited")

@@ -62,7 +62,7 @@ TOPIC_FIELDS: Final = {  # nsq_topic_<metric>: the /stats field
     "message_count": "message_count",
     "message_bytes": "message_bytes",
     "disk_bytes": "disk_bytes",
-    "lost_count": "lost_count",
+    "lost_messages": "lost_count",
 }
 CHANNEL_FIELDS: Final = {
     "client_count": "client_count",
@@ -84,15 +84,20 @@ CLIENT_FIELDS: Final = {
     "connect_ts": "connect_ts",
     "sample_rate": "sample_rate",
 }
-TOPIC_PARTITION_FIELDS: Final = ("depth", "message_count", "end_offset", "end_count")
-CHANNEL_PARTITION_FIELDS: Final = (
-    "depth",
-    "in_flight_count",
-    "deferred_count",
-    "client_count",
-    "confirmed_offset",
-    "confirmed_count",
-)
+TOPIC_PARTITION_FIELDS: Final = {  # nsq_topic_partition_<metric>: the field in partitions[]
+    "depth": "depth",
+    "messages": "message_count",
+    "end_offset": "end_offset",
+    "end_messages": "end_count",
+}
+CHANNEL_PARTITION_FIELDS: Final = {
+    "depth": "depth",
+    "in_flight_messages": "in_flight_count",
+    "deferred_messages": "deferred_count",
+    "clients": "client_count",
+    "confirmed_offset": "confirmed_offset",
+    "confirmed_messages": "confirmed_count",
+}
 YOUZAN_CHANNEL_FIELDS: Final = {
     "channel_depth": "depth",
     "channel_client_cnt": "client_count",
@@ -290,12 +295,13 @@ async def test_every_series_equals_stats(
         metrics.value("nsq_channel_e2e_processing_latency", quantile="0.99", **billing_labels)
         == e2e
     )
+    # the summary's count and sum: billing's two FINs, each after a positive latency
+    assert metrics.value("nsq_channel_e2e_processing_latency_count", **billing_labels) == 2
+    assert metrics.value("nsq_channel_e2e_processing_latency_sum", **billing_labels) >= e2e
     part = {"topic": "parts", "channel": "c", "paused": "false"}
-    assert metrics.value("nsq_channel_partition_client_count", partition="1", **part) == 1
+    assert metrics.value("nsq_channel_partition_clients", partition="1", **part) == 1
     assert (
-        metrics.value(
-            "nsq_topic_partition_message_count", topic="parts", paused="false", partition="0"
-        )
+        metrics.value("nsq_topic_partition_messages", topic="parts", paused="false", partition="0")
         == 1
     )
     assert metrics.value("topic_queue_msg_end", topic="parts", partition="1") == 1
@@ -357,8 +363,8 @@ def compare(metrics: Scrape, document: Json) -> None:
         for partition in items(topic, "partitions"):
             rows["partition"] += 1
             index = str(partition["partition"])
-            for field in TOPIC_PARTITION_FIELDS:
-                name = f"nsq_topic_partition_{field}"
+            for metric, field in TOPIC_PARTITION_FIELDS.items():
+                name = f"nsq_topic_partition_{metric}"
                 assert metrics.value(name, partition=index, **labels) == partition[field], name
             youzan = {"topic": labels["topic"], "partition": index}
             assert metrics.value("topic_queue_msg_end", **youzan) == partition["end_count"]
@@ -370,8 +376,8 @@ def compare(metrics: Scrape, document: Json) -> None:
                     "paused": paused_channels[part["channel_name"]],
                     "partition": index,
                 }
-                for field in CHANNEL_PARTITION_FIELDS:
-                    name = f"nsq_channel_partition_{field}"
+                for metric, field in CHANNEL_PARTITION_FIELDS.items():
+                    name = f"nsq_channel_partition_{metric}"
                     assert metrics.value(name, **part_labels) == part[field], name
                 for name, field in YOUZAN_CHANNEL_FIELDS.items():
                     value = metrics.value(name, channel=part_labels["channel"], **youzan)
@@ -399,9 +405,13 @@ def compare_latencies(
 ) -> None:
     assert isinstance(latency, dict)
     percentiles: Iterable[Json] = latency["percentiles"] or ()
+    assert metrics.families[name].type == "summary"  # promtool refuses a quantile gauge
     for entry in percentiles:
         quantile = repr(entry["quantile"]).removesuffix(".0")
         assert metrics.value(name, quantile=quantile, **labels) == entry["value"]
+    if latency["percentiles"] is not None:  # _count: every latency since start, so far
+        assert metrics.value(f"{name}_count", **labels) >= latency["count"]
+        assert metrics.value(f"{name}_sum", **labels) >= 0
 
 
 # ---------------------------------------------------------------------- HTTPS and AUTH
@@ -509,7 +519,7 @@ def test_families_pick_quantiles_by_value_and_leave_ephemeral_channels_to_nsq_na
     assert value("nsq_channel_partition_depth", partition="1", **channel_labels) == 1
     assert value("topic_queue_msg_end", topic="t", partition="1") == 21
     partition_labels = {"partition": "1", **topic_labels}
-    assert value("nsq_topic_partition_message_count", **partition_labels) == 11
-    assert value("nsq_topic_partition_end_count", **partition_labels) == 21
+    assert value("nsq_topic_partition_messages", **partition_labels) == 11
+    assert value("nsq_topic_partition_end_messages", **partition_labels) == 21
     assert value("nsq_topic_partition_end_offset", **partition_labels) == 100
     assert not [name for name, _ in values if name == "channel_depth"]

@@ -10,11 +10,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import orjson
+import pytest
 import trio
 import trio.testing
 
 from trionsq import NsqdConfig
-from trionsq.broker.rate_limits import MESSAGE_OVERHEAD, Rates
+from trionsq.broker.rate_limits import BURST_SECONDS, MESSAGE_OVERHEAD, PublishMode, Rates
+from trionsq.client import NsqError, ProducerSettings, open_producer
 from trionsq.protocol import (
     Dpub,
     ExtMessage,
@@ -29,7 +31,7 @@ from trionsq.protocol import (
 )
 from trionsq.protocol.client import MessageFrame, Response, encode_identify
 
-from .raw import http, next_error, next_frame, next_message, ok, publish, start
+from .raw import http, next_error, next_frame, next_message, ok, publish, quiet, start
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -41,14 +43,20 @@ if TYPE_CHECKING:
 
 BACKLOG = 15_000
 WINDOW = 10.0
+AUTOJUMP = 0.002
 
 
 async def started(
     clients: Clients, nursery: trio.Nursery, clock: trio.testing.MockClock
 ) -> tuple[BoundAddresses, ProtocolClient]:
-    """A broker on the mock clock (jumping only while no bytes are in flight on the
-    real sockets), and a producer."""
-    clock.autojump_threshold = 0.1
+    """A broker on the mock clock, and a producer.
+
+    The clock jumps after ``AUTOJUMP`` of real idleness: every task of the test runs in
+    this process, and bytes written to a loopback socket are readable as the write
+    returns, so nothing is in flight when all tasks wait; the margin covers a loaded
+    machine. A throttled channel's router wakes about 100 times a virtual second, so a
+    10 s window is about 1,000 jumps (0.1 s each was 100 s a test)."""
+    clock.autojump_threshold = AUTOJUMP
     addresses = await start(nursery)
     producer = await clients.connect(addresses.tcp)
     return addresses, producer
@@ -195,7 +203,8 @@ async def test_a_producer_over_its_limit_is_refused_and_goes_on(
 ) -> None:
     addresses, producer = await started(clients, nursery, autojump_clock)
     addresses.broker.topic("t")
-    answer = await http(addresses, "POST", "/topic/publish_limit?topic=t&msgs_per_sec=10")
+    path = "/topic/publish_limit?topic=t&msgs_per_sec=10&mode=refuse"
+    answer = await http(addresses, "POST", path)
     assert (answer.status_code, answer.text) == (200, "")
     await publish(producer, Mpub("t", (b"a", b"b", b"c")))  # a full bucket: on debt
     refusals: list[tuple[Pub | Mpub | Dpub, str]] = [
@@ -216,11 +225,13 @@ async def test_a_producer_over_its_limit_is_refused_and_goes_on(
     assert (await http(addresses, "POST", "/pub?topic=t", b"f")).status_code == 200
     refused = await http(addresses, "POST", "/pub?topic=t", b"g")
     assert (refused.status_code, refused.json()) == (429, {"message": "RATE_LIMITED"})
+    assert refused.headers["Retry-After"] == "1"  # a token in 0.1 s: whole seconds, at least 1
     refused = await http(addresses, "POST", "/mpub?topic=t", b"g\nh")
-    assert refused.status_code == 429
+    assert (refused.status_code, refused.headers["Retry-After"]) == (429, "1")
     document = (await http(addresses, "GET", "/stats?format=json&topic=t")).json()
     topic = document["topics"][0]
     assert (topic["publish_limit_msgs"], topic["publish_limit_bytes"]) == (10, 0)
+    assert (topic["publish_limit_mode"], topic["publish_throttled_count"]) == ("refuse", 0)
     assert topic["publish_refused_count"] == 5
     assert topic["message_count"] == 6
     answer = await http(addresses, "POST", "/topic/publish_limit?topic=t&msgs_per_sec=0")
@@ -271,6 +282,8 @@ async def test_bad_settings_are_refused_with_a_reason(
         ("/topic/publish_limit?topic=t", "MISSING_ARG_RATE"),
         ("/topic/publish_limit?topic=t&msgs_per_sec=ten", "INVALID_ARG_MSGS_PER_SEC"),
         ("/topic/publish_limit?topic=missing&msgs_per_sec=1", "TOPIC_NOT_FOUND"),
+        ("/topic/publish_limit?topic=t&msgs_per_sec=1&mode=drop", "INVALID_ARG_MODE"),
+        ("/topic/publish_limit?topic=t&mode=refuse", "MISSING_ARG_RATE"),  # no limit to mode
     ]
     for path, reason in cases:
         answer = await http(addresses, "POST", path)
@@ -306,12 +319,14 @@ async def test_limits_survive_a_restart(
             "/channel/rate_limit?topic=t&channel=c&msgs_per_sec=700",  # bytes kept
             "/channel/create?topic=t&channel=plain",
             "/topic/publish_limit?topic=t&bytes_per_sec=1000000",
+            "/topic/publish_limit?topic=t&mode=refuse",  # the mode alone: the rates kept
         ):
             assert (await http(addresses, "POST", path)).status_code == 200
         first.cancel_scope.cancel()
     metadata = orjson.loads((tmp_path / "metadata.json").read_bytes())
     (topic,) = metadata["topics"]
     assert (topic["publish_limit_bytes"], "publish_limit_msgs" in topic) == (1_000_000, False)
+    assert topic["publish_limit_mode"] == "refuse"  # the default (throttle) is not written
     channels = {c["name"]: c for c in topic["channels"]}
     assert "rate_limit_msgs" not in channels["plain"]  # defaults are not written
     again: BoundAddresses = await nursery.start(_serve, config)
@@ -324,7 +339,7 @@ async def test_limits_survive_a_restart(
     assert plain.rate_limit is None
     limit = again.broker.topics["t"].publish_limit
     assert limit is not None
-    assert limit.rates == Rates(0, 1_000_000)
+    assert (limit.rates, limit.mode) == (Rates(0, 1_000_000), PublishMode.REFUSE)
 
 
 async def _serve(config: NsqdConfig, *, task_status: trio.TaskStatus[BoundAddresses]) -> None:
@@ -341,7 +356,7 @@ async def test_youzan_publishes_get_youzan_refusals(
     addresses.broker.topic("parts", partitions=2)
     for topic in ("events", "parts"):
         answer = await http(
-            addresses, "POST", f"/topic/publish_limit?topic={topic}&msgs_per_sec=10"
+            addresses, "POST", f"/topic/publish_limit?topic={topic}&msgs_per_sec=10&mode=refuse"
         )
         assert answer.status_code == 200
     await producer.stream.send_all(encode_identify(IdentifyRequest(extend_support=True)))
@@ -360,3 +375,111 @@ async def test_youzan_publishes_get_youzan_refusals(
     refused = await http(addresses, "POST", "/pub_ext?topic=events&ext=%7B%7D", b"x")
     assert (refused.status_code, refused.json()) == (429, {"message": "RATE_LIMITED"})
     assert addresses.broker.topics["events"].statistics().message_count == 2
+
+
+async def publish_limit(addresses: BoundAddresses, query: str) -> None:
+    answer = await http(addresses, "POST", f"/topic/publish_limit?{query}")
+    assert (answer.status_code, answer.text) == (200, ""), answer.text
+
+
+async def test_a_throttling_limit_holds_pipelined_publishes_and_refuses_none(
+    clients: Clients, nursery: trio.Nursery, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The default mode (issue 30): 300 PUBs sent at once over a limit of 100/s all get
+    their OK, in order, at the limit's rate (the bucket's 5 at once, then 100 a second);
+    nothing is refused, so a client that pipelines (pynsq) sees no error."""
+    addresses, producer = await started(clients, nursery, autojump_clock)
+    addresses.broker.topic("t")
+    await publish_limit(addresses, "topic=t&msgs_per_sec=100")
+    start = trio.current_time()
+    await producer.send(*(Pub("t", b"%d" % i) for i in range(300)))
+    answers = [await next_frame(producer) for _ in range(300)]
+    elapsed = trio.current_time() - start
+    assert all(ok(answer) for answer in answers)
+    expected = (300 - 100 * BURST_SECONDS) / 100
+    assert abs(elapsed - expected) <= 0.05 * expected, elapsed
+    document = (await http(addresses, "GET", "/stats?format=json&topic=t")).json()
+    topic = document["topics"][0]
+    assert (topic["message_count"], topic["publish_limit_mode"]) == (300, "throttle")
+    assert topic["publish_refused_count"] == 0
+    assert topic["publish_throttled_count"] >= 250  # a wait per token: 100/s is a step of 1
+
+
+async def test_a_long_throttle_keeps_the_connection(
+    clients: Clients, nursery: trio.Nursery, autojump_clock: trio.testing.MockClock
+) -> None:
+    """An MPUB far over the bucket goes on debt; the next publish waits the debt off
+    (20 s here), longer than the read deadline (two heartbeats of 1 s): the broker held
+    the reads, so the connection is not closed for the client's silence, and the
+    consumer side of the broker goes on meanwhile."""
+    addresses, _ = await started(clients, nursery, autojump_clock)
+    addresses.broker.topic("t")
+    await publish_limit(addresses, "topic=t&msgs_per_sec=10")
+    producer = await clients.connect(addresses.tcp)
+    await producer.stream.send_all(encode_identify(IdentifyRequest(heartbeat_interval=1000)))
+    assert ok(await next_frame(producer))
+    await publish(producer, Mpub("t", (b"m",) * 201))  # a token held: it goes, owing 200
+    start = trio.current_time()
+    await publish(producer, Pub("t", b"after"))
+    assert 19.9 <= trio.current_time() - start <= 20.5
+    await publish(producer, Pub("u", b"other topic"))  # no limit there: at once
+    assert addresses.broker.topics["t"].statistics().message_count == 202
+
+
+async def test_http_publishes_wait_for_a_throttling_limit_within_a_bound(
+    clients: Clients, nursery: trio.Nursery, autojump_clock: trio.testing.MockClock
+) -> None:
+    """HTTP publishes share one bucket: over a throttling limit one waits for a token
+    (up to 10 s), then is stored; one that would wait longer is a 429 with
+    Retry-After, and nothing is stored."""
+    addresses, _ = await started(clients, nursery, autojump_clock)
+    addresses.broker.topic("t")
+    await publish_limit(addresses, "topic=t&msgs_per_sec=10")  # one token, 0.1 s each
+    assert (await http(addresses, "POST", "/pub?topic=t", b"a")).status_code == 200
+    start = trio.current_time()
+    assert (await http(addresses, "POST", "/pub?topic=t", b"b")).status_code == 200
+    assert 0.09 <= trio.current_time() - start <= 0.15  # it waited for the token
+    start = trio.current_time()
+    lines = b"\n".join([b"m"] * 150)  # on debt: 15 s until a token again
+    assert (await http(addresses, "POST", "/mpub?topic=t", lines)).status_code == 200
+    refused = await http(addresses, "POST", "/pub?topic=t", b"c")
+    assert trio.current_time() - start < 0.5  # refused at once, not after 10 s
+    assert (refused.status_code, refused.json()) == (429, {"message": "RATE_LIMITED"})
+    assert 14 <= int(refused.headers["Retry-After"]) <= 16
+    await trio.sleep(int(refused.headers["Retry-After"]))
+    assert (await http(addresses, "POST", "/pub?topic=t", b"d")).status_code == 200
+    topic = (await http(addresses, "GET", "/stats?format=json&topic=t")).json()["topics"][0]
+    assert (topic["message_count"], topic["publish_refused_count"]) == (153, 1)
+    assert topic["publish_throttled_count"] >= 1
+
+
+async def test_the_trionsq_producer_backs_off_over_a_refusing_limit(
+    clients: Clients, nursery: trio.Nursery, autojump_clock: trio.testing.MockClock
+) -> None:
+    """trionsq.client retries a publish a refusing limit turned down (nothing was
+    stored, so nothing is stored twice) until it goes; past ``rate_limit_timeout`` the
+    error is raised."""
+    addresses, _ = await started(clients, nursery, autojump_clock)
+    addresses.broker.topic("t")
+    await publish_limit(addresses, "topic=t&msgs_per_sec=20&mode=refuse")
+    host, port = addresses.tcp
+    sent = [b"%d" % i for i in range(60)]
+    async with open_producer(f"{host}:{port}") as producer:
+        async with trio.open_nursery() as publishers:  # concurrent: batched into MPUBs
+            for body in sent[:30]:
+                publishers.start_soon(producer.publish, "t", body)
+        for body in sent[30:]:  # one at a time
+            await producer.publish("t", body)
+        assert producer.rate_limited > 0
+    consumer = await subscriber(clients, addresses, "t")
+    received = [(await next_message(consumer)).body for _ in sent]
+    assert sorted(received) == sorted(sent)  # every message once
+    assert not await quiet(consumer, 1.0)
+    settings = ProducerSettings(rate_limit_timeout=0.5)
+    async with open_producer(f"{host}:{port}", settings=settings) as producer:
+        await producer.publish_many("t", [b"x"] * 100)  # on debt: 5 s until a token
+        start = trio.current_time()
+        with pytest.raises(NsqError, match="rate limit exceeded") as refused:
+            await producer.publish("t", b"late")
+        assert not refused.value.fatal
+        assert trio.current_time() - start <= 0.5

@@ -376,8 +376,8 @@ async def test_an_ordered_window_stays_in_order_when_a_message_is_requeued(
 
 async def test_rate_limits_from_the_client_side(nsqd: BoundAddresses) -> None:
     """A consumer's ``max_msgs_per_sec`` reaches the broker in IDENTIFY; a producer
-    over its topic's publish limit gets the error for that one publish and publishes
-    again later on the same connection."""
+    over its topic's publish limit (throttling, the default) is held and publishes on
+    the same connection, with no error to retry."""
     address = tcp(nsqd)
     nsqd.broker.topic("limited")
     nsqd.broker.set_publish_limit("limited", Rates(msgs_per_sec=2))  # one token a burst
@@ -390,15 +390,10 @@ async def test_rate_limits_from_the_client_side(nsqd: BoundAddresses) -> None:
         assert consumer.rate_limit.rates == Rates(50, 10_000)
     async with open_producer(address) as producer:
         await producer.publish("limited", b"first")
-        with pytest.raises(NsqError) as refused:
-            await producer.publish("limited", b"second")
-        assert refused.value.code == "E_PUB_FAILED"
-        assert "rate limit exceeded" in str(refused.value)
-        assert not refused.value.fatal
-        await trio.sleep(0.6)  # a token again after 0.5 s
+        await producer.publish("limited", b"second")  # held until a token (0.5 s)
         await producer.publish("limited", b"third")
-        assert producer.retries == 0  # the same connection all along
-    assert nsqd.broker.topics["limited"].statistics().message_count == 2
+        assert (producer.retries, producer.rate_limited) == (0, 0)  # one connection, no error
+    assert nsqd.broker.topics["limited"].statistics().message_count == 3
     with pytest.raises(ValueError, match="max_msgs_per_sec"):
         async with open_consumer(
             "limited", "c", address, settings=ConsumerSettings(max_msgs_per_sec=-1)

@@ -26,7 +26,7 @@ from .health import APPEND, CREATE, READ, StorageFault
 from .idempotence import Stored
 from .latency import LatencySettings
 from .offsets import OffsetError, resolve_offset
-from .rate_limits import PublishLimit, RateLimit, Rates
+from .rate_limits import PublishLimit, PublishMode, RateLimit, Rates
 from .subscription import Subscription
 from .topic import Topic
 
@@ -715,11 +715,15 @@ class Broker:
             self._wake(channel)
         return True
 
-    def set_publish_limit(self, topic_name: str, rates: Rates) -> None:
-        """A topic's per-producer publish limit (``Rates()``: none); persisted. Each TCP
-        connection gets its own bucket, HTTP publishes share one."""
+    def set_publish_limit(
+        self, topic_name: str, rates: Rates, mode: PublishMode = PublishMode.THROTTLE
+    ) -> None:
+        """A topic's per-producer publish limit (``Rates()``: none) and what it does
+        with a publish over it; persisted. Each TCP connection gets its own bucket,
+        HTTP publishes share one."""
         topic = self.topics[topic_name]
-        topic.publish_limit = PublishLimit(rates, trio.current_time()) if rates else None
+        now = trio.current_time()
+        topic.publish_limit = PublishLimit(rates, now, mode) if rates else None
         self._state_changed()
 
     def _wake(self, channel: Channel) -> None:

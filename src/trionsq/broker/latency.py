@@ -66,6 +66,10 @@ class LatencyResult:
     count: int
     percentiles: tuple[tuple[float, float], ...]
     """``(quantile, nanoseconds)`` in the configured order; values are 0 when empty."""
+    total_count: int = 0
+    total_ns: float = 0.0
+    """Every latency recorded since the channels began, however old, and their sum:
+    a Prometheus summary's ``_count`` and ``_sum`` (/metrics), which only grow."""
 
 
 class LatencySketch:
@@ -139,7 +143,15 @@ class LatencySketch:
 class LatencyWindow:
     """One channel's latencies over the last window, in two rotating halves."""
 
-    __slots__ = ("_current", "_half", "_moved_at", "_previous", "settings")
+    __slots__ = (
+        "_current",
+        "_half",
+        "_moved_at",
+        "_previous",
+        "settings",
+        "total_count",
+        "total_ns",
+    )
 
     def __init__(self, settings: LatencySettings, *, start: float | None = None) -> None:
         """``start``: when the first half began (Unix seconds); None: at first use."""
@@ -148,11 +160,16 @@ class LatencyWindow:
         self._moved_at = start
         self._current = LatencySketch()
         self._previous = LatencySketch()
+        self.total_count = 0
+        self.total_ns = 0.0
+        """Every latency recorded, and their sum (never rotated out)."""
 
     def insert(self, latency_ns: float, now: float) -> None:
         """Record one FIN's latency (FIN time minus publish time) at time ``now``."""
         self._rotate(now)
         self._current.add(latency_ns)
+        self.total_count += 1
+        self.total_ns += latency_ns
 
     def sketch(self, now: float) -> LatencySketch:
         """Everything still inside the window at ``now``, as one new sketch."""
@@ -164,7 +181,7 @@ class LatencyWindow:
 
     def result(self, now: float) -> LatencyResult:
         """Count and quantiles of the window at ``now``."""
-        return _result(self.sketch(now), self.settings)
+        return _result(self.sketch(now), self.settings, self.total_count, self.total_ns)
 
     def _rotate(self, now: float) -> None:
         """Start a new half for every half-window passed since the current one began."""
@@ -198,14 +215,21 @@ def aggregate(windows: Iterable[LatencyWindow], now: float) -> LatencyResult | N
     """
     merged: LatencySketch | None = None
     settings: LatencySettings | None = None
+    total_count, total_ns = 0, 0.0
     for window in windows:
         if merged is None:
             merged, settings = LatencySketch(), window.settings
         merged.merge(window.sketch(now))
+        total_count += window.total_count
+        total_ns += window.total_ns
     if merged is None or settings is None:
         return None
-    return _result(merged, settings)
+    return _result(merged, settings, total_count, total_ns)
 
 
-def _result(sketch: LatencySketch, settings: LatencySettings) -> LatencyResult:
-    return LatencyResult(sketch.count, sketch.quantiles(settings.percentiles))
+def _result(
+    sketch: LatencySketch, settings: LatencySettings, total_count: int, total_ns: float
+) -> LatencyResult:
+    return LatencyResult(
+        sketch.count, sketch.quantiles(settings.percentiles), total_count, total_ns
+    )

@@ -34,7 +34,7 @@ from ..persist import (
 )
 from ..protocol.names import is_ephemeral, is_valid_name
 from ..serialization import dumps, omit_defaults
-from .rate_limits import Rates
+from .rate_limits import PublishMode, Rates
 
 if TYPE_CHECKING:
     import os
@@ -115,10 +115,19 @@ class TopicMeta:
     """Per-producer publish limit in messages/s (0: none; written only when set)."""
     publish_limit_bytes: int = 0
     """Per-producer publish limit in bytes/s (0: none; written only when set)."""
+    publish_limit_mode: str = PublishMode.THROTTLE.value
+    """What the publish limit does over its rate: ``throttle`` or ``refuse`` (written
+    only when ``refuse``)."""
 
 
 omit_defaults(
-    _CONVERTER, TopicMeta, "ttl_ns", "ttl_headers", "publish_limit_msgs", "publish_limit_bytes"
+    _CONVERTER,
+    TopicMeta,
+    "ttl_ns",
+    "ttl_headers",
+    "publish_limit_msgs",
+    "publish_limit_bytes",
+    "publish_limit_mode",
 )
 
 
@@ -166,6 +175,11 @@ def _check(metadata: Metadata, what: str) -> None:
         names.add(topic.name)
         if topic.partitions < 1:
             raise MetadataError(f"{where}: partitions must be at least 1, got {topic.partitions}")
+        if topic.publish_limit_mode not in _PUBLISH_MODES:
+            raise MetadataError(
+                f"{where}: publish_limit_mode must be throttle or refuse,"
+                f" got {topic.publish_limit_mode!r}"
+            )
         channels: set[str] = set()
         for channel in topic.channels:
             if not _durable(channel.name):
@@ -175,6 +189,9 @@ def _check(metadata: Metadata, what: str) -> None:
             if channel.name in channels:
                 raise MetadataError(f"{where}: channel {channel.name!r} listed twice")
             channels.add(channel.name)
+
+
+_PUBLISH_MODES: Final = frozenset(mode.value for mode in PublishMode)
 
 
 def _durable(name: str) -> bool:
@@ -188,7 +205,9 @@ def snapshot(broker: Topics) -> Metadata:
         topic = broker.topics[name]
         if topic.ephemeral:
             continue
-        publish = topic.publish_limit.rates if topic.publish_limit is not None else Rates()
+        limit = topic.publish_limit
+        publish = limit.rates if limit is not None else Rates()
+        mode = limit.mode if limit is not None else PublishMode.THROTTLE
         paused: dict[str, bool] = {}
         dead_letters: dict[str, tuple[int, str]] = {}
         for partition in topic.partitions:
@@ -211,6 +230,7 @@ def snapshot(broker: Topics) -> Metadata:
                 ttl_headers=topic.ttl.headers,
                 publish_limit_msgs=publish.msgs_per_sec,
                 publish_limit_bytes=publish.bytes_per_sec,
+                publish_limit_mode=mode.value,
             )
         )
     return Metadata(METADATA_VERSION, tuple(topics))

@@ -63,7 +63,7 @@ from .metadata import (
     save_metadata,
     snapshot,
 )
-from .rate_limits import PublishLimit, RateLimit, Rates
+from .rate_limits import PublishLimit, PublishMode, RateLimit, Rates
 from .reader_holds import HoldsError, fit_holds, holds_path, load_holds, save_holds
 from .topic import ChannelFiles
 
@@ -338,7 +338,8 @@ class Storage:
             topic.ttl.ttl_ns = meta.ttl_ns
             topic.ttl.headers = meta.ttl_headers
             publish = Rates(meta.publish_limit_msgs, meta.publish_limit_bytes)
-            topic.publish_limit = PublishLimit(publish, now) if publish else None
+            mode = PublishMode(meta.publish_limit_mode)
+            topic.publish_limit = PublishLimit(publish, now, mode) if publish else None
             for channel_meta in meta.channels:
                 rates = Rates(channel_meta.rate_limit_msgs, channel_meta.rate_limit_bytes)
                 if rates:  # before the channels are made: each partition's shares it

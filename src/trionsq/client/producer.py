@@ -14,17 +14,24 @@ E_TOPIC_NOT_EXIST look the topic up again first; an error about the message
 itself is raised at once (:class:`~.connection.NsqError`). At-least-once: a
 publish whose answer was lost may be stored twice, unless its messages carry a
 ``##idempotency_key`` (ext topics; the broker then stores each key once).
+
+A publish a topic's refusing publish limit turned down (``E_PUB_FAILED ... rate
+limit exceeded``, trionsq's extension) stored nothing, so it is sent again after a
+backoff, for at most :attr:`ProducerSettings.rate_limit_timeout`: it cannot be
+stored twice. (A throttling limit, the broker's default, only delays the answer.)
 """
 
 from __future__ import annotations
 
 import itertools
+import random
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Final
 
 import attrs
 import trio
 
+from ..protocol.broker_errors import RATE_LIMITED
 from ..protocol.commands import Dpub, Mpub, MpubExt, Pub, PubExt, PubTrace
 from .batching import Batcher
 from .connection import Connection, ConnectionClosedError, NsqError, open_connection
@@ -46,6 +53,11 @@ ATTEMPTS: Final = 3
 REFRESH_ERRORS: Final = frozenset(
     {"E_FAILED_ON_NOT_LEADER", "E_FAILED_ON_NOT_WRITABLE", "E_TOPIC_NOT_EXIST"}
 )
+PUBLISH_FAILED: Final = frozenset({"E_PUB_FAILED", "E_MPUB_FAILED", "E_DPUB_FAILED"})
+FIRST_BACKOFF: Final = 0.05
+"""Seconds before the first retry of a rate-limited publish (a bucket holds 50 ms of
+its rate); each retry waits twice as long, up to :data:`MAX_BACKOFF`, jittered."""
+MAX_BACKOFF: Final = 1.0
 
 
 @attrs.frozen
@@ -64,6 +76,9 @@ class ProducerSettings:
     """Publishing by key without lookupd: how many partitions the topics have."""
     trace: bool = False
     """Publish with PUB_TRACE and log where each message went (``trionsq.client.trace``)."""
+    rate_limit_timeout: float = 30.0
+    """Seconds a publish refused by a topic's publish limit is retried (backing off
+    from 50 ms to 1 s) before its error is raised."""
 
 
 class Producer:
@@ -84,6 +99,8 @@ class Producer:
         self._options = options
         self.settings = settings
         self.retries = 0
+        self.rate_limited = 0
+        """Publishes a refusing publish limit turned down, each sent again later."""
         self._connections: dict[tuple[str, int], Connection] = {}
         self._connecting: dict[tuple[str, int], trio.Event] = {}
         self._slots = itertools.cycle(range(settings.connections_per_nsqd))
@@ -250,7 +267,39 @@ class Producer:
         *,
         pinned: Target | None = None,
     ) -> Response:
-        """Send a request where it belongs, retrying as the error table says."""
+        """Send a request where it belongs, retrying as the error table says, and
+        again after a backoff while a topic's publish limit refuses it."""
+        backoff, give_up = FIRST_BACKOFF, None
+        while True:
+            try:
+                return await self._attempts(topic, partition, key, command, where, pinned)
+            except NsqError as error:
+                if (
+                    error.fatal
+                    or error.code not in PUBLISH_FAILED
+                    or RATE_LIMITED not in str(error)
+                ):
+                    raise
+                now = trio.current_time()
+                if give_up is None:
+                    give_up = now + self.settings.rate_limit_timeout
+                delay = backoff * random.uniform(0.5, 1.0)  # noqa: S311 - jitter
+                if now + delay > give_up:
+                    raise
+                self.rate_limited += 1
+                await trio.sleep(delay)
+                backoff = min(2 * backoff, MAX_BACKOFF)
+
+    async def _attempts(
+        self,
+        topic: str,
+        partition: int | None,
+        key: bytes | str | None,
+        command: Callable[[Target], Command],
+        where: list[tuple[Connection, Target]] | None,
+        pinned: Target | None,
+    ) -> Response:
+        """One request, retried over lost connections and stale placements."""
         for attempt in range(ATTEMPTS):
             last = attempt == ATTEMPTS - 1
             target = pinned or await self._target(topic, partition, key)

@@ -90,20 +90,21 @@ def _charge(channel: Channel, deliveries: dict[int, list[Delivery]]) -> None:
 
 
 def _refill_at(channel: Channel, now: float) -> float | None:
-    """When the earliest bucket holding back work is refilled (None: none holds back
-    work). A bucket is waited for until full, so a throttled channel routes a burst
-    about ten times a second rather than one message per token. The buckets are
-    looked at first: a limit that does not bind costs no look at the backlog."""
+    """When the earliest bucket holding back work holds its step again (None: none
+    holds back work): a throttled channel routes at most about 100 times a second,
+    each pass a hundredth of the rate, so deliveries are spread over the second
+    rather than sent as one burst a tenth of a second. The buckets are looked at
+    first: a limit that does not bind costs no look at the backlog."""
     ready: float | None = None
     limit = channel.rate_limit
     held = limit if limit is not None and limit.exhausted() else None
     if held is not None:
-        ready = held.refilled_at(now)
+        ready = held.ready_at(now)
     if channel.limited_consumers:
         for consumer in channel.consumers.values():
             own = consumer.rate_limit
             if own is not None and own.exhausted() and channel.room_for(consumer):
-                at = own.refilled_at(now)
+                at = own.ready_at(now)
                 if ready is None or at < ready:
                     ready = at
     if ready is None or not channel.has_work():

@@ -35,7 +35,7 @@ from .parsing import (
     _invalid,
     _text,
 )
-from .strconv import parse_base10, to_int64
+from .strconv import decimal_text, parse_decimal
 
 if TYPE_CHECKING:
     from collections.abc import Generator
@@ -80,14 +80,13 @@ class PublishReaders(CommandArguments):
         if len(params) < 3:
             raise _invalid("DPUB insufficient number of parameters")
         topic = self._check_topic(params[1], "DPUB")
-        parsed = parse_base10(params[2])
-        if parsed is None:
+        defer_ms = parse_decimal(params[2])
+        if defer_ms is None:
             raise _invalid(f"DPUB could not parse timeout {_text(params[2])}")
-        defer_ms = to_int64(parsed)
         max_ms = self.settings.max_req_timeout_ms
-        if not 0 <= defer_ms <= max_ms:
-            # nsqd prints the parsed uint64, not its int64 reading
-            raise _invalid(f"DPUB timeout {parsed} out of range 0-{max_ms}")
+        if defer_ms > max_ms:
+            # nsqd's form; the number as sent (nsqd wraps it modulo 2**64 first)
+            raise _invalid(f"DPUB timeout {decimal_text(params[2])} out of range 0-{max_ms}")
         return self._read_dpub(topic, defer_ms)
 
     def _read_dpub(self, topic: str, defer_ms: int) -> _Reader:

@@ -67,7 +67,14 @@ from .parsing import (
 )
 from .publish_readers import PublishReaders
 from .settings import ServerSettings
-from .strconv import go_atoi, go_parse_bool, parse_base10, to_int64
+from .strconv import (
+    decimal_text,
+    go_atoi,
+    go_parse_bool,
+    parse_base10,
+    parse_decimal,
+    to_int64,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -558,17 +565,15 @@ class ServerConnection(PublishReaders):
             return None
         if self.state != ConnectionState.SUBSCRIBED:
             raise _invalid("cannot RDY in current state")
-        return Rdy(self._count("RDY", params[1]) if len(params) > 1 else 1)
-
-    def _count(self, verb: str, raw: bytes) -> int:
-        """RDY's and PULL's count: base 10, 0 up to ``--max-rdy-count``."""
-        parsed = parse_base10(raw)
+        if len(params) < 2:
+            return Rdy(1)
+        parsed = parse_base10(params[1])
         if parsed is None:
-            raise _invalid(f"{verb} could not parse count {_text(raw)}")
-        count = to_int64(parsed)
+            raise _invalid(f"RDY could not parse count {_text(params[1])}")
+        count = to_int64(parsed)  # nsqd's reading, wrap included: its error text exactly
         if not 0 <= count <= self.settings.max_rdy_count:
-            raise _invalid(f"{verb} count {count} out of range 0-{self.settings.max_rdy_count}")
-        return count
+            raise _invalid(f"RDY count {count} out of range 0-{self.settings.max_rdy_count}")
+        return Rdy(count)
 
     def _pull(self, params: list[bytes]) -> Event | None:
         """PULL <count> (trionsq): as RDY's checks, with the count required."""
@@ -578,7 +583,14 @@ class ServerConnection(PublishReaders):
             raise _invalid("cannot PULL in current state")
         if len(params) < 2:
             raise _invalid("PULL insufficient number of params")
-        return Pull(self._count("PULL", params[1]))
+        raw = params[1]
+        count = parse_decimal(raw)
+        if count is None:
+            raise _invalid(f"PULL could not parse count {_text(raw)}")
+        if count > self.settings.max_rdy_count:  # quoted as sent, never wrapped
+            text = decimal_text(raw)
+            raise _invalid(f"PULL count {text} out of range 0-{self.settings.max_rdy_count}")
+        return Pull(count)
 
     def _fin(self, params: list[bytes]) -> Event:
         self._require_consuming("FIN")

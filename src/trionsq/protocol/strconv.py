@@ -10,7 +10,15 @@ from typing import Final
 
 from .names import go_quote
 
-__all__ = ["go_atoi", "go_parse_bool", "go_parse_uint64", "parse_base10", "to_int64"]
+__all__ = [
+    "decimal_text",
+    "go_atoi",
+    "go_parse_bool",
+    "go_parse_uint64",
+    "parse_base10",
+    "parse_decimal",
+    "to_int64",
+]
 
 _INT64_MIN: Final = -(2**63)
 _INT64_MAX: Final = 2**63 - 1
@@ -30,6 +38,25 @@ def parse_base10(raw: bytes) -> int | None:
     if not raw.isdigit():
         return None
     return int(raw[-64:]) % _UINT64
+
+
+def parse_decimal(raw: bytes) -> int | None:
+    """What :func:`parse_base10` accepts, read exactly instead of modulo 2**64: a value
+    of 2**64 or more comes back as 2**64, above every bound it is checked against, so
+    a huge number is refused rather than wrapped into range (issue 30, PULL and DPUB).
+    """
+    if not raw:
+        return 0
+    if not raw.isdigit():
+        return None
+    digits = raw.lstrip(b"0")
+    return _UINT64 if len(digits) > 20 else min(int(digits or b"0"), _UINT64)
+
+
+def decimal_text(raw: bytes) -> str:
+    """A number :func:`parse_decimal` accepted, as sent, for an error text: its
+    digits without leading zeros (Go's ``%d`` of the same value)."""
+    return raw.lstrip(b"0").decode("ascii") or "0"
 
 
 def to_int64(value: int) -> int:

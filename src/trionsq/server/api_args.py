@@ -6,20 +6,25 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..protocol.names import is_valid_name
+from ..protocol.strconv import go_atoi
 
 if TYPE_CHECKING:
     from ..http.messages import Request
 
-__all__ = ["HttpError", "name_arg", "parsed_query"]
+__all__ = ["HttpError", "name_arg", "parsed_query", "partition_arg"]
 
 
 class HttpError(Exception):
-    """A handler's refusal: status and nsqd's text."""
+    """A handler's refusal: status and nsqd's text (and headers to send with it, such
+    as a 429's ``Retry-After``)."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(
+        self, status: int, message: str, headers: tuple[tuple[bytes, bytes], ...] = ()
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.headers = headers
 
 
 def parsed_query(request: Request) -> Request:
@@ -38,3 +43,16 @@ def name_arg(request: Request, key: str, *, invalid: str | None) -> str:
     if invalid is not None and not is_valid_name(name.encode()):
         raise HttpError(400, invalid)
     return name
+
+
+def partition_arg(request: Request) -> int | None:
+    """Youzan's optional ``partition``: None for the default (absent, empty, -1), else
+    the int, which may name no partition (negative ones never do). Not an int: 400
+    with Go's strconv.Atoi text, as Youzan's GetTopicPartitionArgs answers."""
+    raw = request.arg("partition")
+    if not raw:
+        return None
+    value = go_atoi(raw.encode("utf-8", "surrogateescape"))
+    if isinstance(value, str):
+        raise HttpError(400, value)
+    return None if value == -1 else value

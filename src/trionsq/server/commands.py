@@ -1,9 +1,10 @@
 """The command layer of a TCP connection: protocol events in, broker calls and
 replies out, with no socket.
 
-Each NSQ and Youzan command's rules on a connection live here: IDENTIFY, AUTH, the
-publishes (targets, ext checks, traced replies, storage refusals), SUB and its
-Youzan variants, RDY/FIN/REQ/TOUCH/CLS. Answers go into the connection's
+Each NSQ and Youzan command's rules on a connection live here: IDENTIFY, AUTH, SUB
+and its Youzan variants, RDY/FIN/REQ/TOUCH/CLS, storage refusals; the publishes
+(targets, ext checks, publish limits, traced replies) are the
+:class:`~.publish_commands.PublishCommands` mixin. Answers go into the connection's
 :class:`OutboundBuffer`; message batches come in from the router through
 :meth:`CommandLayer.push`. What carries bytes (reading, the pump, TLS and
 compression) is :class:`~.tcp.ClientSession`, which extends this class with the
@@ -25,14 +26,10 @@ from ..broker import trace_log
 from ..broker.channel import Consumer
 from ..broker.health import StorageFault
 from ..broker.offsets import OffsetError
-from ..broker.rate_limits import RateLimit, Rates, batch_size
+from ..broker.rate_limits import RateLimit, Rates
 from ..broker.rules import (
-    EXT_TOO_LONG_REASON,
     MAX_PARTITION_NUM,
     InFlightError,
-    Refusal,
-    ext_refusal,
-    publish_target,
 )
 from ..broker.statistics import ClientStatistics, PubCount
 from ..protocol import broker_errors
@@ -66,12 +63,12 @@ from ..protocol.frames import (
     OK_FRAME,
     error_frame,
     response_frame,
-    traced_reply_frame,
 )
 from ..protocol.identify import encode_identify_response
 from ..protocol.message import parse_binary_id, parse_hex_id
 from ..protocol.server import ServerConnection
 from .outbound import OutboundBuffer
+from .publish_commands import PublishCommands
 from .publish_gate import gate_for
 
 if TYPE_CHECKING:
@@ -81,7 +78,6 @@ if TYPE_CHECKING:
     from ..broker.broker import Broker
     from ..broker.channel import Delivery
     from ..broker.subscription import Subscription
-    from ..protocol.commands import ExtMessage
     from ..protocol.identify import IdentifyRequest, NegotiatedSettings
     from ..protocol.server import Event
     from ..protocol.settings import ServerSettings
@@ -112,10 +108,12 @@ _AUTH_VERBS: dict[type[Event], str] = {
     SubAdvanced: "SUB",
 }
 """Commands nsqd's CheckAuth guards, with the name its error gives them."""
+_PUBLISHES: frozenset[type[Event]] = frozenset(
+    {Pub, Mpub, Dpub, PubExt, MpubExt, PubTrace, MpubTrace}
+)
+"""Commands a topic's publish limit applies to."""
 """Publishes whose topic must exist before their body is read (spec §8.3 step 5);
 PUB/MPUB are gated only when they name a partition."""
-EXT_VERSION_JSON = 4
-"""Ext version of a record holding a PUB_EXT JSON header as sent (spec §8.3)."""
 
 
 def _wire_verb(event_class: str) -> str:
@@ -171,7 +169,7 @@ def _seconds(milliseconds: int) -> float:
     return milliseconds / 1000
 
 
-class CommandLayer:
+class CommandLayer(PublishCommands):
     """One connection's protocol state and command rules, without its socket.
 
     Slotted and free of bound-method tables, since idle connections are many
@@ -192,8 +190,6 @@ class CommandLayer:
         "heartbeat_interval",
         "outbound",
         "protocol",
-        "pub_counts",
-        "publish_limits",
         "remote_address",
         "settings",
         "subscription",
@@ -202,6 +198,7 @@ class CommandLayer:
     def __init__(
         self, client_id: int, broker: Broker, settings: ServerSettings, remote_address: str
     ) -> None:
+        super().__init__()
         self.client_id = client_id
         self.broker = broker
         self.settings = settings
@@ -227,12 +224,6 @@ class CommandLayer:
         """The consumer's hold on its channel, after SUB."""
         self.connected_at = time.time()
         """Unix seconds (nsqd's ConnectTime)."""
-        self.pub_counts: dict[str, int] | None = None
-        """Messages published on this connection, per topic (nsqd's pubCounts); made
-        at the first publish, as most connections only consume."""
-        self.publish_limits: dict[str, RateLimit] | None = None
-        """This connection's buckets for topics with a publish limit, made at its first
-        publish to each (a topic's new limit replaces its bucket)."""
         self._identify_request: IdentifyRequest | None = None
         self._upgrade_to: NegotiatedSettings | None = None
         """What IDENTIFY negotiated when it asks for TLS or compression: the I/O side
@@ -253,6 +244,11 @@ class CommandLayer:
     def _tls(self) -> TlsLayer | None:
         """The connection's TLS layer, for /stats."""
         return None
+
+    async def _hold(self, until: float) -> None:
+        """A throttling publish limit holds the next command until ``until``: read
+        nothing more until then."""
+        await trio.sleep_until(until)
 
     # ------------------------------------------------------------- Outbox for the router
 
@@ -280,12 +276,6 @@ class CommandLayer:
             self.outbound.add_response(GROUP_OWNER_FRAME)
             self._wake()
 
-    def _count(self, topic: str, published: int) -> None:
-        counts = self.pub_counts
-        if counts is None:
-            counts = self.pub_counts = {}
-        counts[topic] = counts.get(topic, 0) + published
-
     def topic_now_ext(self) -> None:
         """Youzan closes a consumer without ``extend_support`` at its next delivery
         after the upgrade (spec §8.8); it gets E_SUB_EXTEND_NEED when it comes back."""
@@ -306,8 +296,10 @@ class CommandLayer:
         """Apply the commands of one turn; their answers go into :attr:`outbound`.
 
         PUBs to one topic that arrive together become one append (one write to a
-        durable log), as an MPUB would; each still gets its own OK, in order. A fatal
-        answer ends the list: nothing after it is acted on, as nsqd.
+        durable log), as an MPUB would; each still gets its own OK, in order. A
+        publish to a topic with a publish limit goes on its own, and one a throttling
+        limit holds back waits here, the rest of the turn (and the socket) with it. A
+        fatal answer ends the list: nothing after it is acted on, as nsqd.
         """
         handlers = self._HANDLERS
         auth = self.auth
@@ -321,12 +313,19 @@ class CommandLayer:
                     self._fail(refusal)
                     break
             try:
-                if type(event) is Pub and index < count:
-                    run = _same_topic_pubs_end(events, index, event.topic)
-                    if run > index:
-                        self._pub_together(event.topic, events[index - 1 : run])  # type: ignore[arg-type]
-                        index = run
-                        continue
+                if type(event) in _PUBLISHES:
+                    topic: str = event.topic  # type: ignore[union-attr]
+                    limit = self._publish_limit(topic)
+                    if limit is not None:  # each publish on its own; a throttled one waits
+                        until = self._throttled_until(topic, limit)
+                        if until is not None:
+                            await self._hold(until)
+                    elif type(event) is Pub and index < count:
+                        run = _same_topic_pubs_end(events, index, topic)
+                        if run > index:
+                            self._pub_together(topic, events[index - 1 : run])  # type: ignore[arg-type]
+                            index = run
+                            continue
                 handler = handlers.get(type(event))
                 if handler is not None:
                     handler(self, event)  # type: ignore[arg-type]
@@ -408,265 +407,6 @@ class CommandLayer:
                 snappy=settings.snappy,
                 deflate=settings.deflate,
             )
-
-    def _target(self, topic_name: str, partition: int | None, *, create: bool = True) -> int:
-        """The partition a publish goes to, or -1 after answering the fatal error.
-
-        No partition: the default one, the lowest (spec §9), except on an ordered
-        topic (§8.3 step 6); ``create``: a plain topic may be created by it (PUB,
-        MPUB, DPUB as nsqd), Youzan's publishes never create one. A named partition
-        must exist (the parser's gate checked it before the body; the topic may have
-        been deleted since).
-        """
-        target = publish_target(self.broker.topics, topic_name, partition, create=create)
-        if type(target) is int:
-            return target
-        if target is Refusal.BAD_PARTITION:
-            self._fail(broker_errors.bad_partition_for_ordered())
-        else:
-            self._fail(broker_errors.topic_not_exist())
-        return -1
-
-    def _over_limit(
-        self, topic_name: str, verb: str, bodies: Sequence[bytes], *, youzan: bool = False
-    ) -> bool:
-        """Answer the non-fatal refusal if the topic's publish limit holds this publish
-        back on this connection (nothing is stored; the client may publish again).
-
-        Upstream's E_PUB_FAILED is fatal for a store failure; this one keeps the
-        connection open, as Youzan's publish errors do (docs/extensions.md).
-        """
-        topic = self.broker.topics.get(topic_name)
-        limit = topic.publish_limit if topic is not None else None
-        if limit is None:
-            return False
-        buckets = self.publish_limits
-        if buckets is None:
-            buckets = self.publish_limits = {}
-        bucket = buckets.get(topic_name)
-        now = trio.current_time()
-        if bucket is None or bucket.rates is not limit.rates:
-            bucket = buckets[topic_name] = RateLimit(limit.rates, now)
-        if bucket.admit(now, len(bodies), batch_size(bodies)):
-            return False
-        limit.refused += 1
-        self._reply(error_frame(broker_errors.pub_rate_limited(verb, youzan=youzan)))
-        return True
-
-    def _pub(self, event: Pub) -> None:
-        index = self._target(event.topic, event.partition)
-        youzan = event.partition is not None
-        if index < 0 or self._over_limit(event.topic, "PUB", (event.body,), youzan=youzan):
-            return
-        self.broker.publish(
-            event.topic, [event.body], self.broker.wall_clock(), partition_index=index
-        )
-        self._count(event.topic, 1)
-        self._reply(OK_FRAME)
-
-    def _pub_together(self, topic: str, pubs: list[Pub]) -> None:
-        """PUBs to one topic in one read: one append per run naming the same partition
-        (each on its own under a publish limit: each is admitted or refused)."""
-        topic_now = self.broker.topics.get(topic)
-        if topic_now is not None and topic_now.publish_limit is not None:
-            for pub in pubs:
-                self._pub(pub)
-            return
-        start, count = 0, len(pubs)
-        while start < count:
-            partition = pubs[start].partition
-            end = start + 1
-            while end < count and pubs[end].partition == partition:
-                end += 1
-            index = self._target(topic, partition)
-            if index < 0:
-                return
-            bodies = [pub.body for pub in pubs[start:end]]
-            self.broker.publish(topic, bodies, self.broker.wall_clock(), partition_index=index)
-            self._count(topic, len(bodies))
-            for _ in bodies:
-                self._reply(OK_FRAME)
-            start = end
-
-    def _mpub(self, event: Mpub) -> None:
-        index = self._target(event.topic, event.partition)
-        youzan = event.partition is not None
-        if index < 0 or self._over_limit(event.topic, "MPUB", event.bodies, youzan=youzan):
-            return
-        self.broker.publish(
-            event.topic, event.bodies, self.broker.wall_clock(), partition_index=index
-        )
-        self._count(event.topic, len(event.bodies))
-        self._reply(OK_FRAME)
-
-    def _dpub(self, event: Dpub) -> None:
-        if self._target(event.topic, None) < 0 or self._over_limit(
-            event.topic, "DPUB", (event.body,)
-        ):
-            return
-        now = self.broker.wall_clock()
-        defer_ns = event.defer_ms * 1_000_000
-        # DPUB 0 is a plain publish in nsqd: no deferral, no place in the deferred queue
-        self.broker.publish(
-            event.topic, [event.body], now, deliver_at=now + defer_ns if defer_ns else 0
-        )
-        self._count(event.topic, 1)
-        self._reply(OK_FRAME)
-
-    # ---- Youzan ext topics (spec §8.2, §8.3)
-
-    def _ext_refusal(self, topic_name: str, messages: Sequence[ExtMessage]) -> bool:
-        """Answer the error if these headers cannot be stored in the topic (non-fatal).
-
-        A plain topic takes no header: without Youzan's ``allow-ext-compatible``
-        (not an option here, so off) that is E_EXT_NOT_SUPPORT.
-        """
-        refusal = ext_refusal(self.broker.topics.get(topic_name), (m.header for m in messages))
-        if refusal is None:
-            return False
-        if refusal is Refusal.TOPIC_NOT_EXIST:  # deleted since the gate let it through
-            self._fail(broker_errors.topic_not_exist())
-        elif refusal is Refusal.EXT_NOT_SUPPORTED:
-            self._reply(error_frame(broker_errors.ext_not_supported(topic_name)))
-        else:
-            error = broker_errors.pub_failed("PUB", EXT_TOO_LONG_REASON, youzan=True)
-            self._reply(error_frame(error))
-        return True
-
-    def _pub_ext(self, event: PubExt) -> None:
-        message = event.message
-        index = self._target(event.topic, event.partition, create=False)
-        if index < 0 or self._ext_refusal(event.topic, (message,)):
-            return
-        if self._over_limit(event.topic, "PUB", (message.body,), youzan=True):
-            return
-        trace_id = message.trace_id
-        if message.idempotency_key is not None:
-            self._pub_ext_once(event.topic, index, message)
-            return
-        records = self.broker.publish(
-            event.topic,
-            [message.body],
-            self.broker.wall_clock(),
-            partition_index=index,
-            trace_ids=[trace_id or 0],
-            ext_version=EXT_VERSION_JSON,
-            exts=[message.header],
-            source=self.remote_address,
-        )
-        self._count(event.topic, 1)
-        if trace_id is None or not records:
-            self._reply(OK_FRAME)
-            return
-        record = records[0]
-        self._reply(
-            traced_reply_frame(record.internal_id, trace_id, record.offset, record.raw_size)
-        )
-
-    def _pub_ext_once(self, topic: str, index: int, message: ExtMessage) -> None:
-        """PUB_EXT with ``##idempotency_key``: stored unless the partition holds the
-        key; a traced one is answered with the record that holds it."""
-        stored = self.broker.publish_once(
-            topic,
-            [message.body],
-            [message.idempotency_key],
-            self.broker.wall_clock(),
-            partition_index=index,
-            trace_ids=[message.trace_id or 0],
-            exts=[message.header],
-            source=self.remote_address,
-        )
-        self._count(topic, 1)
-        if message.trace_id is None or stored is None:
-            self._reply(OK_FRAME)
-            return
-        self._reply(
-            traced_reply_frame(stored.internal_id, stored.trace_id, stored.offset, stored.raw_size)
-        )
-
-    def _mpub_ext(self, event: MpubExt) -> None:
-        messages = event.messages
-        index = self._target(event.topic, event.partition, create=False)
-        if index < 0 or self._ext_refusal(event.topic, messages):
-            return
-        bodies = [m.body for m in messages]
-        if self._over_limit(event.topic, "MPUB", bodies, youzan=True):
-            return
-        trace_ids = [m.trace_id or 0 for m in messages]
-        exts = [m.header for m in messages]
-        keys = [m.idempotency_key for m in messages]
-        now = self.broker.wall_clock()
-        if keys.count(None) < len(keys):  # some message has ##idempotency_key
-            self.broker.publish_once(
-                event.topic,
-                bodies,
-                keys,
-                now,
-                partition_index=index,
-                trace_ids=trace_ids,
-                exts=exts,
-                source=self.remote_address,
-            )
-        else:
-            self.broker.publish(
-                event.topic,
-                bodies,
-                now,
-                partition_index=index,
-                trace_ids=trace_ids,
-                ext_version=EXT_VERSION_JSON,
-                exts=exts,
-                source=self.remote_address,
-            )
-        self._count(event.topic, len(messages))
-        self._reply(OK_FRAME)
-
-    def _pub_trace(self, event: PubTrace) -> None:
-        """PUB_TRACE: stored with its trace id, answered with the 30-byte reply (§8.4)."""
-        index = self._target(event.topic, event.partition, create=False)
-        if index < 0 or self._over_limit(event.topic, "PUB", (event.body,), youzan=True):
-            return
-        records = self.broker.publish(
-            event.topic,
-            [event.body],
-            self.broker.wall_clock(),
-            partition_index=index,
-            trace_ids=[event.trace_id],
-            source=self.remote_address,
-        )
-        self._count(event.topic, 1)
-        if not records:  # an ephemeral topic dropped it: nothing to point at
-            self._reply(OK_FRAME)
-            return
-        record = records[0]
-        self._reply(
-            traced_reply_frame(record.internal_id, event.trace_id, record.offset, record.raw_size)
-        )
-
-    def _mpub_trace(self, event: MpubTrace) -> None:
-        """MPUB_TRACE: the traced reply names the batch: first id and offset, trace id
-        0, the raw size of all its records (§8.4)."""
-        index = self._target(event.topic, event.partition, create=False)
-        messages = event.messages
-        if index < 0 or self._over_limit(
-            event.topic, "MPUB", [m.body for m in messages], youzan=True
-        ):
-            return
-        records = self.broker.publish(
-            event.topic,
-            [m.body for m in messages],
-            self.broker.wall_clock(),
-            partition_index=index,
-            trace_ids=[m.trace_id for m in messages],
-            source=self.remote_address,
-        )
-        self._count(event.topic, len(messages))
-        if not records:
-            self._reply(OK_FRAME)
-            return
-        first = records[0]
-        raw_size = sum(record.raw_size for record in records)
-        self._reply(traced_reply_frame(first.internal_id, 0, first.offset, raw_size))
 
     def _internal_create_topic(self, event: InternalCreateTopic) -> None:
         """Standalone creation of one partition (idempotent; ``ext`` upgrades, never
@@ -824,13 +564,13 @@ class CommandLayer:
 
     _HANDLERS: ClassVar[dict[type[Event], Callable[[CommandLayer, Never], None]]] = {
         Identify: _identify,
-        Pub: _pub,
-        Mpub: _mpub,
-        Dpub: _dpub,
-        PubExt: _pub_ext,
-        MpubExt: _mpub_ext,
-        PubTrace: _pub_trace,
-        MpubTrace: _mpub_trace,
+        Pub: PublishCommands._pub,
+        Mpub: PublishCommands._mpub,
+        Dpub: PublishCommands._dpub,
+        PubExt: PublishCommands._pub_ext,
+        MpubExt: PublishCommands._mpub_ext,
+        PubTrace: PublishCommands._pub_trace,
+        MpubTrace: PublishCommands._mpub_trace,
         InternalCreateTopic: _internal_create_topic,
         Rdy: _rdy,
         Pull: _pull,

@@ -2,9 +2,11 @@
 
 Names and labels are those of lovoo/nsq_exporter (the exporter that scrapes nsqd's
 ``/stats``), so its dashboards and alerts work on a broker scraped directly. trionsq
-adds a few families of its own (top level, per partition, every configured e2e
-quantile) and, per partition, the names Youzan's nsqd gives its own ``/metrics``;
-docs/admin.md lists which name comes from where.
+adds a few families of its own (top level, per partition, the e2e latency as a summary
+of every configured quantile) and, per partition, the names Youzan's nsqd gives its
+own ``/metrics``; docs/admin.md lists which name comes from where. Prometheus' linter
+(``promtool check metrics``) passes every family trionsq names; it flags only
+nsq_exporter's gauges named ``*_count``, kept for its dashboards.
 
 Everything is read when Prometheus scrapes, from the snapshot ``/stats`` renders
 (:func:`trionsq.server.stats.snapshot`), taken on the broker's thread; the families and
@@ -31,6 +33,7 @@ from prometheus_client.metrics_core import GaugeMetricFamily, SummaryMetricFamil
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import CollectorRegistry
+from prometheus_client.samples import Sample
 
 from ..http.messages import Response
 from ..version import NSQD_RELEASE, TRIONSQ_VERSION
@@ -173,30 +176,30 @@ TOPIC_EXTRA_GAUGES: Final[Gauges[TopicSnapshot]] = (
         lambda t: t.message_bytes,
     ),
     ("disk_bytes", "Bytes of the topic's segment files (0 in memory).", lambda t: t.disk_bytes),
-    ("lost_count", "Messages recovery could not give back.", lambda t: t.lost_count),
+    ("lost_messages", "Messages recovery could not give back.", lambda t: t.lost_count),
 )
 TOPIC_PARTITION_GAUGES: Final[Gauges[PartitionSnapshot]] = (
     ("depth", "Messages the partition holds for its channels.", lambda p: p.depth),
-    (
-        "message_count",
-        "Messages published to the partition since start.",
-        lambda p: p.message_count,
-    ),
+    ("messages", "Messages published to the partition since start.", lambda p: p.message_count),
     ("end_offset", "Queue offset the partition's next message gets.", lambda p: p.end_offset),
-    ("end_count", "Messages ever stored in the partition.", lambda p: p.end_count),
+    ("end_messages", "Messages ever stored in the partition.", lambda p: p.end_count),
 )
 CHANNEL_PARTITION_GAUGES: Final[Gauges[PartitionChannelSnapshot]] = (
     ("depth", "Messages waiting in the channel in this partition.", lambda c: c.depth),
-    ("in_flight_count", "Messages in flight from this partition.", lambda c: c.in_flight_count),
-    ("deferred_count", "Messages deferred in this partition.", lambda c: c.deferred_count),
-    ("client_count", "Consumers subscribed to this partition.", lambda c: c.client_count),
+    (
+        "in_flight_messages",
+        "Messages in flight from this partition.",
+        lambda c: c.in_flight_count,
+    ),
+    ("deferred_messages", "Messages deferred in this partition.", lambda c: c.deferred_count),
+    ("clients", "Consumers subscribed to this partition.", lambda c: c.client_count),
     (
         "confirmed_offset",
         "Queue offset below which the channel finished everything.",
         lambda c: c.confirmed_offset,
     ),
     (
-        "confirmed_count",
+        "confirmed_messages",
         "Messages of the partition before the confirmed offset.",
         lambda c: c.confirmed_count,
     ),
@@ -277,7 +280,8 @@ def metric_families(stats: StatsSnapshot, facts: BrokerFacts) -> list[Metric]:
     families.append(
         _latencies(
             "nsq_topic_e2e_processing_latency",
-            "End-to-end processing latency at each configured quantile over the topic's channels, ns.",
+            "End-to-end processing latency over the topic's channels, ns: each configured "
+            "quantile of the window, count and sum since start.",
             TOPIC_LABELS,
             [(_topic_labels(t), t.e2e) for t in topics],
         )
@@ -285,7 +289,8 @@ def metric_families(stats: StatsSnapshot, facts: BrokerFacts) -> list[Metric]:
     families.append(
         _latencies(
             "nsq_channel_e2e_processing_latency",
-            "End-to-end processing latency at each configured quantile, ns.",
+            "End-to-end processing latency, ns: each configured quantile of the window, "
+            "count and sum since start.",
             CHANNEL_LABELS,
             [(_channel_labels(t, c), c.e2e) for t, c in channels],
         )
@@ -366,11 +371,19 @@ def _latencies(
     labels: Sequence[str],
     rows: Sequence[tuple[Sequence[str], LatencyResult | None]],
 ) -> Metric:
-    """A gauge per configured quantile (label ``quantile``); nothing with tracking off."""
-    family = GaugeMetricFamily(name, documentation, labels=[*labels, "quantile"])
+    """A summary: each configured quantile over the latency window (label ``quantile``,
+    as client_golang's summaries), ``_count`` and ``_sum`` of every latency recorded
+    since start; nothing with tracking off. (A gauge with a ``quantile`` label is what
+    promtool's linter refuses.)"""
+    family = SummaryMetricFamily(name, documentation, labels=labels)
     for label_values, result in rows:
-        for quantile, value in result.percentiles if result is not None else ():
-            family.add_metric([*label_values, _go_float(quantile)], value)
+        if result is None:
+            continue
+        keyed = dict(zip(labels, label_values, strict=True))
+        for quantile, value in result.percentiles:
+            quantile_labels = {**keyed, "quantile": _go_float(quantile)}
+            family.samples.append(Sample(name, quantile_labels, value))
+        family.add_metric(label_values, result.total_count, result.total_ns)
     return family
 
 

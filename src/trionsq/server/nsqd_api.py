@@ -1,12 +1,12 @@
-"""nsqd's HTTP endpoints (spec http-api.md §2, §3): publish, admin, /info, /stats, /config.
+"""nsqd's HTTP endpoints (spec http-api.md §2, §3): admin, /info, /stats, /config, and
+the routes of publishing (:mod:`.publish_api`) and reading by offset
+(:mod:`.partition_api`).
 
 Every handler takes a :class:`Request` and returns a :class:`Response`; checks run
 in nsqd's order so the same bad request gets the same status and text. Endpoints
 that nsqd ≤ 0.3 answered in the ``status_code/status_txt/data`` envelope (/info,
 /pub, /mpub, /stats; Youzan's /pub_ext too) give it to a request that asks for it
-(messages.py). Youzan's publishing (``partition``, /pubtrace, /pub_ext) follows
-http-api.md §3 with TCP's rules: a named partition must exist, an ordered topic
-needs one, and ext headers obey :func:`~trionsq.protocol.check_ext_header`.
+(messages.py).
 """
 
 from __future__ import annotations
@@ -24,38 +24,28 @@ import trio
 from ..broker.dead_letters import dead_topic_name
 from ..broker.health import StorageFault
 from ..broker.offsets import OffsetError
-from ..broker.rate_limits import Rates, batch_size
-from ..broker.rules import (
-    EXT_TOO_LONG_REASON,
-    MAX_PARTITION_NUM,
-    Refusal,
-    ext_refusal,
-    publish_target,
-)
+from ..broker.rate_limits import PublishMode, Rates
+from ..broker.rules import MAX_PARTITION_NUM
 from ..config import TlsRequired
 from ..durations import parse_duration
 from ..http.messages import Request, Response, parse_bool
 from ..http.static import static_routes
-from ..protocol.broker_errors import pub_failed
 from ..protocol.commands import OffsetSpec
 from ..protocol.errors import ProtocolError
-from ..protocol.ext_header import MAX_TTL_SECONDS, TRACE_ID_KEY, ExtHeader, check_ext_header
+from ..protocol.ext_header import MAX_TTL_SECONDS
 from ..protocol.identify import MAX_ATTEMPTS_BOUND, MAX_BYTES_PER_SEC, MAX_MSGS_PER_SEC
-from ..protocol.message import EXT_VERSION_JSON
 from ..protocol.names import is_ephemeral, is_valid_name
-from ..protocol.strconv import go_atoi, go_parse_uint64
 from ..version import NSQD_RELEASE, TRIONSQ_VERSION, version_string
 from .admin_stream import AdminStream, StreamContext
-from .api_args import HttpError, name_arg, parsed_query
+from .api_args import HttpError, name_arg, parsed_query, partition_arg
 from .partition_api import PartitionApi
+from .publish_api import PublishApi
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Sequence
+    from collections.abc import Awaitable
 
     from ..auth.session import AuthSession
     from ..broker.broker import Broker
-    from ..broker.idempotence import Stored
-    from ..broker.topic import Record
     from ..config import NsqdConfig
     from .metrics import MetricsRoute
 
@@ -105,8 +95,6 @@ LEGACY_ENDPOINTS: Final = frozenset({"/info", "/pub", "/mpub", "/stats", "/pub_e
 envelope; /pubtrace is V1 only."""
 _SINGLE_MESSAGE: Final = frozenset({"/pub", "/pubtrace", "/pub_ext"})
 """Endpoints whose body is one message: bounded by max-msg-size."""
-_NSQEXT_PREFIX: Final = "x-nsqext-"
-"""Request headers that add a key to /pub_ext's JSON header (names are lower-cased)."""
 _CFG_NAMES: Final = {"id": "node_id", "nsqlookupd_tcp_addresses": "lookupd_tcp_addresses"}
 """Config-file names that differ from the field (flag) name."""
 _NOT_CFG_NAMES: Final = frozenset(
@@ -185,16 +173,13 @@ class NsqdHttpApi:
         self.routes: dict[str, dict[str, Callable[[Request], Awaitable[Response]]]] = {
             "/ping": {"GET": self._ping},
             "/info": {"GET": self._info},
-            "/pub": {"POST": self._pub},
-            "/mpub": {"POST": self._mpub},
-            "/pubtrace": {"POST": self._pubtrace},
-            "/pub_ext": {"POST": self._pub_ext},
             "/channel/setoffset": {"POST": self._channel_setoffset},
             "/stats": {"GET": self._stats},
             "/metrics": {"GET": self._metrics},
             **{path: {"POST": handler} for path, handler in post_ignoring_body.items()},
             **static_routes("trionsq", ADMIN_PAGE),
         }
+        self.routes.update(PublishApi(broker, config, self._authorize_publish).routes)
         self.routes.update(PartitionApi(broker, self._authorize_reader).routes)
         self.admin_stream = AdminStream(
             StreamContext(
@@ -252,7 +237,10 @@ class NsqdHttpApi:
         try:
             return await handler(request)
         except HttpError as error:
-            return self._refusal(request, error.status, error.message)
+            refusal = self._refusal(request, error.status, error.message)
+            if error.headers:
+                refusal = attrs.evolve(refusal, headers=refusal.headers + error.headers)
+            return refusal
         except StorageFault as fault:  # logged once per episode by the broker's health
             return self._refusal(request, 500, f"{_failed_verb(path)}_FAILED {fault.reason}")
 
@@ -356,28 +344,7 @@ class NsqdHttpApi:
             "start_time": int(self.started_at),
         }
 
-    # ------------------------------------------------------------- publishing
-
-    def _publish_target(
-        self, request: Request, *, create: bool, invalid: str = "INVALID_TOPIC"
-    ) -> tuple[str, int]:
-        """The topic and partition index a publish goes to (spec http-api §3).
-
-        No ``partition`` (or empty, or -1): the default partition 0, refused on an
-        ordered topic as TCP refuses it; ``create``: a plain topic is created then,
-        as nsqd's GetTopic does even if the rest of the request is refused. A named
-        partition is Youzan's and never creates: it must exist.
-        """
-        name = name_arg(parsed_query(request), "topic", invalid=invalid)
-        partition = _partition_arg(request)
-        target = publish_target(self.broker.topics, name, partition, create=create)
-        if target is Refusal.BAD_PARTITION:
-            raise HttpError(400, "E_BAD_PARTITION")
-        if type(target) is not int:
-            raise HttpError(404, "E_TOPIC_NOT_EXIST")
-        if name not in self.broker.topics:
-            self.broker.topic(name)
-        return name, target
+    # ------------------------------------------------------------- AUTH over HTTP
 
     async def _authorize_publish(
         self,
@@ -429,175 +396,6 @@ class NsqdHttpApi:
     async def _authorize_reader(self, request: Request, verb: str, reader: str) -> None:
         """AUTH for ``/partition/...``: a subscribe to the topic as channel ``reader``."""
         await self._authorize_publish(request, verb, invalid="INVALID_ARG_TOPIC", channel=reader)
-
-    async def _pub(self, request: Request) -> Response:
-        body = request.body
-        if len(body) > self.config.max_msg_size:
-            raise HttpError(413, "MSG_TOO_BIG")
-        if not body:
-            raise HttpError(400, "MSG_EMPTY")
-        await self._authorize_publish(request)
-        topic, partition = self._publish_target(request, create=True)
-        now = self.broker.wall_clock()
-        deliver_at = 0
-        if "defer" in request.query:
-            defer_ms = _go_int64(request.query["defer"][0])
-            max_ms = int(self.config.max_req_timeout * 1000)
-            if defer_ms is None or not 0 <= defer_ms <= max_ms:
-                raise HttpError(400, "INVALID_DEFER")
-            if defer_ms:
-                deliver_at = now + defer_ms * 1_000_000
-        self._check_publish_limit(topic, (body,))
-        self.broker.publish(topic, [body], now, deliver_at=deliver_at, partition_index=partition)
-        return Response.legacy_ok("OK") if request.legacy else Response.text("OK")
-
-    async def _mpub(self, request: Request) -> Response:
-        await self._authorize_publish(request, "MPUB")
-        topic, partition = self._publish_target(request, create=True)
-        binary = parse_bool(request.arg("binary"), default=False)
-        if binary is None or binary:
-            bodies = self._binary_bodies(request.body)
-        else:
-            bodies = self._text_bodies(request.body)
-        if bodies:
-            self._check_publish_limit(topic, bodies)
-            self.broker.publish(topic, bodies, self.broker.wall_clock(), partition_index=partition)
-        return Response.legacy_ok("OK") if request.legacy else Response.text("OK")
-
-    def _check_publish_limit(self, topic: str, bodies: Sequence[bytes]) -> None:
-        """The topic's publish limit, one bucket for all HTTP publishers: over it, a
-        429 ``RATE_LIMITED`` and nothing stored."""
-        limit = self.broker.topics[topic].publish_limit
-        if limit is None:
-            return
-        if not limit.http.admit(trio.current_time(), len(bodies), batch_size(bodies)):
-            limit.refused += 1
-            raise HttpError(429, "RATE_LIMITED")
-
-    def _youzan_body(self, request: Request) -> bytes:
-        """Youzan's /pub body rules, shared by /pubtrace and /pub_ext: 413, then 406."""
-        body = request.body
-        if len(body) > self.config.max_msg_size:
-            raise HttpError(413, "MSG_TOO_BIG")
-        if not body:
-            raise HttpError(406, "MSG_EMPTY")
-        return body
-
-    async def _pubtrace(self, request: Request) -> Response:
-        """Youzan's traced publish: the topic must exist; answers where it was stored."""
-        body = self._youzan_body(request)
-        await self._authorize_publish(request, invalid="INVALID_ARG_TOPIC")
-        topic, partition = self._publish_target(request, create=False, invalid="INVALID_ARG_TOPIC")
-        given = request.arg("trace_id") or ""
-        trace_id = go_parse_uint64(given.encode("utf-8", "surrogateescape"))
-        if trace_id is None:
-            raise HttpError(400, "INVALID_TRACE_ID")
-        self._check_publish_limit(topic, (body,))
-        records = self.broker.publish(
-            topic,
-            [body],
-            self.broker.wall_clock(),
-            partition_index=partition,
-            trace_ids=[trace_id],
-            source=request.remote_address,
-        )
-        return _traced(records, given, legacy=False)  # /pubtrace is V1 only
-
-    async def _pub_ext(self, request: Request) -> Response:
-        """Youzan's publish with a JSON header: ``ext`` plus ``X-Nsqext-*`` headers,
-        checked by the same rules as TCP PUB_EXT, stored re-serialized."""
-        body = self._youzan_body(request)
-        await self._authorize_publish(request, invalid="INVALID_ARG_TOPIC")
-        topic, partition = self._publish_target(request, create=False, invalid="INVALID_ARG_TOPIC")
-        checked = check_ext_header(request.arg("ext") or "", _nsqext_headers(request))
-        if isinstance(checked, ProtocolError):
-            raise HttpError(400, checked.code)
-        header = orjson.dumps(checked.fields)
-        refusal = ext_refusal(self.broker.topics.get(topic), (header,))
-        if refusal is Refusal.TOPIC_NOT_EXIST:
-            raise HttpError(404, "E_TOPIC_NOT_EXIST")
-        if refusal is Refusal.EXT_NOT_SUPPORTED:
-            raise HttpError(400, "E_EXT_NOT_SUPPORT")
-        if refusal is Refusal.EXT_TOO_LONG:  # the record's limit: TCP's refusal, as a 400
-            raise HttpError(400, pub_failed("PUB", EXT_TOO_LONG_REASON, youzan=True).text)
-        self._check_publish_limit(topic, (body,))
-        trace_id = checked.trace_id
-        if checked.idempotency_key is not None:
-            return self._pub_ext_once(request, topic, partition, body, header, checked)
-        records = self.broker.publish(
-            topic,
-            [body],
-            self.broker.wall_clock(),
-            partition_index=partition,
-            trace_ids=[trace_id or 0],
-            ext_version=EXT_VERSION_JSON,
-            exts=[header],
-            source=request.remote_address,
-        )
-        if trace_id is None:
-            return Response.legacy_ok("OK") if request.legacy else Response.text("OK")
-        return _traced(records, str(checked.fields[TRACE_ID_KEY]), legacy=request.legacy)
-
-    def _pub_ext_once(
-        self,
-        request: Request,
-        topic: str,
-        partition: int,
-        body: bytes,
-        header: bytes,
-        checked: ExtHeader,
-    ) -> Response:
-        """/pub_ext with ``##idempotency_key``: stored unless the partition holds the
-        key; a traced one answers with the record that holds it (its trace id)."""
-        stored = self.broker.publish_once(
-            topic,
-            [body],
-            [checked.idempotency_key],
-            self.broker.wall_clock(),
-            partition_index=partition,
-            trace_ids=[checked.trace_id or 0],
-            exts=[header],
-            source=request.remote_address,
-        )
-        if checked.trace_id is None or stored is None:
-            return Response.legacy_ok("OK") if request.legacy else Response.text("OK")
-        given = str(checked.fields[TRACE_ID_KEY])
-        if stored.trace_id != checked.trace_id:  # a duplicate: the original's trace id
-            given = str(stored.trace_id)
-        return _traced([stored], given, legacy=request.legacy)
-
-    def _text_bodies(self, body: bytes) -> list[bytes]:
-        """Newline mode: one message per line; empty lines are skipped, ``\\r`` kept."""
-        if len(body) > self.config.max_body_size:
-            raise HttpError(413, "BODY_TOO_BIG")
-        max_size = self.config.max_msg_size
-        bodies = [line for line in body.split(b"\n") if line]
-        if any(len(line) > max_size for line in bodies):
-            raise HttpError(413, "MSG_TOO_BIG")
-        return bodies
-
-    def _binary_bodies(self, body: bytes) -> list[bytes]:
-        """``[int32 count]([int32 size][bytes])*``, TCP MPUB's errors minus ``E_``."""
-        if len(body) > self.config.max_body_size:
-            raise HttpError(413, "BODY_TOO_BIG")
-        if len(body) < _INT32.size:
-            raise HttpError(413, "BAD_BODY")
-        (count,) = _INT32.unpack_from(body, 0)
-        if count <= 0 or count > (self.config.max_body_size - 4) // 5:
-            raise HttpError(413, "BAD_BODY")
-        max_size = self.config.max_msg_size
-        bodies: list[bytes] = []
-        position = _INT32.size
-        for _ in range(count):
-            if position + _INT32.size > len(body):
-                raise HttpError(413, "BAD_MESSAGE")
-            (size,) = _INT32.unpack_from(body, position)
-            position += _INT32.size
-            if size <= 0 or size > max_size or position + size > len(body):
-                raise HttpError(413, "BAD_MESSAGE")
-            bodies.append(body[position : position + size])
-            position += size
-        return bodies
 
     # ------------------------------------------------------------- topic admin
 
@@ -737,12 +535,22 @@ class NsqdHttpApi:
     async def _topic_publish_limit(self, request: Request) -> Response:
         """trionsq's per-producer publish limit: ``msgs_per_sec`` and/or
         ``bytes_per_sec`` for each TCP connection, and for all HTTP publishes
-        together (0 turns one off; one not given keeps its value)."""
+        together (0 turns one off), and ``mode``, ``throttle`` (the default) or
+        ``refuse``; one not given keeps its value, ``mode`` alone changes only that."""
         parsed_query(request)
         name = self._existing_topic(name_arg(request, "topic", invalid="INVALID_ARG_TOPIC"))
         current = self.broker.topics[name].publish_limit
-        rates = _rates_args(request, current.rates if current is not None else Rates())
-        self.broker.set_publish_limit(name, rates)
+        raw_mode = request.arg("mode")
+        mode = current.mode if current is not None else PublishMode.THROTTLE
+        if raw_mode is not None:
+            if raw_mode not in _PUBLISH_MODES:
+                raise HttpError(400, "INVALID_ARG_MODE")
+            mode = _PUBLISH_MODES[raw_mode]
+        rates = current.rates if current is not None else Rates()
+        rates = _rates_args(request, rates, required=raw_mode is None)
+        if not rates and raw_mode is not None:  # a mode, and no limit to apply it to
+            raise HttpError(400, "MISSING_ARG_RATE")
+        self.broker.set_publish_limit(name, rates, mode)
         return Response.empty()
 
     async def _channel_setoffset(self, request: Request) -> Response:
@@ -751,7 +559,7 @@ class NsqdHttpApi:
         works; one the log cannot satisfy is a 400 with the reason, and moves nothing."""
         parsed_query(request)
         name = name_arg(request, "topic", invalid="INVALID_ARG_TOPIC")
-        partition = _partition_arg(request)
+        partition = partition_arg(request)
         channel = name_arg(request, "channel", invalid="INVALID_ARG_CHANNEL")
         topic = self.broker.topics.get(name)
         index = 0 if partition is None else partition
@@ -827,56 +635,15 @@ class NsqdHttpApi:
 
 
 _MISSING: Final = object()
+_PUBLISH_MODES: Final = {mode.value: mode for mode in PublishMode}
 
 
-def _partition_arg(request: Request) -> int | None:
-    """Youzan's optional ``partition``: None for the default (absent, empty, -1), else
-    the int, which may name no partition (negative ones never do). Not an int: 400
-    with Go's strconv.Atoi text, as Youzan's GetTopicPartitionArgs answers."""
-    raw = request.arg("partition")
-    if not raw:
-        return None
-    value = go_atoi(raw.encode("utf-8", "surrogateescape"))
-    if isinstance(value, str):
-        raise HttpError(400, value)
-    return None if value == -1 else value
-
-
-def _nsqext_headers(request: Request) -> dict[str, str]:
-    """``X-Nsqext-<Name>: value`` request headers as ext keys ``<name>`` (lower-cased).
-
-    The connection decodes header bytes as latin-1; they are read back as UTF-8 (bad
-    bytes become U+FFFD, as Go's JSON encoding of the header string does)."""
-    return {
-        name.removeprefix(_NSQEXT_PREFIX): value.encode("latin-1").decode("utf-8", "replace")
-        for name, value in request.headers.items()
-        if name.startswith(_NSQEXT_PREFIX)
-    }
-
-
-def _traced(records: Sequence[Record | Stored], trace_id: str, *, legacy: bool) -> Response:
-    """Youzan's traced answer, in its key order; ``trace_id`` as the client gave it.
-
-    An ephemeral topic may have dropped the message: like TCP, plain ``OK`` then."""
-    if not records:
-        return Response.legacy_ok("OK") if legacy else Response.text("OK")
-    record = records[0]
-    answer = {
-        "status": "OK",
-        "id": record.internal_id,
-        "trace_id": trace_id,
-        "queue_offset": record.offset,
-        "rawsize": record.raw_size,
-    }
-    return Response.legacy_ok(answer) if legacy else Response.json(answer)
-
-
-def _rates_args(request: Request, current: Rates) -> Rates:
-    """``msgs_per_sec``/``bytes_per_sec`` (decimal, 0 to the IDENTIFY bounds); at least
-    one must be given, one left out keeps its ``current`` value."""
+def _rates_args(request: Request, current: Rates, *, required: bool = True) -> Rates:
+    """``msgs_per_sec``/``bytes_per_sec`` (decimal, 0 to the IDENTIFY bounds); one left
+    out keeps its ``current`` value; ``required``: at least one must be given."""
     msgs = _count_arg(request, "msgs_per_sec", MAX_MSGS_PER_SEC)
     size = _count_arg(request, "bytes_per_sec", MAX_BYTES_PER_SEC)
-    if msgs is None and size is None:
+    if msgs is None and size is None and required:
         raise HttpError(400, "MISSING_ARG_RATE")
     return Rates(
         current.msgs_per_sec if msgs is None else msgs,
@@ -898,15 +665,6 @@ def _count_arg(request: Request, name: str, bound: int) -> int | None:
 def _ns(seconds: float) -> int:
     """A duration as Go's JSON has it: integer nanoseconds."""
     return round(seconds * 1_000_000_000)
-
-
-def _go_int64(text: str) -> int | None:
-    """strconv.ParseInt(text, 10, 64), or None where Go would return an error."""
-    body = text[1:] if text[:1] in "+-" else text
-    if not body or not body.isascii() or not body.isdigit():
-        return None
-    value = int(text)
-    return value if -(2**63) <= value < 2**63 else None
 
 
 def _flag(request: Request, *names: str) -> bool:

@@ -24,7 +24,7 @@ import sys
 import time
 from collections import deque
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, TypedDict
 
 import attrs
 
@@ -149,7 +149,9 @@ class TopicSnapshot:
     publish_limit_msgs: int = 0
     """The per-producer publish limit (trionsq's extension; in the JSON only when set)."""
     publish_limit_bytes: int = 0
+    publish_limit_mode: str = ""
     publish_refused_count: int = 0
+    publish_throttled_count: int = 0
     """trionsq's addition (Youzan's per-partition view): each partition's figures."""
 
 
@@ -432,14 +434,24 @@ def _group_snapshot(broker: Broker, topic: str, channel: str) -> GroupSnapshot |
     return GroupSnapshot(group.generation, group.assignment(), sorted(group.connections))
 
 
-def _publish_limit_fields(topic: Topic) -> dict[str, int]:
+class _PublishLimitFields(TypedDict, total=False):
+    publish_limit_msgs: int
+    publish_limit_bytes: int
+    publish_limit_mode: str
+    publish_refused_count: int
+    publish_throttled_count: int
+
+
+def _publish_limit_fields(topic: Topic) -> _PublishLimitFields:
     limit = topic.publish_limit
     if limit is None:
         return {}
     return {
         "publish_limit_msgs": limit.rates.msgs_per_sec,
         "publish_limit_bytes": limit.rates.bytes_per_sec,
+        "publish_limit_mode": limit.mode.value,
         "publish_refused_count": limit.refused,
+        "publish_throttled_count": limit.throttled,
     }
 
 
@@ -507,7 +519,9 @@ def _publish_limit_json(t: TopicSnapshot) -> dict[str, object]:
     return {
         "publish_limit_msgs": t.publish_limit_msgs,
         "publish_limit_bytes": t.publish_limit_bytes,
+        "publish_limit_mode": t.publish_limit_mode,
         "publish_refused_count": t.publish_refused_count,
+        "publish_throttled_count": t.publish_throttled_count,
     }
 
 

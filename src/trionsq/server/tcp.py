@@ -119,6 +119,17 @@ class ClientSession(CommandLayer):
     def _tls(self) -> TlsLayer | None:
         return self._transport.tls if self._transport is not None else None
 
+    async def _hold(self, until: float) -> None:
+        """Throttled by a publish limit: the OKs so far go out, then the reader waits.
+
+        The wait is the broker's doing, not the client's silence: the read deadline
+        (two heartbeat intervals) counts from its end. The pump goes on meanwhile
+        (heartbeats, deliveries), and a connection that breaks cancels the wait."""
+        if len(self.outbound):
+            await self._write()
+        self._last_read = max(self._last_read, until)
+        await trio.sleep_until(until)
+
     # ------------------------------------------------------------- hooks, pump parking
 
     def _gone(self, error: OSError) -> None:

@@ -34,8 +34,24 @@ def test_one_sample_is_reported_exactly() -> None:
     window = LatencyWindow(SETTINGS, start=0.0)
     window.insert(1_234_567, 1.0)
     assert window.result(1.0) == LatencyResult(
-        count=1, percentiles=((0.5, 1_234_567.0), (0.99, 1_234_567.0), (1.0, 1_234_567.0))
+        count=1,
+        percentiles=((0.5, 1_234_567.0), (0.99, 1_234_567.0), (1.0, 1_234_567.0)),
+        total_count=1,
+        total_ns=1_234_567.0,
     )
+
+
+def test_totals_keep_every_latency_the_window_forgets() -> None:
+    """A Prometheus summary's _count and _sum only grow; the window's count does not."""
+    first, second = LatencyWindow(SETTINGS, start=0.0), LatencyWindow(SETTINGS, start=0.0)
+    first.insert(1000, 1.0)
+    first.insert(3000, 2.0)
+    second.insert(500, 30.0)
+    assert (first.result(30.0).count, first.result(30.0).total_count) == (0, 2)
+    assert first.result(30.0).total_ns == 4000.0
+    merged = aggregate([first, second], 30.0)
+    assert merged is not None
+    assert (merged.count, merged.total_count, merged.total_ns) == (1, 3, 4500.0)
 
 
 def test_quantiles_are_nearest_rank_within_one_percent() -> None:

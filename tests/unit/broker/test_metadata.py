@@ -113,6 +113,8 @@ def metadatas(draw: st.DrawFn) -> Metadata:
                 draw(st.booleans()),
                 draw(st.booleans()),
                 channels,
+                publish_limit_msgs=draw(st.integers(0, 10**8)),
+                publish_limit_mode=draw(st.sampled_from(["throttle", "refuse"])),
             )
         )
     return Metadata(1, tuple(topics))
@@ -178,6 +180,11 @@ GOOD_TOPIC = '{"name":"t","partitions":1,"paused":false,"ext":false,"ordered":fa
             '{"version":1,"topics":[{"name":"t","partitions":1,"paused":false,"ext":false,'
             '"ordered":false,"channels":[{"name":"c#ephemeral","paused":false}]}]}',
             "channel 'c#ephemeral' is not a valid durable name",
+        ),
+        (
+            '{"version":1,"topics":[{"name":"t","partitions":1,"paused":false,"ext":false,'
+            '"ordered":false,"channels":[],"publish_limit_msgs":5,"publish_limit_mode":"drop"}]}',
+            "topic 't': publish_limit_mode must be throttle or refuse, got 'drop'",
         ),
     ],
 )

@@ -1,13 +1,17 @@
-"""Routing under rate limits, under the autojump clock: bursts at the refill times,
-woken by the expiry timer (no busy loop), and nothing changed without limits."""
+"""Routing under rate limits, under the autojump clock: a step at each refill time,
+woken by the expiry timer (no busy loop), deliveries spread evenly over the second at
+10 to 10,000 msg/s, and nothing changed without limits."""
 
 from __future__ import annotations
 
+import bisect
+
+import pytest
 import trio
 import trio.testing
 
 from trionsq.broker.channel import Consumer
-from trionsq.broker.rate_limits import RateLimit, Rates
+from trionsq.broker.rate_limits import BURST_SECONDS, RateLimit, Rates
 from trionsq.dispatch.router import ChannelRunner
 
 from .test_router import WALL, RecordingOutbox, setup
@@ -17,20 +21,21 @@ def burst_times(outbox: RecordingOutbox, t0: float) -> list[tuple[float, int]]:
     return [(round(t - t0, 6), len(batch)) for t, batch in outbox.batches]
 
 
-async def test_a_channel_limit_sends_a_burst_each_refill(
+async def test_a_channel_limit_sends_its_bucket_then_a_step_every_10_ms(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     log, channel, runner, outbox = setup(rdy=1000)
-    channel.rate_limit = RateLimit(Rates(msgs_per_sec=100), trio.current_time())  # 10 a burst
+    channel.rate_limit = RateLimit(Rates(msgs_per_sec=100), trio.current_time())  # 5, steps of 1
     async with trio.open_nursery() as nursery:
         await nursery.start(runner.run)
         t0 = trio.current_time()
         log.append([b"%d" % i for i in range(35)], WALL)
         runner.wake()
         await trio.sleep(1)
-        assert burst_times(outbox, t0) == [(0.0, 10), (0.1, 10), (0.2, 10), (0.3, 5)]
-        assert runner.passes <= 2 * 4 + 1  # one pass a burst, and at most one empty after it
-        assert runner.timer.wakeups == 3  # the refills woke the router, nothing else did
+        steps = [(round(0.01 * k, 6), 1) for k in range(1, 31)]
+        assert burst_times(outbox, t0) == [(0.0, 5), *steps]
+        assert runner.passes <= 2 * 31 + 1  # one pass a step, and at most one empty after it
+        assert runner.timer.wakeups == 30  # the refills woke the router, nothing else did
         assert channel.refill_at is None  # nothing left to wait for
         runner.cancel_scope.cancel()
 
@@ -65,7 +70,7 @@ async def test_a_refill_with_no_work_left_does_not_wake_the_router(
     channel.rate_limit = RateLimit(Rates(msgs_per_sec=100), trio.current_time())
     async with trio.open_nursery() as nursery:
         await nursery.start(runner.run)
-        log.append([b"%d" % i for i in range(10)], WALL)  # exactly one burst
+        log.append([b"%d" % i for i in range(5)], WALL)  # exactly the bucket
         runner.wake()
         await trio.sleep(5)
         assert len(outbox.batches) == 1
@@ -87,9 +92,11 @@ async def test_a_bytes_limit_sends_on_debt_and_waits_it_off(
         log.append([b"x" * 66] * 5, WALL)
         runner.wake()
         await trio.sleep(1)
-        # the bucket (1,000 bytes) held a token: all 30 went on debt (-2,000), and it
-        # is full again (1,000) 0.3 s later
-        assert burst_times(outbox, t0) == [(0.0, 30), (0.3, 5)]
+        # the bucket (500 bytes) held a token and knew no size yet: all 30 went on
+        # debt (-2,500); it holds a step (100 bytes) 0.26 s later, then one more
+        # 100-byte message every 10 ms
+        steps = [(round(0.26 + 0.01 * k, 6), 1) for k in range(5)]
+        assert burst_times(outbox, t0) == [(0.0, 30), *steps]
         runner.cancel_scope.cancel()
 
 
@@ -98,3 +105,33 @@ def test_a_runner_without_limits_has_no_refill_deadline() -> None:
     assert isinstance(runner, ChannelRunner)
     assert (channel.rate_limit, channel.limited_consumers, channel.refill_at) == (None, 0, None)
     assert channel.next_deadline() is None
+
+
+def most_in_any_window(times: list[float], width: float) -> int:
+    """The most deliveries in any window ``[t, t + width)``."""
+    return max(bisect.bisect_left(times, t + width - 1e-9) - i for i, t in enumerate(times))
+
+
+@pytest.mark.parametrize("rate", [10, 100, 1000, 10_000])
+async def test_deliveries_are_spread_evenly_within_each_second(
+    rate: int, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Issue 30: at most 2x the per-100-ms average in any 100 ms window (1.4x: the
+    bucket's 50 ms after an idle spell, then steps), and after that first burst no
+    10 ms window holds more than twice its average (or one message, below 100/s):
+    before, a channel sent a tenth of a second's worth at once, ten times a second."""
+    seconds = 3.0 if rate < 100 else 1.0
+    log, channel, runner, outbox = setup(rdy=10**6)
+    channel.rate_limit = RateLimit(Rates(msgs_per_sec=rate), trio.current_time())
+    async with trio.open_nursery() as nursery:
+        await nursery.start(runner.run)
+        t0 = trio.current_time()
+        log.append([b"x"] * (2 * rate * round(seconds) + 10), WALL)
+        runner.wake()
+        await trio.sleep(seconds - 1e-6)
+        runner.cancel_scope.cancel()
+    times = [t - t0 for t, batch in outbox.batches for _ in batch]
+    assert rate * seconds <= len(times) <= rate * seconds + rate * BURST_SECONDS  # the rate holds
+    assert most_in_any_window(times, 0.1) <= 2 * rate / 10
+    after_burst = [t for t in times if t >= 0.1 - 1e-9]
+    assert most_in_any_window(after_burst, 0.01) <= max(1, 2 * rate / 100)

@@ -14,10 +14,13 @@ from hypothesis import strategies as st
 from trionsq.protocol import (
     MAGIC_V2,
     Command,
+    Dpub,
     Fin,
     Identify,
     Message,
     ProtocolError,
+    Pull,
+    Rdy,
     ServerConnection,
     ServerSettings,
     Sub,
@@ -37,8 +40,10 @@ from trionsq.protocol.client import (
 )
 from trionsq.protocol.commands import FinMany
 from trionsq.protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_MESSAGE, frame
+from trionsq.protocol.strconv import to_int64
 
 from . import strategies as s
+from .wire import fatal, feed, sized
 
 if TYPE_CHECKING:
     from trionsq.protocol.client import Frame
@@ -68,6 +73,42 @@ def assert_well_formed(events: list[Event]) -> None:
                 assert index == len(events) - 1, f"events after fatal {event!r}: {events}"
         else:
             assert isinstance(event, Command)
+
+
+# ---------------------------------------------------------------------- numbers
+
+
+@MORE
+@given(
+    value=st.one_of(st.integers(0, 4000), st.integers(0, 3_700_000), st.integers(0, 10**45)),
+    zeros=st.integers(0, 3),
+)
+def test_pull_and_dpub_read_their_number_exactly_and_quote_it(value: int, zeros: int) -> None:
+    """PULL and DPUB take the number as sent: one past 2**64 is out of range, never
+    wrapped into it, and the error quotes it (nsqd's ``%d`` form, without the wrap);
+    RDY keeps nsqd's own reading (uint64, then int64), byte for byte."""
+    sent = b"0" * zeros + str(value).encode()
+    limits = ServerSettings()
+    max_count, max_ms = limits.max_rdy_count, limits.max_req_timeout_ms
+    pull = feed(b"SUB t c\nPULL " + sent + b"\n")
+    if value <= max_count:
+        assert pull == [Sub("t", "c"), Pull(value)]
+    else:
+        assert pull == [
+            Sub("t", "c"),
+            fatal("E_INVALID", f"PULL count {value} out of range 0-{max_count}"),
+        ]
+    dpub = feed(b"DPUB t " + sent + b"\n" + sized(b"x"))
+    if value <= max_ms:
+        assert dpub == [Dpub("t", value, b"x")]
+    else:
+        assert dpub == [fatal("E_INVALID", f"DPUB timeout {value} out of range 0-{max_ms}")]
+    rdy = feed(b"SUB t c\nRDY " + sent + b"\n")
+    as_go = to_int64(value % 2**64)
+    if 0 <= as_go <= max_count:
+        assert rdy == [Sub("t", "c"), Rdy(as_go)]
+    else:
+        assert rdy[-1] == fatal("E_INVALID", f"RDY count {as_go} out of range 0-{max_count}")
 
 
 # ---------------------------------------------------------------------- encode/decode

@@ -409,6 +409,19 @@ CASES = [
         None,
         id="pull-too-big",
     ),
+    P(
+        SUB + b"PULL 99999999999999999999\n",
+        [SUBBED, invalid("PULL count 99999999999999999999 out of range 0-2500")],
+        None,
+        id="pull-huge-quoted-as-sent",
+    ),
+    P(
+        SUB + b"PULL 18446744073709551617\n",
+        [SUBBED, invalid("PULL count 18446744073709551617 out of range 0-2500")],
+        None,
+        id="pull-past-uint64-is-not-wrapped-into-range",
+    ),
+    P(SUB + b"PULL 0007\n", [SUBBED, Pull(7)], None, id="pull-leading-zeros"),
     P(SUB + b"CLS\nPULL 5\nNOP\n", [SUBBED, Cls(), Nop()], None, id="pull-ignored-when-closing"),
     # -- FIN / REQ / TOUCH / CLS / NOP
     P(b"FIN " + HEX + b"\n", [invalid("cannot FIN in current state")], None, id="fin-before-sub"),
@@ -611,6 +624,18 @@ CASES = [
         [invalid("DPUB timeout 3600001 out of range 0-3600000")],
         None,
         id="dpub-timeout-range",
+    ),
+    P(
+        b"DPUB t 99999999999999999999\n",
+        [invalid("DPUB timeout 99999999999999999999 out of range 0-3600000")],
+        None,
+        id="dpub-huge-quoted-as-sent",
+    ),
+    P(
+        b"DPUB t 18446744073709551616\n" + sized(b"x"),
+        [invalid("DPUB timeout 18446744073709551616 out of range 0-3600000")],
+        None,
+        id="dpub-past-uint64-is-not-wrapped-into-range",
     ),
     P(
         b"DPUB t 1\n" + I32.pack(0),
