@@ -300,7 +300,7 @@ def test_restore_makes_no_table_without_keys_or_window() -> None:
     assert restore(partition.log, 0) is None
 
 
-def test_restore_reads_only_the_tail_cache_of_a_durable_log(tmp_path: Path) -> None:
+def test_restore_without_a_journal_reads_the_tail_cache_of_a_durable_log(tmp_path: Path) -> None:
     log, _ = TopicLog.open(tmp_path, "t-0", max_bytes_per_file=1 << 30, cache_records=4)
     keys = [f"k{n}" for n in range(1, 11)]
     log.append([b"x"] * 10, WALL, ext_version=EXT_VERSION_JSON, exts=[header(k) for k in keys])
