@@ -34,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Final
 
 import orjson
+import trio
 from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
@@ -80,6 +81,8 @@ _EXPECTED: Final = {
 }
 IN_FLIGHT: Final = 4
 """MPUBs a task keeps in flight: enough to keep the broker busy while the next is built."""
+_LOST: Final = (OSError, ConnectionClosedError, trio.BrokenResourceError, trio.ClosedResourceError)
+"""What a publish raises when the broker cannot be reached or its connection broke."""
 _QUERY_ID: Final = "sql.streaming.queryId"
 _BATCH_ID: Final = "streaming.sql.batchId"
 
@@ -314,7 +317,7 @@ class _TaskPublisher:
                     producer.publish_many(topic, bodies, partition=partition)
                 else:
                     producer.publish_many_ext(topic, chunk, partition=partition)
-            except (OSError, ConnectionClosedError) as error:
+            except _LOST as error:
                 self._drop(address, producer)
                 raise ConnectionError(str(error) or type(error).__name__) from error
 
