@@ -38,7 +38,11 @@ def topic(broker: BoundAddresses) -> str:
             "trionsq option 'startingOffsets': '{not json' is neither",
         ),
         ("startingOffsets", '{"x": 1}', "trionsq option 'startingOffsets': 'x' is not a partition"),
-        ("startingOffsets", '{"0": 3}', "trionsq option 'startingOffsets': 'spark_options' partition 0: offset 3"),
+        (
+            "startingOffsets",
+            '{"0": 3}',
+            "trionsq option 'startingOffsets': 'spark_options' partition 0: offset 3",
+        ),
         ("endingOffsets", "earliest", "trionsq option 'endingOffsets': 'earliest' makes no sense"),
         (
             "startingTimestamp",
