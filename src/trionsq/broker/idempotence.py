@@ -174,7 +174,19 @@ class IdempotenceTable:
     def load(self, entries: bytes) -> int:
         """Remember a journal's entries (oldest first, a later one of a digest winning),
         writing nothing; returns the highest internal id among them (0: none)."""
+        if not entries:
+            return 0
         places = self._places
+        starts = range(0, len(entries), _ENTRY)
+        digests = [entries[at : at + _DIGEST] for at in starts]
+        loaded = dict(
+            zip(digests, [entries[at + _DIGEST : at + _ENTRY] for at in starts], strict=True)
+        )
+        if not places and len(loaded) == len(digests):  # at open, no key twice: the fast way
+            self._places = loaded
+            self._order = deque(digests)
+            self._evict()
+            return _entry_id(entries, len(entries) - _ENTRY)
         newest: dict[bytes, bytes] = {}
         for at in range(len(entries) - _ENTRY, -1, -_ENTRY):
             digest = entries[at : at + _DIGEST]
@@ -183,9 +195,14 @@ class IdempotenceTable:
         for digest in reversed(newest):
             places[digest] = newest[digest]
             self._order.append(digest)
-        for _ in range(len(self._order) - self.window):
-            del places[self._order.popleft()]
-        return _entry_id(entries, len(entries) - _ENTRY) if entries else 0
+        self._evict()
+        return _entry_id(entries, len(entries) - _ENTRY)
+
+    def _evict(self) -> None:
+        places = self._places
+        order = self._order
+        for _ in range(len(order) - self.window):
+            del places[order.popleft()]
 
     def entries(self) -> bytes:
         """Every key remembered as journal entries, oldest first."""
