@@ -226,10 +226,10 @@ def main(arguments: argparse.Namespace) -> None:
             )
         eo = statistics.median(writes["exactlyOnce=true"])
         plain = statistics.median(writes["exactlyOnce=false"])
-        parquet = statistics.median(writes["Parquet"])
+        parquet_write = statistics.median(writes["Parquet"])
         print(
             f"write medians: exactlyOnce=true {eo:,.0f}, exactlyOnce=false {plain:,.0f},"
-            f" Parquet {parquet:,.0f} rows/s; exactly once / plain {eo / plain:.2f}"
+            f" Parquet {parquet_write:,.0f} rows/s; exactly once / plain {eo / plain:.2f}"
             " (the issue asks >= 0.7)"
         )
         print(
