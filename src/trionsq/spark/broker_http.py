@@ -93,11 +93,6 @@ class PartitionOffsets:
     ext: bool = False
     """Whether the topic is an ext topic (takes headers)."""
 
-    @property
-    def behind(self) -> int | None:
-        """Messages from ``after_offset`` to the end, when it was asked."""
-        return None if self.after_id is None else self.next_id - self.after_id
-
 
 def _reason(body: bytes) -> str:
     try:

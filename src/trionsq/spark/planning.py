@@ -10,6 +10,7 @@ where a message starts, into parts of about as many messages (the broker says wh
 
 from __future__ import annotations
 
+import copy
 import itertools
 import re
 from typing import TYPE_CHECKING, TypeAlias, TypeVar
@@ -210,15 +211,7 @@ def _offset_after(task: PartitionRange, count: int) -> int:
 
 
 def _part(task: PartitionRange, start: int, end: int) -> PartitionRange:
-    return PartitionRange(
-        task.topic,
-        task.partition,
-        task.address,
-        start,
-        end,
-        page_records=task.page_records,
-        page_bytes=task.page_bytes,
-        fail_on_data_loss=task.fail_on_data_loss,
-        include_headers=task.include_headers,
-        access=task.access,
-    )
+    """The part ``[start, end)`` of a task's range, as a task of its own."""
+    part = copy.copy(task)
+    part.start, part.end = start, end
+    return part

@@ -160,14 +160,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             where = now[key]
             first = begin.get(key, where.earliest)
             if stop > first:
-                (answer,) = partition_offsets(
-                    self.options.access,
-                    where.address,
-                    key[0],
-                    partition=where.partition,
-                    after_offset=first,
-                )
-                available[key] = answer.behind or 0
+                # counted to the end ``now`` found (a later message is not in this batch)
+                after = self._after(key, first).after_id
+                available[key] = max(0, where.next_id - (after or where.next_id))
         total = sum(available.values())
         waited = time.monotonic() - self.last_trigger
         if least is not None and total < least and waited < self.options.max_trigger_delay:
@@ -177,14 +172,15 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         limited = dict(end)
         for key, count in taken.items():
             if count < available[key]:
-                limited[key] = self._end_after(key, begin.get(key, now[key].earliest), count)
+                first = begin.get(key, now[key].earliest)
+                limit = self._after(key, first, count).limit if count else first
+                limited[key] = min(end[key], limit if limit is not None else end[key])
         self.behind = {key: available.get(key, 0) - taken.get(key, 0) for key in end}
         return limited
 
-    def _end_after(self, key: TopicPartition, first: int, count: int) -> int:
-        """Where ``count`` messages from ``first`` end in partition ``key``."""
-        if count <= 0:
-            return first
+    def _after(self, key: TopicPartition, first: int, count: int | None = None) -> PartitionOffsets:
+        """Partition ``key`` seen from ``first``: the id there (``after_id``) and, with
+        ``count``, where that many messages from it end (``limit``)."""
         where = self.located[key]
         (answer,) = partition_offsets(
             self.options.access,
@@ -194,7 +190,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             after_offset=first,
             max_messages=count,
         )
-        return answer.limit if answer.limit is not None else where.latest
+        return answer
 
     def reportLatestOffset(self) -> dict[str, object]:
         """The partitions' ends, and how many messages the query is behind them
