@@ -20,7 +20,7 @@ from ..protocol.message import EXT_VERSION_JSON, EXT_VERSION_TAG
 if TYPE_CHECKING:
     from ..protocol.record_batch import RecordBatch
 
-__all__ = ["KEY_HEADER", "SCHEMA", "schema", "to_arrow"]
+__all__ = ["KEY_HEADER", "schema", "to_arrow"]
 
 KEY_HEADER: Final = "##key"
 """The ext header field that keeps a message's key (the sink's ``key`` column)."""
@@ -46,8 +46,6 @@ def schema(*, include_headers: bool = True) -> str:
         f"{name} {kind}" for name, kind in _FIELDS if include_headers or name != "headers"
     )
 
-
-SCHEMA: Final = schema()
 
 _HEADERS: Final = pa.map_(pa.string(), pa.string())
 _TIMESTAMP: Final = pa.timestamp("us", tz="UTC")
