@@ -361,45 +361,46 @@ async def restart_with(
     return again
 
 
-async def test_a_restart_remembers_the_keys_of_the_records_cached_at_open(
+async def test_a_restart_remembers_every_key_of_the_window(
     nursery: trio.Nursery, tmp_path: Path
 ) -> None:
-    """The tail cache at open: the last max(--mem-queue-size, 1024) records of the last
-    segment (at most 32 MiB)."""
-    config = NsqdConfig.loopback(data_path=str(tmp_path), mem_queue_size=100)
-    batches = [[keyed(f"k{n}", b"%d" % n) for n in range(s, s + 100)] for s in range(1, 1101, 100)]
-    addresses = await restart_with(config, nursery, batches)
-    table = partition_of(addresses, "t").idempotence
-    assert table is not None
-    assert len(table) == 1024  # ids 77..1100
-    async with open_producer(tcp(addresses)) as producer:
-        await producer.publish_many_ext(
-            "t", [keyed("k76", b"76 again"), keyed("k77", b"no"), keyed("k1100", b"no")]
-        )
-    log = partition_of(addresses, "t").log
-    assert log.next_id == 1102
-    (last,) = log.read(1101, 1)
-    assert last.body == b"76 again"
-
-
-async def test_a_restart_forgets_the_keys_of_earlier_segments(
-    nursery: trio.Nursery, tmp_path: Path
-) -> None:
-    """Right after a segment roll the tail cache holds little: so does the table."""
-    config = NsqdConfig.loopback(data_path=str(tmp_path), max_bytes_per_file=4096)
-    batches = [[keyed(f"k{n}", b"x" * 1000)] for n in range(1, 6)]
+    """The keys come back from the journal kept with the log, not only those of the
+    records the log holds in memory at open (1024 here), nor only the last segment's."""
+    config = NsqdConfig.loopback(
+        data_path=str(tmp_path), mem_queue_size=100, max_bytes_per_file=64 << 10
+    )
+    batches = [[keyed(f"k{n}", b"%d" % n) for n in range(s, s + 100)] for s in range(1, 3001, 100)]
     addresses = await restart_with(config, nursery, batches)
     log = partition_of(addresses, "t").log
     assert isinstance(log, TopicLog)
-    assert log.segment_count == 2  # three records fit a segment: k1-k3, then k4-k5
+    assert log.segment_count > 2
     table = partition_of(addresses, "t").idempotence
     assert table is not None
-    assert len(table) == 2
+    assert len(table) == 3000
     async with open_producer(tcp(addresses)) as producer:
-        await producer.publish_many_ext("t", [keyed("k1", b"1 again"), keyed("k5", b"no")])
-    assert log.next_id == 7
-    (last,) = log.read(6, 1)
-    assert last.body == b"1 again"
+        await producer.publish_many_ext(
+            "t", [keyed("k1", b"no"), keyed("k1500", b"no"), keyed("k3001", b"new")]
+        )
+    assert log.next_id == 3002
+    (last,) = log.read(3001, 1)
+    assert last.body == b"new"
+
+
+async def test_a_restart_keeps_the_window_of_the_keys(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """Past the window the oldest keys go, across restarts as before them."""
+    config = NsqdConfig.loopback(data_path=str(tmp_path), idempotency_window=250)
+    batches = [[keyed(f"k{n}", b"%d" % n) for n in range(s, s + 100)] for s in range(1, 1001, 100)]
+    addresses = await restart_with(config, nursery, batches)
+    table = partition_of(addresses, "t").idempotence
+    assert table is not None
+    assert len(table) == 250
+    async with open_producer(tcp(addresses)) as producer:
+        await producer.publish_many_ext("t", [keyed("k750", b"again"), keyed("k751", b"no")])
+    log = partition_of(addresses, "t").log
+    assert log.next_id == 1002
+    assert log.read(1001, 1)[0].body == b"again"
 
 
 # ---------------------------------------------------------------- the blocking client

@@ -27,14 +27,22 @@ def topic(broker: BoundAddresses) -> str:
     ("option", "value", "message"),
     [
         # Spark hands a source its option names in lower case
-        ("startingOfsets", "earliest", "trionsq option 'startingofsets': unknown option"),
+        (
+            "startingOfsets",
+            "earliest",
+            "trionsq option 'startingofsets': unknown option; did you mean startingOffsets",
+        ),
         (
             "startingOffsets",
             "{not json",
             "trionsq option 'startingOffsets': '{not json' is neither",
         ),
         ("startingOffsets", '{"x": 1}', "trionsq option 'startingOffsets': 'x' is not a partition"),
-        ("startingOffsets", '{"0": 3}', "trionsq option 'startingOffsets': partition 0: offset 3"),
+        (
+            "startingOffsets",
+            '{"0": 3}',
+            "trionsq option 'startingOffsets': 'spark_options' partition 0: offset 3",
+        ),
         ("endingOffsets", "earliest", "trionsq option 'endingOffsets': 'earliest' makes no sense"),
         (
             "startingTimestamp",
@@ -59,9 +67,14 @@ def test_bad_read_option(
 
 
 def test_unreachable_broker(spark: SparkSession) -> None:
+    """An outage reads as one: the broker, how long it was retried, why."""
     reader = spark.read.format("trionsq").option("nsqd", "127.0.0.1:1")
-    with pytest.raises(Exception, match=r"trionsq option 'nsqd': cannot reach 127\.0\.0\.1:1"):
-        reader.load("anything").collect()
+    with pytest.raises(
+        Exception,
+        match=r"trionsq: broker 127\.0\.0\.1:1 unreachable, retried for 1 s"
+        r" \(brokerRetryTimeout\): \[Errno 111\] Connection refused",
+    ):
+        reader.option("brokerRetryTimeout", "1s").load("anything").collect()
 
 
 def test_unknown_topic(spark: SparkSession, broker: BoundAddresses) -> None:

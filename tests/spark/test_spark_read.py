@@ -50,7 +50,8 @@ def test_reads_every_partition_in_offset_order(spark: SparkSession, broker: Boun
     frame = read(spark, broker, "spark_all")
     assert frame.schema.simpleString() == (
         "struct<topic:string,partition:int,offset:bigint,id:bigint,trace_id:string,"
-        "timestamp:timestamp,attempts:int,tag:string,headers:map<string,string>,body:binary>"
+        "timestamp:timestamp,attempts:int,tag:string,headers:map<string,string>,body:binary,"
+        "key:binary>"
     )
     rows = by_partition(frame.collect())
     assert sorted(rows) == [0, 1]
@@ -181,3 +182,15 @@ def test_a_task_that_fails_once_reads_the_same_rows_again(
         assert note.read() == "failed"
     assert len(rows) == 800
     assert len({(r.partition, r.offset) for r in rows}) == 800
+
+
+def test_an_empty_read_gives_no_rows(spark: SparkSession, broker: BoundAddresses) -> None:
+    """Nothing to read (an empty topic, the tail, a time to come): no task, 0 rows
+    (Spark plans one partition of its own when a source plans none)."""
+    create_topic(broker, "spark_empty", partitions=2)
+    assert read(spark, broker, "spark_empty").count() == 0
+    publish(broker, "spark_empty", [b"one", b"two"], 0)
+    assert read(spark, broker, "spark_empty", startingOffsets="latest").count() == 0
+    future = str(int(time.time() * 1000) + 3_600_000)
+    assert read(spark, broker, "spark_empty", startingTimestamp=future).count() == 0
+    assert read(spark, broker, "spark_empty").count() == 2

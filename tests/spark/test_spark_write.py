@@ -171,3 +171,29 @@ def test_a_replayed_stream_batch_publishes_nothing_twice(
     run()
     expected = Counter(b"s%d-%d" % (p, n) for p in (0, 1) for n in range(400))
     assert written(spark, broker, "write_sink") == expected
+
+
+def test_a_named_streaming_query_writes(
+    spark: SparkSession, broker: BoundAddresses, tmp_path: Path
+) -> None:
+    """Spark hands the sink options of its own (queryName, checkpointLocation, path):
+    they are accepted, not refused as unknown."""
+    create_topic(broker, "named_source")
+    create_topic(broker, "named_sink", ext=True)
+    publish(broker, "named_source", [b"n%d" % n for n in range(50)], 0)
+    query = (
+        spark.readStream.format("trionsq")
+        .option("nsqd", http_address(broker))
+        .option("startingOffsets", "earliest")
+        .load("named_source")
+        .select("body")
+        .writeStream.format("trionsq")
+        .queryName("named_query")
+        .option("nsqd", http_address(broker))
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start("named_sink")
+    )
+    query.awaitTermination(120)
+    assert query.exception() is None
+    assert written(spark, broker, "named_sink") == Counter(b"n%d" % n for n in range(50))

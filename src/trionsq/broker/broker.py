@@ -361,7 +361,7 @@ class Broker:
                     source=source,
                 )
                 return Stored.of(stored[0]) if stored else None
-            table = partition.idempotence = idempotence.IdempotenceTable(window)
+            table = partition.idempotence = idempotence.new_table(partition.log, window)
         kept, digests = table.split(keys)
         first: Stored | None = None
         first_key = keys[0] if keys else None

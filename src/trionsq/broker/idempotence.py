@@ -13,8 +13,11 @@ key (16 bytes of BLAKE2b) to the stored record's place, in insertion order, the
 oldest forgotten past the window. About 185 bytes per key (the broker's RSS growth
 measured by ``benchmarks/idempotent_publish.py``): 178 MiB for a full default window
 of 1,000,000.
-After a restart the table is rebuilt from the records the partition's log holds in
-memory at open (:func:`restore`), and the empty or deleted topic loses it.
+A durable partition keeps its keys in a journal beside its log
+(:mod:`trionsq.queues.key_journal`: each batch's new entries go out with one write
+right after the batch), so after a restart, ``kill -9`` included, the table holds
+the same last ``window`` keys (:func:`restore`); an emptied or deleted topic loses
+them.
 
 The table lives here; :meth:`~trionsq.broker.broker.Broker.publish_once` uses it
 around the append. Pure state on the broker's thread: the check, the append and the
@@ -31,20 +34,25 @@ from typing import TYPE_CHECKING, Final, NamedTuple
 
 from ..protocol.ext_header import IDEMPOTENCY_KEY, idempotency_key_of, stored_fields
 from ..protocol.message import EXT_VERSION_JSON
+from ..queues.segment_format import storage_log
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from ..queues.key_journal import KeyJournal
     from ..queues.partition_log import PartitionLog
     from ..queues.record import Record
 
-__all__ = ["IdempotenceTable", "Stored", "key_digest", "restore"]
+__all__ = ["IdempotenceTable", "Stored", "key_digest", "new_table", "restore"]
 
 _MARK: Final = IDEMPOTENCY_KEY.encode()
 """What a stored header must contain before it is parsed for a key (at restore)."""
 _PLACE: Final = struct.Struct(">QQQI")
 """A remembered record: internal id, trace id, offset, raw size (28 bytes: a bytes
 value is 64 bytes of memory where a tuple of four ints is over 140)."""
+_DIGEST: Final = 16
+_ENTRY: Final = _DIGEST + _PLACE.size
+"""A journal entry: the digest, then the place (queues/key_journal.py's ENTRY_SIZE)."""
 RESTORE_CHUNK: Final = 4096
 """Records read from the log's memory at a time by :func:`restore`."""
 
@@ -81,17 +89,20 @@ class IdempotenceTable:
     scan past every deleted entry to find the oldest, which makes eviction quadratic.
     """
 
-    __slots__ = ("_order", "_places", "duplicates", "window")
+    __slots__ = ("_order", "_places", "_unwritten", "duplicates", "journal", "window")
 
-    def __init__(self, window: int) -> None:
+    def __init__(self, window: int, journal: KeyJournal | None = None) -> None:
         if window <= 0:
             raise ValueError(f"an idempotence window must be positive, got {window}")
         self.window: Final = window
         """Keys remembered at most; past it the oldest is forgotten."""
         self.duplicates = 0
         """Messages not stored because their key was (publishes that still succeeded)."""
+        self.journal = journal
+        """Where new keys are also written (a durable log's), or None."""
         self._places: dict[bytes, bytes] = {}
         self._order: deque[bytes] = deque()
+        self._unwritten = b""
 
     def __len__(self) -> int:
         return len(self._places)
@@ -132,30 +143,124 @@ class IdempotenceTable:
         places = self._places
         order = self._order
         pack = _PLACE.pack
+        entries: list[bytes] = []
         for digest, record in zip(digests, records, strict=False):  # fewer: dropped
             if digest is None or digest in places:
                 continue
-            places[digest] = pack(
+            place = places[digest] = pack(
                 record.internal_id, record.trace_id, record.offset, record.raw_size
             )
             order.append(digest)
+            entries += (digest, place)
         for _ in range(len(order) - self.window):
             del places[order.popleft()]
+        if entries and self.journal is not None:
+            self._journal(b"".join(entries))
+
+    def _journal(self, entries: bytes) -> None:
+        """Write new entries to the journal; after a refused write they wait for the
+        next (logged once): the keys stay remembered here meanwhile."""
+        journal = self.journal
+        assert journal is not None  # noqa: S101 - the caller checked
+        try:
+            journal.append(self._unwritten + entries)
+        except OSError as error:
+            if not self._unwritten:
+                storage_log.error("%s: idempotency keys not written: %s", journal.path, error)
+            self._unwritten += entries
+        else:
+            self._unwritten = b""
+
+    def load(self, entries: bytes) -> int:
+        """Remember a journal's entries (oldest first, a later one of a digest winning),
+        writing nothing; returns the highest internal id among them (0: none)."""
+        if not entries:
+            return 0
+        places = self._places
+        starts = range(0, len(entries), _ENTRY)
+        digests = [entries[at : at + _DIGEST] for at in starts]
+        loaded = dict(
+            zip(digests, [entries[at + _DIGEST : at + _ENTRY] for at in starts], strict=True)
+        )
+        if not places and len(loaded) == len(digests):  # at open, no key twice: the fast way
+            self._places = loaded
+            self._order = deque(digests)
+            self._evict()
+            return _entry_id(entries, len(entries) - _ENTRY)
+        newest: dict[bytes, bytes] = {}
+        for at in range(len(entries) - _ENTRY, -1, -_ENTRY):
+            digest = entries[at : at + _DIGEST]
+            if digest not in newest and digest not in places:
+                newest[digest] = entries[at + _DIGEST : at + _ENTRY]
+        for digest in reversed(newest):
+            places[digest] = newest[digest]
+            self._order.append(digest)
+        self._evict()
+        return _entry_id(entries, len(entries) - _ENTRY)
+
+    def _evict(self) -> None:
+        places = self._places
+        order = self._order
+        for _ in range(len(order) - self.window):
+            del places[order.popleft()]
+
+    def entries(self) -> bytes:
+        """Every key remembered as journal entries, oldest first."""
+        places = self._places
+        return b"".join(digest + places[digest] for digest in self._order)
+
+
+def new_table(log: PartitionLog, window: int) -> IdempotenceTable:
+    """A partition's first table (its first keyed publish, or after an empty), with
+    the log's journal when the log is durable."""
+    journal, entries = log.open_keys(window, create=True)
+    table = IdempotenceTable(window)
+    table.load(entries)
+    table.journal = journal
+    return table
 
 
 def restore(
     log: PartitionLog, window: int, table: IdempotenceTable | None = None
 ) -> IdempotenceTable | None:
-    """Rebuild a partition's table at open from the records its log holds in memory
-    (a durable log's tail cache; see docs/extensions.md for what that covers), into
-    ``table`` if it has one. Only headers that contain ``##idempotency_key`` are
-    parsed. No table is made when none has a key, or with no window.
+    """Rebuild a partition's table at open, into ``table`` if it has one: the keys of
+    its journal, then those of the records stored after the journal's last entry
+    (a crash between the two writes of a batch), or without a journal (a broker
+    that kept none) those of the records the log holds in memory. Only headers that
+    contain ``##idempotency_key`` are parsed. No table is made when there is no key,
+    or with no window.
     """
-    if window <= 0 or log.next_id <= log.start_id:
+    if window <= 0:
         return table
+    journal, entries = log.open_keys(window, create=False)
     from_id = _first_in_memory(log)
+    if journal is not None:
+        table = table or IdempotenceTable(window)
+        # entries past the log's end name records a power loss took: not stored
+        while entries and _entry_id(entries, len(entries) - _ENTRY) >= log.next_id:
+            entries = entries[:-_ENTRY]
+        last = table.load(entries)
+        table.journal = journal
+        if last:
+            from_id = max(last + 1, log.start_id)
+    table = _remember_stored(log, window, table, from_id)
+    if table is not None and table.journal is None and log.on_disk:
+        table.journal, _ = log.open_keys(window, create=True)
+        if table.journal is not None:
+            table.journal.append(table.entries())
+    return table
+
+
+def _remember_stored(
+    log: PartitionLog, window: int, table: IdempotenceTable | None, from_id: int
+) -> IdempotenceTable | None:
+    """Remember the keys of the records from ``from_id`` on (read from the files
+    where they are not in memory)."""
     while from_id < log.next_id:
-        records = log.read(from_id, RESTORE_CHUNK)
+        if log.is_cold(from_id):
+            records = log.read_cold(from_id, RESTORE_CHUNK)
+        else:
+            records = log.read(from_id, RESTORE_CHUNK)
         if not records:
             break
         digests: list[bytes | None] = []
@@ -173,6 +278,10 @@ def restore(
             table.remember(digests, keyed)
         from_id = records[-1].internal_id + 1
     return table
+
+
+def _entry_id(entries: bytes, at: int) -> int:
+    return int.from_bytes(entries[at + _DIGEST : at + _DIGEST + 8], "big")
 
 
 def _first_in_memory(log: PartitionLog) -> int:

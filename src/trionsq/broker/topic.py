@@ -312,6 +312,8 @@ class Partition:
         paused-topic case (messages published since the pause) is not modelled yet.
         The ``##idempotency_key`` values remembered are forgotten either way.
         """
+        if self.idempotence is not None and self.idempotence.journal is not None:
+            self.idempotence.journal.forget()
         self.idempotence = None  # an emptied topic takes every key again
         if self.channels:
             return 0

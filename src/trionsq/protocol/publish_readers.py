@@ -8,7 +8,8 @@ and the publish bodies each read in one place.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import re
+from typing import TYPE_CHECKING, Final
 
 from .commands import (
     Dpub,
@@ -22,7 +23,7 @@ from .commands import (
     TracedMessage,
 )
 from .errors import ProtocolError
-from .ext_header import check_ext_header
+from .ext_header import IDEMPOTENCY_KEY, MAX_IDEMPOTENCY_KEY_BYTES, check_ext_header
 from .parsing import (
     _EOF_BODY,
     _EOF_BODY_SIZE,
@@ -255,11 +256,23 @@ class PublishReaders(CommandArguments):
         return MpubExt(topic, tuple(exts), partition)
 
 
+_KEY_ONLY_START: Final = b'{"%s":"' % IDEMPOTENCY_KEY.encode()
+_PLAIN_KEY: Final = re.compile(rb"[ !#-\[\]-~]{1,%d}" % MAX_IDEMPOTENCY_KEY_BYTES)
+"""Printable ASCII but the quote and the backslash: a JSON string that is its own text."""
+
+
 def _ext_message(header: bytes, body: bytes) -> ExtMessage | ProtocolError:
     """Check a JSON header the way Youzan's PUB_EXT does; its errors are non-fatal.
 
     The header is kept as the client sent it; the rules are :func:`check_ext_header`'s.
+    A header that is only ``{"##idempotency_key":"<printable ASCII>"}`` (the Spark
+    sink's, one per message) is read without a JSON parser: the same result, at a
+    fraction of the cost.
     """
+    if header.startswith(_KEY_ONLY_START) and header.endswith(b'"}'):
+        key = header[len(_KEY_ONLY_START) : -2]
+        if _PLAIN_KEY.fullmatch(key):
+            return ExtMessage(header, body, None, None, key.decode("ascii"))
     checked = check_ext_header(header)
     if isinstance(checked, ProtocolError):
         return checked

@@ -16,6 +16,8 @@ from .record import Record, record_size
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from .key_journal import KeyJournal
+
 __all__ = ["MemoryLog"]
 
 
@@ -54,6 +56,10 @@ class MemoryLog:
 
     def rewind(self, internal_id: int) -> None:
         """Nothing to do: a memory log cannot give back what it released."""
+
+    def open_keys(self, window: int, *, create: bool) -> tuple[KeyJournal | None, bytes]:
+        """No key journal: nothing of a memory log outlives the process."""
+        return None, b""
 
     def __len__(self) -> int:
         return len(self._records) - self._skip

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from .key_journal import KeyJournal
     from .record import Record
 
 __all__ = ["PartitionLog"]
@@ -45,6 +46,10 @@ class PartitionLog(Protocol):
 
     def rewind(self, internal_id: int) -> None:
         """Make records from ``internal_id`` (≥ ``earliest_id``) readable again."""
+
+    def open_keys(self, window: int, *, create: bool) -> tuple[KeyJournal | None, bytes]:
+        """The idempotency key journal kept with the log and the entries it held at
+        open (queues/key_journal.py); (None, b"") when there is none (nor ``create``)."""
 
     def offset_of(self, internal_id: int, *, floor: int | None = None) -> int:
         """The offset of the first record from ``internal_id`` on (``next_offset`` if none)."""

@@ -53,6 +53,7 @@ import time
 from typing import TYPE_CHECKING
 
 from .cold_reads import COLD_CHUNK_BYTES, _ColdReads
+from .key_journal import KeyJournal
 from .log_state import CACHE_BYTES, MAX_CHUNKS
 from .recovery import RecoveryReport, _Tally
 from .retention import _Retention
@@ -97,6 +98,7 @@ class TopicLog(_ColdReads, _SegmentWriter, _Retention):
 
     on_disk = True
     """Records past the tail cache are read from the segment files."""
+    _keys: KeyJournal | None = None
 
     # -- opening and recovery -------------------------------------------------------
 
@@ -215,6 +217,38 @@ class TopicLog(_ColdReads, _SegmentWriter, _Retention):
             start -= 1
         self._cache = records[start:]
         self._cache_base = records[start].internal_id
+
+    # -- the idempotency key journal ------------------------------------------------
+
+    def open_keys(self, window: int, *, create: bool) -> tuple[KeyJournal | None, bytes]:
+        """This log's idempotency key journal (queues/key_journal.py) and the entries it
+        held at open; (None, b"") when it has none and not ``create``. Synced, closed
+        and deleted with the log."""
+        if self._keys is not None:
+            return self._keys, b""
+        journal, entries = KeyJournal.open(
+            self.directory / f"{self.name}.keys", window, create=create
+        )
+        self._keys = journal
+        return journal, entries
+
+    def sync(self) -> None:
+        super().sync()
+        if self._keys is not None:
+            self._keys.sync()
+
+    def close(self, *, sync: bool = True) -> None:
+        super().close(sync=sync)
+        if self._keys is not None:
+            if sync:
+                self._keys.sync()
+            self._keys.close()
+
+    def delete_files(self) -> None:
+        super().delete_files()
+        journal = self._keys or KeyJournal(self.directory / f"{self.name}.keys", 1)
+        journal.delete()
+        self._keys = None
 
     # -- sizes ----------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ from ..broker.health import PERSIST, READ
 from ..broker.log_reads import (
     ReadError,
     earliest_offset,
+    id_at_offset,
     offset_after,
     offsets,
     read_from_offset,
@@ -111,9 +112,10 @@ class PartitionApi:
         return Response(200, body, _BATCH_HEADERS)
 
     async def _offsets(self, request: Request) -> Response:
-        """Each partition's earliest and latest offsets, ids and holds; with
-        ``timestamp_ms``, where that time falls; with ``after_offset`` and
-        ``max_messages`` (one partition), where that many records from there end."""
+        """Each partition's earliest and latest offsets, ids and holds, and whether
+        the topic is ext; with ``timestamp_ms``, where that time falls; with
+        ``after_offset`` (one partition), the id of the record there and, with
+        ``max_messages``, where that many records from there end."""
         name = name_arg(parsed_query(request), "topic", invalid="INVALID_ARG_TOPIC")
         index = None
         if "partition" in request.query:
@@ -123,13 +125,13 @@ class PartitionApi:
             limit = _INT64_MAX // _NS_PER_MS
             timestamp_ms = _int_arg(request, "timestamp_ms", -limit, limit)
         after = None
+        count = None
         if "after_offset" in request.query or "max_messages" in request.query:
             if index is None:
                 raise HttpError(400, "MISSING_ARG_PARTITION")
-            after = (
-                _int_arg(request, "after_offset", 0, _INT64_MAX),
-                _int_arg(request, "max_messages", 1, _INT64_MAX),
-            )
+            after = _int_arg(request, "after_offset", 0, _INT64_MAX)
+            if "max_messages" in request.query:
+                count = _int_arg(request, "max_messages", 1, _INT64_MAX)
         reader = self._reader_arg(request, required=False)
         await self._authorize(request, "READ", reader)
         topic = self._topic(name)
@@ -141,7 +143,12 @@ class PartitionApi:
                 found = await offsets(
                     log, None if timestamp_ms is None else timestamp_ms * _NS_PER_MS
                 )
-                ends = None if after is None else await offset_after(log, *after)
+                after_id = None if after is None else await id_at_offset(log, after)
+                ends = (
+                    None
+                    if after is None or count is None
+                    else await offset_after(log, after, count)
+                )
             except ReadError as error:
                 raise HttpError(400, str(error)) from None
             except OSError as error:
@@ -156,11 +163,13 @@ class PartitionApi:
             }
             if found.timestamp_offset is not None:
                 answer["timestamp_offset"] = found.timestamp_offset
+            if after_id is not None:
+                answer["after_id"] = after_id
             if ends is not None:
                 answer["limit_offset"] = ends
             answers.append(answer)
         self._worked(READ)
-        return Response.json({"topic": name, "partitions": answers})
+        return Response.json({"topic": name, "ext": topic.ext, "partitions": answers})
 
     async def _hold(self, request: Request) -> Response:
         """Create or move ``reader``'s hold to ``offset``; saved before the answer."""

@@ -20,13 +20,32 @@ from ..protocol.message import EXT_VERSION_JSON, EXT_VERSION_TAG
 if TYPE_CHECKING:
     from ..protocol.record_batch import RecordBatch
 
-__all__ = ["SCHEMA", "to_arrow"]
+__all__ = ["KEY_HEADER", "schema", "to_arrow"]
 
-SCHEMA: Final = (
-    "topic string, partition int, offset long, id long, trace_id string,"
-    " timestamp timestamp, attempts int, tag string, headers map<string,string>, body binary"
+KEY_HEADER: Final = "##key"
+"""The ext header field that keeps a message's key (the sink's ``key`` column)."""
+_FIELDS: Final = (
+    ("topic", "string"),
+    ("partition", "int"),
+    ("offset", "long"),
+    ("id", "long"),
+    ("trace_id", "string"),
+    ("timestamp", "timestamp"),
+    ("attempts", "int"),
+    ("tag", "string"),
+    ("headers", "map<string,string>"),
+    ("body", "binary"),
+    ("key", "binary"),
 )
-"""The source's columns (Spark DDL): Spark's Kafka source's, with NSQ's fields."""
+
+
+def schema(*, include_headers: bool = True) -> str:
+    """The source's columns (Spark DDL): Spark's Kafka source's, with NSQ's fields;
+    ``headers`` only with ``includeHeaders`` (the default)."""
+    return ", ".join(
+        f"{name} {kind}" for name, kind in _FIELDS if include_headers or name != "headers"
+    )
+
 
 _HEADERS: Final = pa.map_(pa.string(), pa.string())
 _TIMESTAMP: Final = pa.timestamp("us", tz="UTC")
@@ -44,15 +63,16 @@ def _text(value: object) -> str:
     return value if isinstance(value, str) else orjson.dumps(value).decode()
 
 
-def _ext_columns(page: RecordBatch) -> tuple[pa.Array, pa.Array]:
-    """(tag, headers): Youzan's JSON header (ext version 4) as a map, its dispatch tag
-    as the tag; a bare tag (ext version 2) as the tag alone."""
+def _ext_columns(page: RecordBatch) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """(tag, headers, key): Youzan's JSON header (ext version 4) as a map, its dispatch
+    tag as the tag and ``##key`` as the key; a bare tag (ext version 2) as the tag."""
     count = page.count
     versions = page.ext_versions
     if not any(versions):
-        return pa.nulls(count, pa.string()), pa.nulls(count, _HEADERS)
+        return pa.nulls(count, pa.string()), pa.nulls(count, _HEADERS), pa.nulls(count, pa.binary())
     tags: list[str | None] = [None] * count
     headers: list[list[tuple[str, str]] | None] = [None] * count
+    keys: list[bytes | None] = [None] * count
     for index, ext in enumerate(page.exts()):
         version = versions[index]
         if version == EXT_VERSION_JSON:
@@ -65,9 +85,11 @@ def _ext_columns(page: RecordBatch) -> tuple[pa.Array, pa.Array]:
                 headers[index] = pairs
                 tag = document.get(DISPATCH_TAG_KEY)
                 tags[index] = tag if isinstance(tag, str) and tag else None
+                key = document.get(KEY_HEADER)
+                keys[index] = key.encode() if isinstance(key, str) else None
         elif version == EXT_VERSION_TAG and ext:
             tags[index] = ext.decode("utf-8", "replace")
-    return pa.array(tags, pa.string()), pa.array(headers, _HEADERS)
+    return pa.array(tags, pa.string()), pa.array(headers, _HEADERS), pa.array(keys, pa.binary())
 
 
 def _trace_ids(page: RecordBatch) -> pa.Array:
@@ -77,35 +99,27 @@ def _trace_ids(page: RecordBatch) -> pa.Array:
     return pa.array([str(value) if value else None for value in column], pa.string())
 
 
-def to_arrow(page: RecordBatch, topic: str, partition: int, count: int) -> pa.RecordBatch:
-    """The first ``count`` records of ``page`` as rows of :data:`SCHEMA`."""
+def to_arrow(
+    page: RecordBatch, topic: str, partition: int, count: int, *, include_headers: bool = True
+) -> pa.RecordBatch:
+    """The first ``count`` records of ``page`` as rows of :func:`schema`."""
     total = page.count
     nanoseconds = _fixed(pa.int64(), total, page.timestamps)
-    tags, headers = _ext_columns(page)
-    batch = pa.RecordBatch.from_arrays(
-        [
-            pa.repeat(pa.scalar(topic, pa.string()), total),
-            pa.repeat(pa.scalar(partition, pa.int32()), total),
-            _fixed(pa.int64(), total, page.offsets),
-            _fixed(pa.int64(), total, page.ids),
-            _trace_ids(page),
-            pc.divide(nanoseconds, 1000).cast(_TIMESTAMP),
-            pa.repeat(pa.scalar(0, pa.int32()), total),
-            tags,
-            headers,
-            _variable(pa.binary(), total, page.body_offsets, page.body_data),
-        ],
-        names=[
-            "topic",
-            "partition",
-            "offset",
-            "id",
-            "trace_id",
-            "timestamp",
-            "attempts",
-            "tag",
-            "headers",
-            "body",
-        ],
-    )
+    tags, headers, keys = _ext_columns(page)
+    columns = {
+        "topic": pa.repeat(pa.scalar(topic, pa.string()), total),
+        "partition": pa.repeat(pa.scalar(partition, pa.int32()), total),
+        "offset": _fixed(pa.int64(), total, page.offsets),
+        "id": _fixed(pa.int64(), total, page.ids),
+        "trace_id": _trace_ids(page),
+        "timestamp": pc.divide(nanoseconds, 1000).cast(_TIMESTAMP),
+        "attempts": pa.repeat(pa.scalar(0, pa.int32()), total),
+        "tag": tags,
+        "headers": headers,
+        "body": _variable(pa.binary(), total, page.body_offsets, page.body_data),
+        "key": keys,
+    }
+    if not include_headers:
+        del columns["headers"]
+    batch = pa.RecordBatch.from_arrays(list(columns.values()), names=list(columns))
     return batch if count >= total else batch.slice(0, count)

@@ -1,23 +1,28 @@
 """``df.write.format("trionsq")`` and ``writeStream``: rows published as messages.
 
-Columns: ``body`` (binary or string, required), and optionally ``headers``
-(map<string,string>), ``tag`` (Youzan's dispatch tag), ``key`` (partition key,
-hashed as trionsq's and Youzan's producers hash it), ``partition`` (int, wins over
-``key``) and ``idempotency_key``.
+Columns: ``body`` (binary or string, required; Kafka's ``value`` is taken for it),
+and optionally ``topic`` (each row's topic when no ``topic`` option or path is
+given, as in Kafka's sink, where the option wins), ``headers``
+(map<string,string>), ``tag`` (Youzan's dispatch tag), ``key`` (stored with the
+message as the ``##key`` header, read back as the source's ``key`` column, and
+hashed to choose the partition as trionsq's and Youzan's producers hash it),
+``partition`` (int, wins over ``key``) and ``idempotency_key``.
 
 Exactly once. A Spark task that fails is run again from the start, and a stream
 that restarts runs its last uncommitted micro-batch again; a sink's ``write()``
 cannot know it is a repeat (it has no batch id and runs before the driver's
 commit). So each message carries a deterministic ``##idempotency_key`` header and
 the broker stores a key at most once per partition (docs/extensions.md,
-"Idempotent publishing"): a repeated task publishes the same keys and nothing
-twice. The key is the ``idempotency_key`` column when given, otherwise a digest
-of the write's identity (the streaming query id and batch id, or one id per batch
-write job), the Spark partition, the row's content and how many identical rows
-came before it in the task. It depends on no row order, so a repeated shuffle that
-hands a task its rows in another order still yields the same keys. A row with
-neither ``key`` nor ``partition`` goes to the partition its idempotency key hashes
-to, so a repeat also sends it to the same partition.
+"Idempotent publishing"; the broker keeps its keys across restarts): a repeated
+task publishes the same keys and nothing twice. The key is the
+``idempotency_key`` column when given, otherwise a digest of the write's identity
+(the streaming query id and batch id, or one id per batch write job), the Spark
+partition, the row's content and how many identical rows came before it in the
+task. It depends on no row order, so a repeated shuffle that hands a task its rows
+in another order still yields the same keys. A row with neither ``key`` nor
+``partition`` goes to the partition its idempotency key hashes to, so a repeat also
+sends it to the same partition. A broker that cannot be reached is retried, and
+what was being sent is sent again, for up to ``brokerRetryTimeout``.
 """
 
 from __future__ import annotations
@@ -29,20 +34,31 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Final
 
 import orjson
+import trio
 from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
     DataSourceStreamArrowWriter,
     WriterCommitMessage,
 )
-from pyspark.sql.types import BinaryType, IntegerType, LongType, MapType, StringType, StructType
+from pyspark.sql.types import (
+    BinaryType,
+    IntegerType,
+    LongType,
+    MapType,
+    NullType,
+    StringType,
+    StructType,
+)
 
 from ..client.blocking import BlockingProducer, connect_producer
-from ..client.connection import NsqError
+from ..client.connection import ConnectionClosedError, NsqError
+from ..client.options import ConnectionOptions
 from ..client.partitioning import partition_for_key
 from ..protocol.commands import ExtMessage
 from ..protocol.ext_header import DISPATCH_TAG_KEY, IDEMPOTENCY_KEY
-from .broker_http import locate_partitions, tcp_address
+from .broker_http import locate_partitions, retrying, tcp_address
+from .columns import KEY_HEADER
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -54,9 +70,19 @@ if TYPE_CHECKING:
 __all__ = ["BatchWriter", "StreamWriter", "WriteSummary"]
 
 _IDEMPOTENCY_BYTES: Final = IDEMPOTENCY_KEY.encode()
-_COLUMNS: Final = ("body", "headers", "tag", "key", "partition", "idempotency_key")
+_EXPECTED: Final = {
+    "body": (BinaryType, StringType),
+    "topic": (StringType,),
+    "headers": (MapType,),
+    "tag": (StringType,),
+    "key": (BinaryType, StringType),
+    "partition": (IntegerType, LongType),
+    "idempotency_key": (StringType,),
+}
 IN_FLIGHT: Final = 4
 """MPUBs a task keeps in flight: enough to keep the broker busy while the next is built."""
+_LOST: Final = (OSError, ConnectionClosedError, trio.BrokenResourceError, trio.ClosedResourceError)
+"""What a publish raises when the broker cannot be reached or its connection broke."""
 _QUERY_ID: Final = "sql.streaming.queryId"
 _BATCH_ID: Final = "streaming.sql.batchId"
 
@@ -68,25 +94,26 @@ class WriteSummary(WriterCommitMessage):
         self.published = published
 
 
-def check_columns(schema: StructType) -> None:
+def check_columns(schema: StructType, options: WriteOptions) -> None:
     """Refuse, before any task runs, columns the sink would not know what to do with."""
     names = schema.fieldNames()
-    if "body" not in names:
+    if "body" not in names and "value" not in names:
         raise ValueError("trionsq sink: the DataFrame needs a 'body' column (binary or string)")
-    expected = {
-        "body": (BinaryType, StringType),
-        "headers": (MapType,),
-        "tag": (StringType,),
-        "key": (BinaryType, StringType),
-        "partition": (IntegerType, LongType),
-        "idempotency_key": (StringType,),
-    }
+    if "body" in names and "value" in names:
+        raise ValueError("trionsq sink: give 'body' or Kafka's 'value', not both")
+    if options.topic is None and "topic" not in names:
+        raise ValueError(
+            "trionsq sink: no topic: give the topic option (or save()'s path) or a 'topic' column"
+        )
     for field in schema.fields:
-        kinds = expected.get(field.name)
+        name = "body" if field.name == "value" else field.name
+        kinds = _EXPECTED.get(name)
         if kinds is None:
             raise ValueError(
-                f"trionsq sink: column {field.name!r} is not one of {', '.join(_COLUMNS)}"
+                f"trionsq sink: column {field.name!r} is not one of {', '.join(_EXPECTED)}"
             )
+        if isinstance(field.dataType, NullType) and name == "body":
+            raise ValueError("trionsq sink: the 'body' column is always null")
         if not isinstance(field.dataType, kinds):
             raise ValueError(
                 f"trionsq sink: column {field.name!r} has type {field.dataType.simpleString()},"
@@ -94,23 +121,59 @@ def check_columns(schema: StructType) -> None:
             )
 
 
-class _Destination:
-    """Where the write goes, worked out once on the driver: the TCP address of the
-    broker holding each partition."""
+def _needs_ext(schema: StructType, options: WriteOptions) -> str | None:
+    """What the write puts in headers (so the topic must be an ext topic), if anything."""
+    if options.exactly_once:
+        return "idempotency keys (exactlyOnce)"
+    carried = [n for n in ("headers", "tag", "idempotency_key") if n in schema.fieldNames()]
+    return f"the {', '.join(carried)} column(s)" if carried else None
 
-    def __init__(self, options: WriteOptions) -> None:
-        located = locate_partitions(options.topic, options.nsqd, options.lookupd)
-        tcp = {address: tcp_address(address) for address in {w.address for w in located.values()}}
+
+class _Topic:
+    """Where one topic's rows go: the TCP address of the broker holding each of its
+    partitions, and whether it takes headers."""
+
+    def __init__(self, options: WriteOptions, name: str) -> None:
+        access = options.access
+        located = locate_partitions(access, name, options.nsqd, options.lookupd)
+        addresses = {where.address for where in located.values()}
+        tcp = {address: tcp_address(access, address) for address in addresses}
+        self.name = name
         self.brokers = {partition: tcp[where.address] for partition, where in located.items()}
-        self.partition_count = max(located) + 1
+        self.count = max(located) + 1
+        self.ext = all(where.ext for where in located.values())
+
+
+class _Destinations:
+    """The topics of a write, found once per topic (on the driver for the ``topic``
+    option, in the task for each new value of a ``topic`` column)."""
+
+    def __init__(self, options: WriteOptions, schema: StructType) -> None:
+        self.options = options
+        self.needs_ext = _needs_ext(schema, options)
+        self.topics: dict[str, _Topic] = {}
+        if options.topic is not None:
+            self.get(options.topic)
+
+    def get(self, name: str) -> _Topic:
+        found = self.topics.get(name)
+        if found is None:
+            found = self.topics[name] = _Topic(self.options, name)
+            if self.needs_ext is not None and not found.ext:
+                raise ValueError(
+                    f"trionsq sink: topic {name!r} is not an ext topic, so it cannot carry"
+                    f" {self.needs_ext}: create it with ext=true, or write only 'body' with"
+                    " exactlyOnce=false"
+                )
+        return found
 
 
 class _TaskPublisher:
     """One task's producers (one per broker) and the rows it has turned into messages."""
 
-    def __init__(self, options: WriteOptions, destination: _Destination, scope: str) -> None:
+    def __init__(self, options: WriteOptions, destinations: _Destinations, scope: str) -> None:
         self.options = options
-        self.destination = destination
+        self.destinations = destinations
         context = TaskContext.get()
         task = context.partitionId() if context is not None else 0
         self.prefix = f"{scope}|{task}|".encode()
@@ -121,19 +184,16 @@ class _TaskPublisher:
         self.published = 0
         self.spread = 0
         """Rows sent round robin (no key, partition or idempotency key)."""
+        secret = options.access.auth_secret
+        self.connection = ConnectionOptions(auth_secret=secret.encode() if secret else None)
 
-    def producer(self, partition: int) -> BlockingProducer:
-        """The producer for the broker holding ``partition`` (opened on first use)."""
-        address = self.destination.brokers.get(partition)
-        if address is None:
-            raise ValueError(
-                f"trionsq sink: topic {self.options.topic!r} has no partition {partition}"
-                f" (it has {self.destination.partition_count})"
-            )
+    def producer(self, address: str) -> BlockingProducer:
+        """The producer for the broker at ``address`` (opened on first use)."""
         with self.opening:
             producer = self.producers.get(address)
             if producer is None:
-                producer = self.producers[address] = connect_producer(address)
+                producer = connect_producer(address, options=self.connection)
+                self.producers[address] = producer
         return producer
 
     def write(self, batches: Iterator[pa.RecordBatch]) -> WriteSummary:
@@ -154,85 +214,125 @@ class _TaskPublisher:
         text = fingerprint.hex()
         return (f"{text}.{repeat}" if repeat else text), int.from_bytes(fingerprint[:4], "big")
 
-    def _messages(self, batch: pa.RecordBatch) -> dict[int, list[ExtMessage]]:
-        names = batch.schema.names
+    def _messages(self, batch: pa.RecordBatch) -> dict[tuple[str, int], list[ExtMessage]]:
+        names = ["body" if name == "value" else name for name in batch.schema.names]
+        if batch.column(names.index("body")).null_count:
+            raise ValueError(
+                "trionsq sink: a row has a null 'body' (nothing of its batch was sent)"
+            )
         if names == ["body"] and self.options.exactly_once:
-            return self._keyed_bodies(batch.column(0).to_pylist())
-        columns = {name: batch.column(name).to_pylist() for name in names}
+            assert self.options.topic is not None  # noqa: S101 - no topic column
+            return self._keyed_bodies(self.options.topic, batch.column(0).to_pylist())
+        columns = {name: batch.column(index).to_pylist() for index, name in enumerate(names)}
         rows = batch.num_rows
         none: list[object] = [None] * rows
         bodies = columns["body"]
+        topics = columns.get("topic", none) if self.options.topic is None else none
         headers = columns.get("headers", none)
         tags = columns.get("tag", none)
         keys = columns.get("key", none)
         partitions = columns.get("partition", none)
         given = columns.get("idempotency_key", none)
-        count = self.destination.partition_count
-        exactly_once = self.options.exactly_once
-        out: dict[int, list[ExtMessage]] = {}
+        out: dict[tuple[str, int], list[ExtMessage]] = {}
         for row in range(rows):
+            topic = self._topic(topics[row])
             body = _body(bodies[row])
             header: dict[str, object] = dict(headers[row] or ())
-            tag = tags[row]
-            if tag is not None:
-                header[DISPATCH_TAG_KEY] = tag
+            if tags[row] is not None:
+                header[DISPATCH_TAG_KEY] = tags[row]
             key = keys[row]
+            if key is not None and topic.ext:
+                header[KEY_HEADER] = _key_text(key)
             spread = None
-            if exactly_once:
+            if self.options.exactly_once:
                 idempotency = given[row]
                 if idempotency is None:
                     extra = orjson.dumps(header, option=orjson.OPT_SORT_KEYS)
-                    if key is not None:
-                        extra += key.encode() if isinstance(key, str) else key
-                    idempotency, spread = self._key(body, extra)
+                    idempotency, spread = self._key(body, extra + topic.name.encode())
                 header[IDEMPOTENCY_KEY] = idempotency
             partition = partitions[row]
             if partition is None:
                 if key is not None:
-                    partition = partition_for_key(key, count)
+                    partition = partition_for_key(key, topic.count)
                 elif spread is not None:
-                    partition = spread % count
+                    partition = spread % topic.count
                 else:
-                    partition = self.spread % count
+                    partition = self.spread % topic.count
                     self.spread += 1
-            out.setdefault(partition, []).append(ExtMessage(orjson.dumps(header), body))
+            message = ExtMessage(orjson.dumps(header) if header else b"{}", body)
+            out.setdefault((topic.name, partition), []).append(message)
         return out
 
-    def _keyed_bodies(self, bodies: list[object]) -> dict[int, list[ExtMessage]]:
+    def _topic(self, name: object) -> _Topic:
+        if name is None:
+            name = self.options.topic
+            if name is None:
+                raise ValueError("trionsq sink: a row has a null 'topic' and no topic option")
+        return self.destinations.get(str(name))
+
+    def _keyed_bodies(
+        self, name: str, bodies: list[bytes | str]
+    ) -> dict[tuple[str, int], list[ExtMessage]]:
         """The common case, bodies alone, without a dict and a JSON encoder per row."""
-        count = self.destination.partition_count
-        out: dict[int, list[ExtMessage]] = {}
+        count = self.destinations.get(name).count
+        out: dict[tuple[str, int], list[ExtMessage]] = {}
+        key = self._key
         for value in bodies:
-            body = _body(value)
-            idempotency, spread = self._key(body, b"{}")
+            body = value if isinstance(value, bytes) else value.encode()
+            idempotency, spread = key(body, b"{}")
             header = b'{"%s":"%s"}' % (_IDEMPOTENCY_BYTES, idempotency.encode())
-            out.setdefault(spread % count, []).append(ExtMessage(header, body))
+            out.setdefault((name, spread % count), []).append(ExtMessage(header, body))
         return out
 
-    def _publish(self, messages: dict[int, list[ExtMessage]]) -> None:
+    def _publish(self, messages: dict[tuple[str, int], list[ExtMessage]]) -> None:
         """Every chunk of ``batch_size`` as one MPUB(_EXT), :data:`IN_FLIGHT` at a time
         (they are pipelined on each broker's connection); raises the first refusal."""
         size = self.options.batch_size
         chunks = [
-            (partition, batch[start : start + size])
-            for partition, batch in messages.items()
+            (topic, partition, batch[start : start + size])
+            for (topic, partition), batch in messages.items()
             for start in range(0, len(batch), size)
         ]
         for published in self.pool.map(lambda job: self._send(*job), chunks):
             self.published += published
 
-    def _send(self, partition: int, chunk: list[ExtMessage]) -> int:
-        topic = self.options.topic
-        producer = self.producer(partition)
+    def _send(self, topic: str, partition: int, chunk: list[ExtMessage]) -> int:
+        """One chunk, sent again (on a new connection) while the broker cannot be
+        reached, up to ``brokerRetryTimeout``: a repeat stores nothing twice when the
+        messages carry idempotency keys."""
+        destination = self.destinations.get(topic)
+        address = destination.brokers.get(partition)
+        if address is None:
+            raise ValueError(
+                f"trionsq sink: topic {topic!r} has no partition {partition}"
+                f" (it has {destination.count})"
+            )
+        plain = all(message.header == b"{}" for message in chunk)
+
+        def attempt() -> None:
+            producer = self.producer(address)
+            try:
+                if plain:
+                    bodies = [message.body for message in chunk]
+                    producer.publish_many(topic, bodies, partition=partition)
+                else:
+                    producer.publish_many_ext(topic, chunk, partition=partition)
+            except _LOST as error:
+                self._drop(address, producer)
+                raise ConnectionError(str(error) or type(error).__name__) from error
+
         try:
-            if all(message.header == b"{}" for message in chunk):
-                bodies = [message.body for message in chunk]
-                producer.publish_many(topic, bodies, partition=partition)
-            else:
-                producer.publish_many_ext(topic, chunk, partition=partition)
+            retrying(self.options.access, address, attempt)
         except NsqError as error:
             raise _explained(error, topic) from error
         return len(chunk)
+
+    def _drop(self, address: str, producer: BlockingProducer) -> None:
+        """Forget a producer whose connection failed: the next attempt opens another."""
+        with self.opening:
+            if self.producers.get(address) is producer:
+                del self.producers[address]
+        producer.close()
 
 
 def _body(value: object) -> bytes:
@@ -241,6 +341,17 @@ def _body(value: object) -> bytes:
     if isinstance(value, str):
         return value.encode()
     raise ValueError("trionsq sink: a row has a null 'body'")
+
+
+def _key_text(key: bytes | str) -> str:
+    if isinstance(key, str):
+        return key
+    try:
+        return key.decode()
+    except UnicodeDecodeError:
+        raise ValueError(
+            f"trionsq sink: a 'key' of {len(key)} bytes is not UTF-8 text (headers are JSON)"
+        ) from None
 
 
 def _explained(error: NsqError, topic: str) -> Exception:
@@ -257,13 +368,14 @@ class BatchWriter(DataSourceArrowWriter):
     """``df.write``: one id for the whole job, so retried tasks repeat their keys."""
 
     def __init__(self, options: WriteOptions, schema: StructType) -> None:
-        check_columns(schema)
+        check_columns(schema, options)
         self.options = options
-        self.destination = _Destination(options)
+        self.destinations = _Destinations(options, schema)
         self.job = uuid.uuid4().hex
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteSummary:
-        return _TaskPublisher(self.options, self.destination, f"job:{self.job}").write(iterator)
+        scope = f"job:{self.job}"
+        return _TaskPublisher(self.options, self.destinations, scope).write(iterator)
 
     def commit(self, messages: Sequence[WriterCommitMessage | None]) -> None:
         """Nothing to do: every message is stored when its task ends."""
@@ -277,9 +389,9 @@ class StreamWriter(DataSourceStreamArrowWriter):
     checkpoint keeps) name the write, so a replayed micro-batch repeats its keys."""
 
     def __init__(self, options: WriteOptions, schema: StructType) -> None:
-        check_columns(schema)
+        check_columns(schema, options)
         self.options = options
-        self.destination = _Destination(options)
+        self.destinations = _Destinations(options, schema)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteSummary:
         context = TaskContext.get()
@@ -288,7 +400,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
         if query is None or batch is None:
             raise RuntimeError("trionsq sink: no streaming query id or batch id in the task")
         scope = f"stream:{query}:{batch}"
-        return _TaskPublisher(self.options, self.destination, scope).write(iterator)
+        return _TaskPublisher(self.options, self.destinations, scope).write(iterator)
 
     def commit(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
         """Nothing to do: the broker stored every message when its task ended."""

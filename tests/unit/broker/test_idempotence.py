@@ -300,7 +300,7 @@ def test_restore_makes_no_table_without_keys_or_window() -> None:
     assert restore(partition.log, 0) is None
 
 
-def test_restore_reads_only_the_tail_cache_of_a_durable_log(tmp_path: Path) -> None:
+def test_restore_without_a_journal_reads_the_tail_cache_of_a_durable_log(tmp_path: Path) -> None:
     log, _ = TopicLog.open(tmp_path, "t-0", max_bytes_per_file=1 << 30, cache_records=4)
     keys = [f"k{n}" for n in range(1, 11)]
     log.append([b"x"] * 10, WALL, ext_version=EXT_VERSION_JSON, exts=[header(k) for k in keys])
@@ -344,3 +344,33 @@ def test_the_window_flag_and_config_key(tmp_path: Path) -> None:
 def test_a_negative_window_is_refused_at_startup() -> None:
     with pytest.raises(ConfigError, match="--idempotency-window must be 0 or more, got -1"):
         build_nsqd_config(goflags.parse(NSQD_FLAGS, ["-idempotency-window=-1"]))
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["abc", "0f" * 16 + ".3", "x" * 256, "x" * 257, "", 'a"b', "a\\b", "a\\u0041", "é", " ~!#[]"],
+)
+def test_a_key_only_header_reads_as_the_json_parser_reads_it(key: str) -> None:
+    """The MPUB_EXT fast path for ``{"##idempotency_key":"..."}`` headers (no JSON
+    parser) gives what the parser gives, refusals included."""
+    from trionsq.protocol.errors import ProtocolError
+    from trionsq.protocol.publish_readers import _ext_message
+
+    for header in (b'{"##idempotency_key":"%s"}' % key.encode(), header_of(key)):
+        fast = _ext_message(header, b"body")
+        slow = check_ext_header(header)
+        if isinstance(slow, ProtocolError):
+            assert isinstance(fast, ProtocolError)
+            assert fast.code == slow.code
+        else:
+            assert not isinstance(fast, ProtocolError)
+            assert (fast.trace_id, fast.tag, fast.idempotency_key) == (
+                slow.trace_id,
+                slow.tag,
+                slow.idempotency_key,
+            )
+            assert fast.header == header
+
+
+def header_of(key: str) -> bytes:
+    return orjson.dumps({"##idempotency_key": key})
