@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Final
 import trio
 
 from ..auth.client import MAX_REQUESTS_AT_ONCE
+from .lookupd_peers import PRECREATION_QUERIES_AT_ONCE
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -88,9 +89,11 @@ SPARE_PEERS: Final = 2
 
 def reserved_sockets(config: NsqdConfig) -> int:
     """Sockets a broker opens besides the connections it accepts: its listeners,
-    its lookupd peers, statsd's and the auth queries'."""
+    its lookupd peers and their channel queries for new topics (lookupds may be
+    added at runtime), statsd's and the auth queries'."""
     listeners = 1 + bool(config.http_address) + (config.tls_enabled and bool(config.https_address))
-    peers = len(config.lookupd_tcp_addresses) + SPARE_PEERS
+    peers = PEER_SOCKETS * (len(config.lookupd_tcp_addresses) + SPARE_PEERS)
+    lookupd_queries = PRECREATION_QUERIES_AT_ONCE
     auth = MAX_REQUESTS_AT_ONCE if config.auth_http_addresses else 0
     statsd = 1 if config.statsd_address else 0
-    return LISTENER_SOCKETS * listeners + PEER_SOCKETS * peers + auth + statsd
+    return LISTENER_SOCKETS * listeners + peers + lookupd_queries + auth + statsd
