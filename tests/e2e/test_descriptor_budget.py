@@ -9,7 +9,6 @@ even /ping could not connect.
 from __future__ import annotations
 
 import json
-import os
 import re
 import resource
 import signal
@@ -22,12 +21,16 @@ from typing import TYPE_CHECKING
 import pytest
 import trio
 
-from trionsq.http.client import http_request
 from trionsq.protocol import Dpub, Pub, Rdy, Sub
 from trionsq.protocol.client import ErrorReply, MessageFrame, Response
 from trionsq.testing import ProtocolClient
 
-from .test_storage_faults import limit_descriptors, lowest_free_descriptor
+from .test_storage_faults import (
+    BrokerProcess,
+    limit_descriptors,
+    listening,
+    lowest_free_descriptor,
+)
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Sequence
@@ -36,43 +39,8 @@ if TYPE_CHECKING:
     from trionsq.protocol.client import Frame
 
 TRIONSQ = Path(sys.executable).with_name("trionsq")
-LISTENING = re.compile(rb"(TCP|HTTP): listening on 127\.0\.0\.1:(\d+)")
 LIMIT = 1024
 TOPICS = 1100
-WAIT = 60.0
-
-
-class LimitedBroker:
-    """``trionsq serve`` started with an open-file limit it cannot raise."""
-
-    def __init__(self, process: trio.Process) -> None:
-        self.process = process
-        self.stderr = b""
-        self.tcp = ("127.0.0.1", 0)
-        self.http_address = ""
-
-    async def read_stderr(self) -> None:
-        assert self.process.stderr is not None
-        async for chunk in self.process.stderr:
-            self.stderr += chunk
-
-    async def wait_listening(self) -> None:
-        with trio.fail_after(WAIT):
-            while len(LISTENING.findall(self.stderr)) < 2:
-                assert self.process.returncode is None, self.stderr.decode()
-                await trio.sleep(0.02)
-        ports = {proto: int(port) for proto, port in LISTENING.findall(self.stderr)}
-        self.tcp = ("127.0.0.1", ports[b"TCP"])
-        self.http_address = f"127.0.0.1:{ports[b'HTTP']}"
-
-    async def http(self, method: str, target: str, body: bytes = b"") -> tuple[int, bytes]:
-        reply = await http_request(
-            method, self.http_address, target, body=body, connect_timeout=5, request_timeout=10
-        )
-        return reply.status, reply.body
-
-    def open_descriptors(self) -> int:
-        return len(os.listdir(f"/proc/{self.process.pid}/fd"))
 
 
 def _limit_descriptors() -> None:  # pragma: no cover - runs in the child
@@ -80,8 +48,9 @@ def _limit_descriptors() -> None:  # pragma: no cover - runs in the child
 
 
 @asynccontextmanager
-async def limited_broker(data: Path, *flags: str) -> AsyncIterator[LimitedBroker]:
-    """``trionsq serve`` on ``data`` under RLIMIT_NOFILE (1024, 1024); killed at the end."""
+async def limited_broker(data: Path) -> AsyncIterator[BrokerProcess]:
+    """``trionsq serve`` on ``data`` under RLIMIT_NOFILE (1024, 1024), which it cannot
+    raise; killed at the end."""
     process = await trio.lowlevel.open_process(
         [
             str(TRIONSQ),
@@ -89,24 +58,13 @@ async def limited_broker(data: Path, *flags: str) -> AsyncIterator[LimitedBroker
             f"--data-path={data}",
             "--tcp-address=127.0.0.1:0",
             "--http-address=127.0.0.1:0",
-            *flags,
         ],
         stdin=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         preexec_fn=_limit_descriptors,
     )
-    broker = LimitedBroker(process)
-    try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(broker.read_stderr)
-            await broker.wait_listening()
-            yield broker
-            nursery.cancel_scope.cancel()
-    finally:
-        if process.returncode is None:
-            process.kill()
-            with trio.move_on_after(10):
-                await process.wait()
+    async with listening(BrokerProcess(process)) as broker:
+        yield broker
 
 
 def topic_name(number: int) -> str:
@@ -123,7 +81,7 @@ async def replies(client: ProtocolClient, commands: Sequence[Command]) -> list[F
     return await client.read(len(commands))
 
 
-async def publish_one_per_topic(broker: LimitedBroker, count: int) -> list[int]:
+async def publish_one_per_topic(broker: BrokerProcess, count: int) -> list[int]:
     """PUB one message to each of ``count`` new topics (a hundred per write); the
     numbers of the topics whose PUB was acknowledged."""
     acked: list[int] = []
@@ -146,7 +104,7 @@ async def publish_one_per_topic(broker: LimitedBroker, count: int) -> list[int]:
     return acked
 
 
-async def receive_one(broker: LimitedBroker, topic: str) -> bytes:
+async def receive_one(broker: BrokerProcess, topic: str) -> bytes:
     """SUB on ``topic`` (channel ``c``) and the body of its first message."""
     consumer = await ProtocolClient.connect(broker.tcp)
     try:
@@ -160,18 +118,18 @@ async def receive_one(broker: LimitedBroker, topic: str) -> bytes:
         await consumer.aclose()
 
 
-async def stats(broker: LimitedBroker) -> bytes:
+async def stats(broker: BrokerProcess) -> bytes:
     status, body = await broker.http("GET", "/stats?format=json")
     assert status == 200, body
     return body
 
 
-async def topic_depths(broker: LimitedBroker) -> dict[str, int]:
+async def topic_depths(broker: BrokerProcess) -> dict[str, int]:
     topics = json.loads(await stats(broker))["topics"]
     return {topic["topic_name"]: topic["depth"] for topic in topics}
 
 
-async def descriptor_figures(broker: LimitedBroker) -> dict[str, int]:
+async def descriptor_figures(broker: BrokerProcess) -> dict[str, int]:
     """/stats' ``descriptors``: how the broker shares its open-file limit."""
     figures: dict[str, int] = json.loads(await stats(broker))["descriptors"]
     return figures
@@ -340,8 +298,14 @@ def _soft_limit_below_hard() -> None:  # pragma: no cover - runs in the child
 @pytest.mark.parametrize(
     "command",
     [
-        ["trionsq", "serve", "--in-memory", "--tcp-address=127.0.0.1:0", "--http-address="],
-        ["nsqd", "-tcp-address=127.0.0.1:0", "-http-address=", "-data-path={data}"],
+        [
+            "trionsq",
+            "serve",
+            "--in-memory",
+            "--tcp-address=127.0.0.1:0",
+            "--http-address=127.0.0.1:0",
+        ],
+        ["nsqd", "-tcp-address=127.0.0.1:0", "-http-address=127.0.0.1:0", "-data-path={data}"],
         ["trionsq", "lookupd", "--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0"],
         ["nsqlookupd", "-tcp-address=127.0.0.1:0", "-http-address=127.0.0.1:0"],
     ],
@@ -360,18 +324,6 @@ async def test_every_command_raises_the_soft_open_file_limit_to_the_hard_one(
         stderr=subprocess.PIPE,
         preexec_fn=_soft_limit_below_hard,
     )
-    try:
-        assert process.stderr is not None
-        seen = b""
-        with trio.fail_after(WAIT):
-            while b"TCP: listening on" not in seen:
-                chunk = await process.stderr.receive_some(4096)
-                assert chunk, seen
-                seen += chunk
+    async with listening(BrokerProcess(process)):
         limits = await trio.Path(f"/proc/{process.pid}/limits").read_text()
         assert re.search(r"^Max open files\s+4096\s+4096\s+files", limits, re.MULTILINE), limits
-    finally:
-        process.kill()
-        await process.wait()
-        if process.stderr is not None:
-            await process.stderr.aclose()

@@ -19,7 +19,7 @@ import subprocess
 import sys
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import trio
 
@@ -38,12 +38,12 @@ LISTENING = re.compile(rb"(TCP|HTTP): listening on 127\.0\.0\.1:(\d+)")
 WAIT = 20.0
 
 
-class NamespacedNsqd:
-    """``nsqd`` on a tmpfs of its own, in a mount namespace of its own."""
+class BrokerProcess:
+    """A broker command running as a subprocess: its stderr collected, the ports it
+    listens on, HTTP requests to it."""
 
-    def __init__(self, process: trio.Process, mount: Path) -> None:
+    def __init__(self, process: trio.Process) -> None:
         self.process = process
-        self.mount = mount
         self.stderr = b""
         self.tcp = ("127.0.0.1", 0)
         self.http_address = ""
@@ -62,15 +62,9 @@ class NamespacedNsqd:
         self.tcp = ("127.0.0.1", ports[b"TCP"])
         self.http_address = f"127.0.0.1:{ports[b'HTTP']}"
 
-    def remount(self, options: str) -> None:
-        """Change the tmpfs under the running broker (its namespace, its mount)."""
-        pid = str(self.process.pid)
-        command = ["nsenter", "-t", pid, "-m", "mount", "-o", f"remount,{options}", "tmpfs"]
-        subprocess.run([*command, str(self.mount)], check=True, timeout=10)  # noqa: S603
-
     async def http(self, method: str, target: str, body: bytes = b"") -> tuple[int, bytes]:
         reply = await http_request(
-            method, self.http_address, target, body=body, connect_timeout=5, request_timeout=5
+            method, self.http_address, target, body=body, connect_timeout=5, request_timeout=10
         )
         return reply.status, reply.body
 
@@ -82,6 +76,43 @@ class NamespacedNsqd:
         self.process.send_signal(signal.SIGTERM)
         with trio.fail_after(WAIT):
             return await self.process.wait()
+
+    def open_descriptors(self) -> int:
+        return len(os.listdir(f"/proc/{self.process.pid}/fd"))
+
+
+Running = TypeVar("Running", bound=BrokerProcess)
+
+
+@asynccontextmanager
+async def listening(broker: Running) -> AsyncIterator[Running]:
+    """``broker`` once it listens (its stderr read meanwhile); killed at the end."""
+    process = broker.process
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(broker.read_stderr)
+            await broker.wait_listening()
+            yield broker
+            nursery.cancel_scope.cancel()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            with trio.move_on_after(10):
+                await process.wait()
+
+
+class NamespacedNsqd(BrokerProcess):
+    """``nsqd`` on a tmpfs of its own, in a mount namespace of its own."""
+
+    def __init__(self, process: trio.Process, mount: Path) -> None:
+        super().__init__(process)
+        self.mount = mount
+
+    def remount(self, options: str) -> None:
+        """Change the tmpfs under the running broker (its namespace, its mount)."""
+        pid = str(self.process.pid)
+        command = ["nsenter", "-t", pid, "-m", "mount", "-o", f"remount,{options}", "tmpfs"]
+        subprocess.run([*command, str(self.mount)], check=True, timeout=10)  # noqa: S603
 
 
 @asynccontextmanager
@@ -102,18 +133,8 @@ async def namespaced_nsqd(
         stdin=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
-    broker = NamespacedNsqd(process, mount)
-    try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(broker.read_stderr)
-            await broker.wait_listening()
-            yield broker
-            nursery.cancel_scope.cancel()
-    finally:
-        if process.returncode is None:
-            process.kill()
-            with trio.move_on_after(10):
-                await process.wait()
+    async with listening(NamespacedNsqd(process, mount)) as broker:
+        yield broker
 
 
 async def frame(client: ProtocolClient) -> Frame:
