@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import pytest
 import trio
 
+from trionsq.descriptors import HTTP_RESERVE
 from trionsq.protocol import Dpub, Pub, Rdy, Sub
 from trionsq.protocol.client import ErrorReply, MessageFrame, Response
 from trionsq.testing import ProtocolClient
@@ -227,6 +228,27 @@ async def served(client: ProtocolClient) -> bool:
     raise AssertionError("neither served nor refused: accept is stuck")
 
 
+async def held_pings(broker: BrokerProcess, count: int) -> list[trio.SocketStream]:
+    """Up to ``count`` HTTP connections kept open, each answered one /ping; stops at
+    the first the broker closes unanswered."""
+    host, port = broker.http_address.split(":")
+    held: list[trio.SocketStream] = []
+    while len(held) < count:
+        stream = await trio.open_tcp_stream(host, int(port))
+        await stream.send_all(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+        with trio.fail_after(10):
+            try:
+                answer = await stream.receive_some()
+            except trio.BrokenResourceError:  # reset: closed with the request unread
+                answer = b""
+        if not answer:
+            await stream.aclose()
+            break
+        assert answer.startswith(b"HTTP/1.1 200 "), answer
+        held.append(stream)
+    return held
+
+
 async def test_connections_beyond_the_limit_are_refused_and_ping_still_answers(
     tmp_path: Path,
 ) -> None:
@@ -257,8 +279,13 @@ async def test_connections_beyond_the_limit_are_refused_and_ping_still_answers(
         assert await broker.http("GET", "/ping") == (200, b"OK")
         frames = await replies(producer, [Pub("kept", b"after"), Pub("brand-new", b"new")])
         assert frames == [Response(b"OK"), Response(b"OK")], frames
+        # HTTP has a share of its own, then it is refused too
+        held = await held_pings(broker, HTTP_RESERVE + 1)
+        assert len(held) == HTTP_RESERVE
         for client in (producer, *idle):
             await client.aclose()
+        for stream in held:
+            await stream.aclose()
         assert broker.process.returncode is None
     assert b"accept returned EMFILE" not in broker.stderr
     assert b"Traceback" not in broker.stderr
@@ -276,13 +303,23 @@ async def test_a_publish_the_kernel_refuses_a_descriptor_gets_e_pub_failed(
         status, body = await broker.http("POST", "/topic/create?topic=new")
         assert status == 200, body
         youzan = await ProtocolClient.connect(broker.tcp)
+        host, port = broker.http_address.split(":")
+        http = await trio.open_tcp_stream(host, int(port))  # accepted before the limit drops
         await trio.sleep(1.5)  # the metadata write is done: nothing opens meanwhile
         pid = broker.process.pid
         limit_descriptors(pid, lowest_free_descriptor(pid), LIMIT)
         (refusal,) = await replies(youzan, [Pub("new", b"no descriptor", partition=0)])
+        await http.send_all(
+            b"POST /pub?topic=new HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nno"
+        )
+        with trio.fail_after(10):
+            answer = await http.receive_some()
         limit_descriptors(pid, LIMIT, LIMIT)
         assert isinstance(refusal, ErrorReply), refusal
         assert refusal.error.text == "E_PUB_FAILED new-0.000000.log: too many open files"
+        assert answer.startswith(b"HTTP/1.1 500 "), answer
+        assert answer.endswith(b'{"message":"PUB_FAILED new-0.000000.log: too many open files"}')
+        await http.aclose()
         (stored,) = await replies(youzan, [Pub("new", b"stored", partition=0)])
         assert stored == Response(b"OK")
         assert await receive_one(broker, "new") == b"stored"
