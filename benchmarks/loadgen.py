@@ -127,6 +127,10 @@ class WorkerConfig:
     the ordered partition in flight at once); 0: not sent."""
     group_member: str = ""
     """consume: IDENTIFY ``group_member`` (trionsq's consumer groups); "": not sent."""
+    processes: int = 1
+    topics: int = 1
+    """pub: round robin over this many topics, ``<topic>-<n>`` with n zero-padded
+    (names of one length, so every PUB encodes to the same size)."""
     max_msgs_per_sec: int = 0
     """consume: IDENTIFY ``max_msgs_per_sec`` (trionsq's rate limit); 0: not sent."""
     max_bytes_per_sec: int = 0
@@ -515,8 +519,12 @@ class Publisher:
     def __init__(self, cfg: WorkerConfig) -> None:
         self.cfg = cfg
         body = b"x" * cfg.size
+        self.rotation = 1
+        """Distinct commands sent in turn (pub over --topics)."""
         if cfg.mode == "pub":
-            self.command = encode_command(Pub(cfg.topic, body))
+            commands = [encode_command(Pub(name, body)) for name in topic_names(cfg)]
+            self.command = commands[0]
+            self.rotation = len(commands)
             self.per_command = 1
         elif cfg.tags:
             self.command = encode_command(MpubExt(cfg.topic, tagged(body, cfg.batch, cfg.tags)))
@@ -527,8 +535,13 @@ class Publisher:
             self.per_command = cfg.batch
         self.total = max(1, math.ceil(cfg.count / self.per_command))
         self.window = max(1, min(cfg.inflight, self.total))
-        # every write is a slice of this one pre-encoded run of commands
-        self.blob = memoryview(self.command * self.window)
+        # every write is a slice of this one pre-encoded run of commands (the topics
+        # in turn, then as many again as a write may take past the last one)
+        if self.rotation > 1:
+            turn = b"".join(commands)
+            self.blob = memoryview(turn * (1 + math.ceil(self.window / self.rotation)))
+        else:
+            self.blob = memoryview(self.command * self.window)
         self.sock = connect(cfg, f"loadgen-{cfg.mode}-{cfg.index}")
         go_blocking(self.sock)
 
@@ -550,9 +563,12 @@ class Publisher:
         popleft = pending.popleft
         acked = heartbeats = bytes_in = nops = 0
         sent = self.window
+        rotation = self.rotation
+        at = 0  # the next command's place in the rotation
         try:
             t = now()
             sendall(blob[: sent * length])
+            at = sent % rotation
             pending.extend(repeat(t, sent))
             while acked < total:
                 try:
@@ -585,7 +601,8 @@ class Publisher:
                     break
                 more = min(oks, total - sent)
                 if more:
-                    sendall(blob[: more * length])
+                    sendall(blob[at * length : (at + more) * length])
+                    at = (at + more) % rotation
                     pending.extend(repeat(t, more))
                     sent += more
         finally:
@@ -601,6 +618,17 @@ class Publisher:
 
     def close(self) -> None:
         self.sock.close()
+
+
+def topic_names(cfg: WorkerConfig) -> list[str]:
+    """The topics a publisher uses: ``--topic`` alone, or ``<topic>-<n>`` for each of
+    ``--topics``, n zero-padded, starting at a different one in each worker."""
+    if cfg.topics <= 1:
+        return [cfg.topic]
+    width = len(str(cfg.topics - 1))
+    start = cfg.index * cfg.topics // max(cfg.processes, 1)
+    order = [*range(start, cfg.topics), *range(start)]
+    return [f"{cfg.topic}-{n:0{width}d}" for n in order]
 
 
 class Consumer:
@@ -866,6 +894,8 @@ def build_configs(args: argparse.Namespace) -> list[WorkerConfig]:
                 ordered_partition=i % ordered if ordered else None,
                 ordered_window=getattr(args, "ordered_window", 0),
                 group_member=getattr(args, "group_member", ""),
+                topics=getattr(args, "topics", 1),
+                processes=processes,
                 max_msgs_per_sec=getattr(args, "max_msgs_per_sec", 0),
                 max_bytes_per_sec=getattr(args, "max_bytes_per_sec", 0),
             )
@@ -1059,7 +1089,7 @@ def print_summary(args: argparse.Namespace, s: dict[str, object]) -> None:
     if mode == "mpub":
         settings += f" batch={args.batch} inflight-batches={args.inflight}"
     elif mode == "pub":
-        settings += f" inflight={args.inflight}"
+        settings += f" inflight={args.inflight} topics={args.topics}"
     elif mode == "consume":
         settings += f" rdy={args.rdy} channels={args.channels}"
     elif mode == "idle":
@@ -1249,6 +1279,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=1,
         metavar="N",
         help="PUBs outstanding per connection (default %(default)s = strict round trips)",
+    )
+    pub.add_argument(
+        "--topics",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="PUB to N topics in turn, <topic>-<n> (default %(default)s: --topic alone)",
     )
 
     mpub = modes.add_parser(

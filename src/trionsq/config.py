@@ -159,6 +159,11 @@ class NsqdConfig(Listeners):
     max_bytes_per_file: int = 104_857_600
     sync_every: int = 2500
     sync_timeout: float = 2.0
+    max_open_files: int = 0
+    """trionsq's own: segment and delays files held open at most (RocksDB's
+    ``max_open_files``); the least recently used is closed for another and opened
+    again when used. 0: as many as the open-file limit leaves after the reserve and
+    the connections (docs/storage.md "Descriptors")."""
 
     # timeouts scanning (nsqd's queue scan loop; trionsq uses deadlines, design §5)
     queue_scan_worker_pool_max: int = 4
@@ -294,6 +299,8 @@ class NsqdConfig(Listeners):
             raise ConfigError(
                 f"--group-rebalance-delay must be 0 or more, got {self.group_rebalance_delay}"
             )
+        if self.max_open_files < 0:
+            raise ConfigError(f"--max-open-files must be 0 or more, got {self.max_open_files}")
         if self.idempotency_window < 0:
             raise ConfigError(
                 f"--idempotency-window must be 0 or more, got {self.idempotency_window}"

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, TypeVar
 from . import goflags
 from .addresses import join_host_port
 from .config import ConfigError, NsqdConfig
+from .descriptors import raise_open_file_limit
 from .logs import configure_logging
 from .lookupd.config import LookupdConfig
 from .options import NSQD_FLAGS, NSQLOOKUPD_FLAGS
@@ -195,7 +196,10 @@ def _run_process(run: Callable[[_Config], Awaitable[None]], config: _Config) -> 
     from .broker.health import StorageFault, go_error_text
     from .listen import ListenError
 
-    _raise_open_file_limit()
+    # as nsqd's Go runtime does; the broker then shares out what it has (descriptors.py)
+    unraised = raise_open_file_limit()
+    if unraised is not None:
+        log.warning("%s", unraised)
     try:
         trio.run(run, config)
     except KeyboardInterrupt:
@@ -221,22 +225,6 @@ def _run_process(run: Callable[[_Config], Awaitable[None]], config: _Config) -> 
     finally:
         _resume_garbage_collection()
     return 0
-
-
-def _raise_open_file_limit() -> None:
-    """Lift the open-file soft limit to the hard one, as Go programs (nsqd) do at
-    start: each durable partition keeps its active segment open, and each client a
-    socket, so 1,024 runs out long before the machine does."""
-    try:
-        import resource
-    except ImportError:  # pragma: no cover - not POSIX
-        return
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard != soft and (hard == resource.RLIM_INFINITY or hard > soft):
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-        except (ValueError, OSError) as error:  # e.g. macOS caps it below "unlimited"
-            log.warning("cannot raise the open file limit from %d: %s", soft, error)
 
 
 def _fatal(prefix: str, message: str) -> int:

@@ -55,11 +55,12 @@ import trio
 from . import crash_points
 from .addresses import peer_address
 from .broker.broker import Broker
-from .broker.storage import Storage
+from .broker.storage import Storage, descriptor_budget
 from .config import NsqdConfig
 from .dispatch.router import ChannelRunner
 from .http.connection import FdTransport, StreamTransport, serve_http_connection
 from .listen import open_listeners, serve_connections
+from .server.admission import ConnectionGate, reserved_sockets
 from .server.alarms import AlarmClock
 from .server.group_views import LookupdGroupViews
 from .server.lookupd_peers import LookupdPeers, peer_identity
@@ -71,6 +72,7 @@ if TYPE_CHECKING:
     import ssl
     from collections.abc import AsyncIterator, Awaitable, Callable
 
+    from .descriptors import DescriptorBudget
     from .http.connection import Transport
 
 log = logging.getLogger("trionsq")
@@ -118,7 +120,9 @@ async def serve_nsqd(
     settings = config.server_settings(NSQD_RELEASE)
     started_at = time.time()
     async with trio.open_nursery() as broker_nursery:
-        storage = Storage(config, wall_clock)
+        descriptors = _descriptor_budget(config)
+        gate = ConnectionGate(descriptors)
+        storage = Storage(config, wall_clock, descriptors)
         broker = Broker(config, broker_nursery, storage, drive=ChannelRunner, wall_clock=wall_clock)
         storage.recover(broker)
         broker.dead_letter_mover.settle()  # what recovery found on its way, before serving
@@ -138,10 +142,12 @@ async def serve_nsqd(
             tls_context = server_tls_context(config)
 
         def handle_tcp(stream: trio.SocketStream) -> Awaitable[None]:
+            if not gate.admit("TCP"):
+                return gate.refuse(stream)
             # the session's own coroutine, not an async wrapper awaiting it: one frame
             # fewer for each of many idle connections (issue 14)
             return ClientSession(
-                next(client_ids), stream, broker, settings, alarms, tls_context
+                next(client_ids), stream, broker, settings, alarms, tls_context, gate.closed
             ).run()
 
         identity = peer_identity(config, NSQD_RELEASE, tcp[1], http[1] if http else 0)
@@ -176,10 +182,25 @@ async def serve_nsqd(
                 runtime=runtime,
             )
 
-        await _start_http(broker_nursery, api, http_listeners, https_listeners, tls_context)
+        await _start_http(broker_nursery, api, http_listeners, https_listeners, tls_context, gate)
         if crash_points.ARMED:
             crash_points.arm()
         task_status.started(BoundAddresses(tcp=tcp, broker=broker, http=http, https=https))
+
+
+def _descriptor_budget(config: NsqdConfig) -> DescriptorBudget:
+    """The broker's share of the process's open-file limit (``descriptors.py``), said
+    at start: a limit too low for the reserve gets a warning."""
+    budget = descriptor_budget(config, sockets=reserved_sockets(config))
+    log.log(
+        logging.WARNING if budget.starved else logging.INFO,
+        "descriptors: open-file limit %d, %d reserved, %d for files and connections%s",
+        budget.limit,
+        budget.reserved,
+        budget.pool,
+        f" (files at most {budget.max_open_files})" if config.max_open_files else "",
+    )
+    return budget
 
 
 async def _open_all_listeners(
@@ -205,13 +226,20 @@ async def _start_http(
     http_listeners: list[trio.SocketListener],
     https_listeners: list[trio.SocketListener],
     tls_context: ssl.SSLContext | None,
+    gate: ConnectionGate,
 ) -> None:
     """The HTTP and HTTPS listeners, each connection a task of its listener."""
     if http_listeners:
         plain_api = api(False)
 
         async def handle_http(stream: trio.SocketStream) -> None:
-            await _serve_http(FdTransport(stream), stream, plain_api)
+            if not gate.admit("HTTP"):
+                await gate.refuse(stream)
+                return
+            try:
+                await _serve_http(FdTransport(stream), stream, plain_api)
+            finally:
+                gate.closed()
 
         await broker_nursery.start(trio.serve_listeners, handle_http, http_listeners)
     if https_listeners and tls_context is not None:
@@ -222,8 +250,14 @@ async def _start_http(
         ]
 
         async def handle_https(stream: trio.SSLStream[trio.SocketStream]) -> None:
-            peer = peer_address(stream.transport_stream.socket)
-            await _serve_http(StreamTransport(stream, peer), stream, tls_api)
+            if not gate.admit("HTTPS"):
+                await gate.refuse(stream)
+                return
+            try:
+                peer = peer_address(stream.transport_stream.socket)
+                await _serve_http(StreamTransport(stream, peer), stream, tls_api)
+            finally:
+                gate.closed()
 
         await broker_nursery.start(trio.serve_listeners, handle_https, ssl_listeners)
 

@@ -165,6 +165,7 @@ NSQD_FLAGS: Final[tuple[FlagSpec, ...]] = (
     _flag("group-rebalance-delay", DUR, "time a consumer group's membership must be still before its partitions are dealt again"),
     _flag("idempotency-window", INT, "##idempotency_key values each partition remembers to store each at most once (0: off)"),
     _flag("ttl-dead-letter", BOOL, "send messages past their TTL to their channel's dead-letter topic, when it has a max_attempts bound"),
+    _flag("max-open-files", INT, "segment and delays files held open at most, least recently used closed first (0: as the open-file limit allows)"),
 )
 # fmt: on
 """Every nsqd flag (defaults.md), in nsqd's order, then trionsq's own."""

@@ -13,19 +13,20 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import signal
 import subprocess
 import sys
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import trio
 
 from trionsq.http.client import http_request
 from trionsq.protocol import Fin, Mpub, Pub, Rdy, Sub
 from trionsq.protocol.client import ErrorReply, MessageFrame, Response
-from trionsq.testing import ProtocolClient, wait_until
+from trionsq.testing import ProtocolClient
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -37,12 +38,12 @@ LISTENING = re.compile(rb"(TCP|HTTP): listening on 127\.0\.0\.1:(\d+)")
 WAIT = 20.0
 
 
-class NamespacedNsqd:
-    """``nsqd`` on a tmpfs of its own, in a mount namespace of its own."""
+class BrokerProcess:
+    """A broker command running as a subprocess: its stderr collected, the ports it
+    listens on, HTTP requests to it."""
 
-    def __init__(self, process: trio.Process, mount: Path) -> None:
+    def __init__(self, process: trio.Process) -> None:
         self.process = process
-        self.mount = mount
         self.stderr = b""
         self.tcp = ("127.0.0.1", 0)
         self.http_address = ""
@@ -61,15 +62,9 @@ class NamespacedNsqd:
         self.tcp = ("127.0.0.1", ports[b"TCP"])
         self.http_address = f"127.0.0.1:{ports[b'HTTP']}"
 
-    def remount(self, options: str) -> None:
-        """Change the tmpfs under the running broker (its namespace, its mount)."""
-        pid = str(self.process.pid)
-        command = ["nsenter", "-t", pid, "-m", "mount", "-o", f"remount,{options}", "tmpfs"]
-        subprocess.run([*command, str(self.mount)], check=True, timeout=10)  # noqa: S603
-
     async def http(self, method: str, target: str, body: bytes = b"") -> tuple[int, bytes]:
         reply = await http_request(
-            method, self.http_address, target, body=body, connect_timeout=5, request_timeout=5
+            method, self.http_address, target, body=body, connect_timeout=5, request_timeout=10
         )
         return reply.status, reply.body
 
@@ -81,6 +76,43 @@ class NamespacedNsqd:
         self.process.send_signal(signal.SIGTERM)
         with trio.fail_after(WAIT):
             return await self.process.wait()
+
+    def open_descriptors(self) -> int:
+        return len(os.listdir(f"/proc/{self.process.pid}/fd"))
+
+
+Running = TypeVar("Running", bound=BrokerProcess)
+
+
+@asynccontextmanager
+async def listening(broker: Running) -> AsyncIterator[Running]:
+    """``broker`` once it listens (its stderr read meanwhile); killed at the end."""
+    process = broker.process
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(broker.read_stderr)
+            await broker.wait_listening()
+            yield broker
+            nursery.cancel_scope.cancel()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            with trio.move_on_after(10):
+                await process.wait()
+
+
+class NamespacedNsqd(BrokerProcess):
+    """``nsqd`` on a tmpfs of its own, in a mount namespace of its own."""
+
+    def __init__(self, process: trio.Process, mount: Path) -> None:
+        super().__init__(process)
+        self.mount = mount
+
+    def remount(self, options: str) -> None:
+        """Change the tmpfs under the running broker (its namespace, its mount)."""
+        pid = str(self.process.pid)
+        command = ["nsenter", "-t", pid, "-m", "mount", "-o", f"remount,{options}", "tmpfs"]
+        subprocess.run([*command, str(self.mount)], check=True, timeout=10)  # noqa: S603
 
 
 @asynccontextmanager
@@ -101,18 +133,8 @@ async def namespaced_nsqd(
         stdin=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
-    broker = NamespacedNsqd(process, mount)
-    try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(broker.read_stderr)
-            await broker.wait_listening()
-            yield broker
-            nursery.cancel_scope.cancel()
-    finally:
-        if process.returncode is None:
-            process.kill()
-            with trio.move_on_after(10):
-                await process.wait()
+    async with listening(NamespacedNsqd(process, mount)) as broker:
+        yield broker
 
 
 async def frame(client: ProtocolClient) -> Frame:
@@ -273,17 +295,26 @@ async def test_a_read_only_data_path_refuses_publishes_and_resumes_once_writable
     assert b"Traceback" not in broker.stderr
 
 
-def open_descriptors(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
+def lowest_free_descriptor(pid: int) -> int:
+    """The descriptor number the process's next open would get."""
+    used = {int(name) for name in os.listdir(f"/proc/{pid}/fd")}
+    return next(number for number in range(len(used) + 1) if number not in used)
+
+
+def limit_descriptors(pid: int, soft: int, hard: int) -> None:
+    """Set a running process's open-file limit (as ``prlimit --pid`` does)."""
+    resource.prlimit(pid, resource.RLIMIT_NOFILE, (soft, hard))
 
 
 async def test_no_descriptors_left_refuses_what_needs_one_and_serves_the_rest(
     tmp_path: Path,
 ) -> None:
-    """An open-file limit the broker cannot raise (hard = soft), exhausted by idle
-    connections: a cold read waits and retries, a publish that needs a new segment
-    is refused with the reason, established clients go on; freeing descriptors
-    brings everything back, nothing lost."""
+    """The open-file limit lowered under the running broker to the descriptors it
+    has (as if something else in the process had taken the rest; the broker's own
+    budget keeps its files and connections below the limit, docs/storage.md): a
+    cold read waits and retries, a publish that needs a new file is refused with
+    the reason, established clients go on; descriptors back bring everything back,
+    nothing lost."""
     limit = 160
     async with namespaced_nsqd(
         tmp_path, "16m", "--mem-queue-size=0", after=f"prlimit --nofile={limit}:{limit}"
@@ -298,10 +329,7 @@ async def test_no_descriptors_left_refuses_what_needs_one_and_serves_the_rest(
         youzan = await ProtocolClient.connect(broker.tcp)
 
         await trio.sleep(1.5)  # the persister and syncer are done with what changed
-        ballast = [
-            await ProtocolClient.connect(broker.tcp) for _ in range(limit - open_descriptors(pid))
-        ]
-        await wait_until(lambda: open_descriptors(pid) >= limit, "every descriptor in use")
+        limit_descriptors(pid, lowest_free_descriptor(pid), limit)
 
         # a channel behind the memory tail must open a segment to read: it waits
         await consumer.send(Sub("base", "c"), Rdy(500))
@@ -321,18 +349,17 @@ async def test_no_descriptors_left_refuses_what_needs_one_and_serves_the_rest(
         )
         assert broker.process.returncode is None
 
-        for client in ballast[:20]:
-            await client.stream.aclose()
+        limit_descriptors(pid, limit, limit)
         seen: set[bytes] = set()
         await consume(consumer, seen, {*backlog, b"appended"})
         await producer.send(Pub("newtopic", b"now it has one"))
         assert_ok(await frame(producer))
         await wait_healthy(broker)
-        for client in (consumer, producer, youzan, *ballast[20:]):
+        for client in (consumer, producer, youzan):
             await client.stream.aclose()
         assert await broker.process_stop() == 0
     assert b"Traceback" not in broker.stderr
-    assert broker.stderr.count(b"accept returned EMFILE") <= 2  # once per listener
+    assert b"accept returned EMFILE" not in broker.stderr
 
 
 async def test_the_open_file_soft_limit_is_raised_to_the_hard_one_at_start(

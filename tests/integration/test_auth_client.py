@@ -22,11 +22,14 @@ from tests.auth_server import (
 from trionsq.auth import PUBLISH, SUBSCRIBE, Authorization
 from trionsq.auth.client import (
     MAX_REPLY_BYTES,
+    MAX_REQUESTS_AT_ONCE,
     AuthServerError,
     AuthUnavailableError,
     query_auth_server,
     query_one_auth_server,
 )
+
+from .test_broker_lookupd_peers import SilentHttp
 
 if TYPE_CHECKING:
     from trionsq.auth import AuthState
@@ -311,3 +314,26 @@ async def test_https_with_an_untrusted_certificate_is_a_failure(nursery: trio.Nu
     server = await start_auth_server(nursery, {"good": GRANT}, ssl_context=server_context)
     with pytest.raises(AuthUnavailableError, match="BrokenResourceError"):
         await ask([server.url()])  # the system trust store does not know trustme's CA
+
+
+async def test_at_most_sixteen_queries_are_in_flight_at_once(
+    nursery: trio.Nursery, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Each query holds a socket, which the broker's descriptor budget reserves: a
+    crowd of clients sending AUTH together waits its turn."""
+    autojump_clock.autojump_threshold = 0.1  # real sockets
+    stuck = SilentHttp()
+    await nursery.start(stuck.serve)
+    failed = 0
+
+    async def one() -> None:
+        nonlocal failed
+        with pytest.raises(AuthUnavailableError):
+            await ask([f"127.0.0.1:{stuck.port}"], request_timeout=1.0)
+        failed += 1
+
+    async with trio.open_nursery() as crowd:
+        for _ in range(3 * MAX_REQUESTS_AT_ONCE):
+            crowd.start_soon(one)
+    assert failed == stuck.accepted == 3 * MAX_REQUESTS_AT_ONCE
+    assert stuck.peak == MAX_REQUESTS_AT_ONCE

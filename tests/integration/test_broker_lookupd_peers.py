@@ -38,7 +38,8 @@ from trionsq.protocol.lookupd import (
     encode_error_reply,
     encode_identify_reply,
 )
-from trionsq.server.lookupd_peers import PING_INTERVAL
+from trionsq.server.lookupd_peers import PING_INTERVAL, PRECREATION_QUERIES_AT_ONCE
+from trionsq.testing import wait_until
 from trionsq.version import NSQD_RELEASE
 
 from .raw import publish, start
@@ -113,8 +114,11 @@ class RecordingLookupd:
         *,
         refuse: Callable[[LookupCommand], ProtocolError | None] | None = None,
         hang_up: int = 0,
+        info: LookupdInfo = LOOKUPD_INFO,
     ) -> None:
         self.sessions: list[Session] = []
+        self._info = info
+        """What IDENTIFY answers: where brokers find this lookupd's HTTP API."""
         self.address = ""
         self._refuse = refuse
         self._hang_up = hang_up
@@ -161,7 +165,7 @@ class RecordingLookupd:
                     await stream.send_all(encode_error_reply(refusal))
                     return
                 if isinstance(event, LookupIdentify):
-                    await stream.send_all(encode_identify_reply(LOOKUPD_INFO))
+                    await stream.send_all(encode_identify_reply(self._info))
                 else:
                     await stream.send_all(OK_REPLY)
             if not data:
@@ -578,3 +582,54 @@ async def lookup(lookupd: LookupdAddresses, topic: str) -> httpx.Response:
     host, port = lookupd.http
     async with httpx.AsyncClient(base_url=f"http://{host}:{port}") as http:
         return await http.get("/lookup", params={"topic": topic})
+
+
+# ---------------------------------------------------------------------- channel pre-creation
+
+
+class SilentHttp:
+    """An HTTP server that reads requests and never answers (a stuck lookupd), and
+    counts its connections: open now, the most at once, all so far."""
+
+    def __init__(self) -> None:
+        self.port = 0
+        self.open = self.peak = self.accepted = 0
+
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        self.port = listeners[0].socket.getsockname()[1]
+        task_status.started()
+        await trio.serve_listeners(self._handle, listeners)
+
+    async def _handle(self, stream: trio.SocketStream) -> None:
+        self.open += 1
+        self.accepted += 1
+        self.peak = max(self.peak, self.open)
+        try:
+            while await stream.receive_some():
+                pass  # until the broker gives up and closes
+        except trio.BrokenResourceError:
+            pass
+        finally:
+            self.open -= 1
+            await trio.aclose_forcefully(stream)
+
+
+async def test_pre_creation_asks_lookupds_a_bounded_number_of_queries_at_once(
+    nursery: trio.Nursery, clients: Clients, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Each new topic asks every lookupd for its channels over HTTP: a burst of new
+    topics must not open a socket each at once (the descriptor budget reserves
+    PRECREATION_QUERIES_AT_ONCE of them), yet every topic is asked in the end."""
+    autojump(autojump_clock)
+    stuck = SilentHttp()
+    await nursery.start(stuck.serve)
+    info = attrs.evolve(LOOKUPD_INFO, broadcast_address="127.0.0.1", http_port=stuck.port)
+    lookupd = await start_lookupd(nursery, info=info)
+    nsqd = await start(nursery, broker_config(lookupd))
+    await lookupd.ready(0)
+    producer = await clients.connect(nsqd.tcp)
+    topics = 3 * PRECREATION_QUERIES_AT_ONCE
+    await publish(producer, *(Pub(f"t{n}", b"m") for n in range(topics)))
+    await wait_until(lambda: stuck.accepted >= topics, "every new topic asked", within=GUARD)
+    assert stuck.peak == PRECREATION_QUERIES_AT_ONCE

@@ -1229,6 +1229,7 @@ async def test_stats_json_and_its_filters(
         "start_time",
         "topics",
         "memory",
+        "descriptors",
         "producers",
     ]
     assert (stats["version"], stats["trionsq_version"]) == (NSQD_RELEASE, __version__)

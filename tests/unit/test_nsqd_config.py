@@ -178,6 +178,7 @@ def test_client_auth_policy_implies_tls_required() -> None:
         (["-e2e-processing-latency-percentile", "0"], "in (0,1], got 0.0"),
         (["-tcp-address", "localhost"], "--tcp-address must be <addr>:<port>"),
         (["-http-address", "127.0.0.1:70000"], "--http-address must be <addr>:<port>"),
+        (["-max-open-files", "-1"], "--max-open-files must be 0 or more, got -1"),
     ],
 )
 def test_startup_validation(argv: list[str], message: str) -> None:

@@ -11,6 +11,10 @@ exchange with one server (nsqd's ``http.Client.Timeout``), and a reply body over
 :data:`MAX_REPLY_BYTES` is refused without reading the rest. Not done, unlike Go's
 client: following redirects, and nsqd's retry at https after a 403 carrying
 ``https_port`` (a convention of nsqd's own HTTP API, not of auth servers).
+
+At most :data:`MAX_REQUESTS_AT_ONCE` queries run at once in a Trio run (others
+wait their turn): each holds a socket, which the broker's descriptor budget counts
+in its reserve, however many clients send AUTH together.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_REPLY_BYTES",
+    "MAX_REQUESTS_AT_ONCE",
     "AuthServerError",
     "AuthUnavailableError",
     "query_auth_server",
@@ -49,6 +54,20 @@ log = logging.getLogger("trionsq.auth")
 
 MAX_REPLY_BYTES: Final = 1 << 20
 """Largest reply body accepted; a grant list is a few KiB, more is a broken server."""
+MAX_REQUESTS_AT_ONCE: Final = 16
+"""Auth queries in flight at once (each a socket); a query takes milliseconds."""
+
+_REQUESTS: Final = trio.lowlevel.RunVar[trio.CapacityLimiter]("trionsq_auth_requests")
+
+
+def _requests() -> trio.CapacityLimiter:
+    """This Trio run's limiter of auth queries in flight."""
+    try:
+        return _REQUESTS.get()
+    except LookupError:
+        limiter = trio.CapacityLimiter(MAX_REQUESTS_AT_ONCE)
+        _REQUESTS.set(limiter)
+        return limiter
 
 
 class AuthServerError(AuthError):
@@ -158,21 +177,22 @@ async def query_auth_server(
     count = len(addresses)
     first = secrets.randbelow(count) if start is None and count else (start or 0)
     failures: list[AuthServerError] = []
-    for step in range(count):
-        address = addresses[(first + step) % count]
-        try:
-            return await query_one_auth_server(
-                address,
-                remote_ip=remote_ip,
-                tls=tls,
-                secret=secret,
-                common_name=common_name,
-                method=method,
-                connect_timeout=connect_timeout,
-                request_timeout=request_timeout,
-                ssl_context=ssl_context,
-            )
-        except AuthServerError as failure:
-            log.debug("%s", failure)
-            failures.append(failure)
+    async with _requests():
+        for step in range(count):
+            address = addresses[(first + step) % count]
+            try:
+                return await query_one_auth_server(
+                    address,
+                    remote_ip=remote_ip,
+                    tls=tls,
+                    secret=secret,
+                    common_name=common_name,
+                    method=method,
+                    connect_timeout=connect_timeout,
+                    request_timeout=request_timeout,
+                    ssl_context=ssl_context,
+                )
+            except AuthServerError as failure:
+                log.debug("%s", failure)
+                failures.append(failure)
     raise AuthUnavailableError(failures)

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Final, NamedTuple, TypeAlias
 import trio
 
 from .. import crash_points
+from ..descriptors import DescriptorBudget
 from ..persist import ensure_directory, remove_file, remove_stale_temps, write_atomic
 from ..protocol.names import is_ephemeral
 from ..queues.cursor import ChannelCursor
@@ -48,7 +49,7 @@ from ..queues.cursor_state import (
     scan_channel_states,
     state_path,
 )
-from ..queues.delay_store import DelayStore, DelayStoreError, ParkedMessage, fsync_and_close
+from ..queues.delay_store import DelayStore, DelayStoreError, ParkedMessage
 from ..queues.delivery_journal import DeliveryJournal, JournalReplay, Move, journal_paths
 from ..queues.memory_log import MemoryLog
 from ..queues.topic_log import RecoveryReport, TopicLog
@@ -71,11 +72,12 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from ..config import NsqdConfig
+    from ..descriptors import FileHandle
     from ..queues.partition_log import PartitionLog
     from .channel import Channel
     from .topic import Partition, Topics
 
-__all__ = ["Storage"]
+__all__ = ["Storage", "descriptor_budget"]
 
 log = logging.getLogger("trionsq.storage")
 
@@ -86,12 +88,32 @@ _SEGMENT: Final = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)\.\d{6}\.log$")
 ChannelKey: TypeAlias = tuple[str, int, str]
 
 
+def descriptor_budget(config: NsqdConfig, *, sockets: int = 0) -> DescriptorBudget:
+    """A broker's share of the process's open-file limit (``descriptors.py``), with
+    ``sockets`` of its own reserved besides the worker threads' files."""
+    try:
+        threads = trio.to_thread.current_default_thread_limiter().total_tokens
+    except RuntimeError:  # not in a Trio run yet: trio's default
+        threads = 40
+    return DescriptorBudget.for_process(
+        sockets=sockets, threads=threads, max_open_files=config.max_open_files
+    )
+
+
 class Storage:
     """Durable storage when ``config.persist``; otherwise every log is in memory."""
 
-    def __init__(self, config: NsqdConfig, wall_clock: Callable[[], int] = time.time_ns) -> None:
-        """``wall_clock``: the broker's (deferred due times are stored in wall time)."""
+    def __init__(
+        self,
+        config: NsqdConfig,
+        wall_clock: Callable[[], int] = time.time_ns,
+        descriptors: DescriptorBudget | None = None,
+    ) -> None:
+        """``wall_clock``: the broker's (deferred due times are stored in wall time);
+        ``descriptors``: the broker's budget, which the segment and delays files
+        share with its connections (default: one sized from the process's limit)."""
         self.config = config
+        self.descriptors: Final = descriptors or descriptor_budget(config)
         self.wall_clock: Final = wall_clock
         self.directory: Final = Path(config.data_path or ".") if config.persist else None
         self.logs: dict[tuple[str, int], TopicLog] = {}
@@ -150,6 +172,7 @@ class Storage:
             max_bytes_per_file=self.config.max_bytes_per_file,
             cache_records=max(self.config.mem_queue_size, MIN_CACHE_RECORDS),
             retention=self.config.retention,
+            files=self.descriptors,
         )
         if not report.lossless:
             log.warning("%s-%d: recovered with losses: %s", topic, partition, report)
@@ -259,11 +282,15 @@ class Storage:
         path = delays_path(directory, topic, partition, channel)
         try:
             try:
-                store, parked = DelayStore.open(path, on_error=self._delays_failed)
+                store, parked = DelayStore.open(
+                    path, on_error=self._delays_failed, files=self.descriptors
+                )
             except DelayStoreError as error:
                 bad = _set_aside(path)
                 log.error("%s; set aside as %s: its parked messages are gone", error, bad.name)
-                store, parked = DelayStore.open(path, on_error=self._delays_failed)
+                store, parked = DelayStore.open(
+                    path, on_error=self._delays_failed, files=self.descriptors
+                )
             if parked and not self._recovering:
                 store.clear()
                 parked = []
@@ -552,9 +579,9 @@ class Storage:
                 for topic_log in self.logs.values():
                     topic_log.expire()
 
-    def _delay_syncs(self) -> list[tuple[DelayStore, int]]:
-        """A descriptor to fsync for each delay store written since the last round."""
-        syncs: list[tuple[DelayStore, int]] = []
+    def _delay_syncs(self) -> list[tuple[DelayStore, FileHandle]]:
+        """The file to fsync of each delay store written since the last round."""
+        syncs: list[tuple[DelayStore, FileHandle]] = []
         for store in self.delays.values():
             handle = store.sync_handle()
             if handle is not None:
@@ -737,7 +764,9 @@ def _sync_logs(logs: set[TopicLog]) -> tuple[set[TopicLog], OSError] | None:
 
 
 def _sync_then_write(
-    syncs: list[tuple[DelayStore, int]], logs: set[TopicLog], writes: list[tuple[Path, bytes]]
+    syncs: list[tuple[DelayStore, FileHandle]],
+    logs: set[TopicLog],
+    writes: list[tuple[Path, bytes]],
 ) -> tuple[list[bool], OSError | None]:
     """fsync the delay stores and the logs dead letters went to, then write the files
     (:func:`_write_all`); when an fsync fails nothing is written (a state must not
@@ -746,7 +775,7 @@ def _sync_then_write(
     first: OSError | None = None
     for store, handle in syncs:
         try:
-            fsync_and_close(handle)
+            handle.fsync()
         except OSError as error:
             first = first or error
             store.unsynced_again()  # a flag: safe from this thread

@@ -25,6 +25,11 @@ Durability: every entry reaches the OS (``os.write``) before the caller changes
 anything else, so a kill -9 loses nothing. For a power loss, whoever persists the
 channel's cursor fsyncs this file first (:meth:`DelayStore.sync_handle`): a cursor
 state that counts a parked message as finished is only ever on disk after the PARK.
+
+Descriptors: the file is opened at its first write (none is held for a store that
+only loaded its entries) through the broker's descriptor budget, which closes it
+while idle when descriptors are wanted elsewhere (``descriptors.py``); the next
+write opens it again, and a sync due on it opens it for the fsync.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from typing import TYPE_CHECKING, Final
 
 import attrs
 
+from ..descriptors import DescriptorBudget
 from ..persist import StorageFormatError, ensure_directory, fsync_directory, write_atomic
 from .record import Record, RecordError, decode_records, encode_record
 from .segment_format import storage_log
@@ -44,13 +50,14 @@ from .segment_format import storage_log
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from ..descriptors import FileHandle
+
 __all__ = [
     "COMPACT_MIN_BYTES",
     "DELAYS_MAGIC",
     "DelayStore",
     "DelayStoreError",
     "ParkedMessage",
-    "fsync_and_close",
 ]
 
 DELAYS_MAGIC: Final = b"TNQDLY1\n"
@@ -64,7 +71,7 @@ _KIND_ID: Final = struct.Struct(">BQ")
 _PARK: Final = struct.Struct(">qHQ")
 _PARK_KIND: Final = 1
 _DONE_KIND: Final = 2
-_O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
+_FLAGS: Final = os.O_RDWR | os.O_APPEND
 
 
 class DelayStoreError(StorageFormatError):
@@ -97,10 +104,18 @@ class DelayStore:
     failed write never leaves garbage that would hide later entries.
     """
 
-    def __init__(self, path: Path, on_error: Callable[[OSError], None] | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        on_error: Callable[[OSError], None] | None = None,
+        files: DescriptorBudget | None = None,
+    ) -> None:
         self.path: Final = path
         self._on_error = on_error
-        self._fd: int | None = None
+        self._files: Final = files if files is not None else DescriptorBudget.unbounded()
+        self._handle: FileHandle | None = None
+        """The file, once it exists (opened when written, closed by the budget while
+        idle)."""
         self._size = 0
         """Bytes of the file (0: not created yet)."""
         self._live: dict[int, _Span] = {}
@@ -117,22 +132,27 @@ class DelayStore:
 
     @classmethod
     def open(
-        cls, path: str | os.PathLike[str], *, on_error: Callable[[OSError], None] | None = None
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        on_error: Callable[[OSError], None] | None = None,
+        files: DescriptorBudget | None = None,
     ) -> tuple[DelayStore, list[ParkedMessage]]:
         """Load ``path`` (missing: empty, created at the first write); returns the
         store and its live PARKs in file order. A torn tail is cut off the file.
+        ``files``: the broker's descriptor budget (default: one of its own).
 
         Raises:
             DelayStoreError: the file is not a delays file.
             OSError: it cannot be read or cut.
         """
-        store = cls(Path(path), on_error)
+        store = cls(Path(path), on_error, files)
         try:
             data = store.path.read_bytes()
         except FileNotFoundError:
             return store, []
         if len(data) < len(DELAYS_MAGIC) and DELAYS_MAGIC.startswith(data):
-            store._open_fd(truncate=True)  # torn while being created
+            store._create()  # torn while being created
             return store, []
         if not data.startswith(DELAYS_MAGIC):
             raise DelayStoreError(f"{path}: not a delays file (bad magic)")
@@ -145,29 +165,23 @@ class DelayStore:
                 len(data) - good,
                 good,
             )
-        store._open_fd(truncate=False)
-        if good < len(data):
-            os.ftruncate(store._require_fd(), good)
+            os.truncate(store.path, good)
+        store._handle = store._files.handle(store.path, _FLAGS)
         store._size = good
         return store, [parked[key] for key in store._live]
 
-    def _open_fd(self, *, truncate: bool) -> None:
-        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | _O_CLOEXEC
-        fd = os.open(self.path, flags, 0o644)
-        if truncate:
-            try:
-                os.ftruncate(fd, 0)
-                _write_all(fd, DELAYS_MAGIC)
-            except OSError:
-                os.close(fd)
-                raise
-            self._size = len(DELAYS_MAGIC)
-        self._fd = fd
-
-    def _require_fd(self) -> int:
-        if self._fd is None:  # pragma: no cover - callers create it first
-            raise RuntimeError("delays file not open")
-        return self._fd
+    def _create(self) -> None:
+        """The file as a fresh store: the magic alone."""
+        handle = self._files.open(self.path, _FLAGS | os.O_CREAT)
+        try:
+            fd = handle.descriptor()
+            os.ftruncate(fd, 0)
+            _write_all(fd, DELAYS_MAGIC)
+        except OSError:
+            handle.close()
+            raise
+        self._handle = handle
+        self._size = len(DELAYS_MAGIC)
 
     # ------------------------------------------------------------------ state
 
@@ -220,12 +234,12 @@ class DelayStore:
 
     def clear(self) -> bool:
         """Let everything go (channel empty, setoffset)."""
-        if self._fd is None or self._closed:
+        if self._handle is None or self._closed:
             self._live.clear()
             self._live_bytes = 0
             return True
         try:
-            os.ftruncate(self._fd, len(DELAYS_MAGIC))
+            os.truncate(self.path, len(DELAYS_MAGIC))
         except OSError as error:
             self._failed(error)
             return False
@@ -244,11 +258,12 @@ class DelayStore:
         if self._broken or self._closed:
             return None
         try:
-            if self._fd is None:
+            if self._handle is None:
                 ensure_directory(self.path.parent)
-                self._open_fd(truncate=True)
+                self._create()
                 fsync_directory(self.path.parent)
-            fd = self._require_fd()
+            assert self._handle is not None  # noqa: S101 - made just above
+            fd = self._handle.descriptor()
             offset = self._size
             _write_all(fd, entry)
         except OSError as error:
@@ -259,11 +274,12 @@ class DelayStore:
         return offset
 
     def _cut_back(self) -> None:
-        """After a failed write: back to the last whole entry, or stop appending."""
-        if self._fd is None:
+        """After a failed write: back to the last whole entry, or stop appending.
+        By name: no descriptor is needed (the failure may be the lack of one)."""
+        if self._handle is None:
             return
         try:
-            os.ftruncate(self._fd, self._size)
+            os.truncate(self.path, self._size)
         except OSError:
             self._broken = True
 
@@ -278,10 +294,11 @@ class DelayStore:
 
     def compact(self) -> bool:
         """Rewrite the file with the live entries only (atomically); False if refused."""
-        fd = self._fd
-        if fd is None:
+        handle = self._handle
+        if handle is None:
             return True
         try:
+            fd = handle.descriptor()
             spans = sorted(self._live.items(), key=lambda item: item[1].offset)
             parts = [DELAYS_MAGIC]
             moved: dict[int, _Span] = {}
@@ -291,33 +308,27 @@ class DelayStore:
                 moved[internal_id] = _Span(offset, span.length)
                 offset += span.length
             write_atomic(self.path, b"".join(parts))
-            flags = os.O_RDWR | os.O_APPEND | _O_CLOEXEC
-            new_fd = os.open(self.path, flags)
         except OSError as error:
             self._failed(error)
             return False
-        os.close(fd)
-        self._fd = new_fd
+        handle.close()  # the replaced file: the next write opens the new one
+        self._handle = self._files.handle(self.path, _FLAGS)
         self._live = moved
         self._size = offset
         self._unsynced = False  # write_atomic fsynced it
         self.compactions += 1
         return True
 
-    def sync_handle(self) -> int | None:
-        """A duplicate descriptor to fsync (in a worker thread, then close: see
-        :func:`fsync_and_close`) when PARKs were written since the last one; None
-        when there is nothing to sync. A duplicate, so a compaction or close on
-        this thread meanwhile never pulls the descriptor from under the sync."""
-        if not self._unsynced or self._fd is None:
-            return None
-        try:
-            handle = os.dup(self._fd)
-        except OSError as error:
-            self._failed(error)
+    def sync_handle(self) -> FileHandle | None:
+        """The file to fsync (in a worker thread: :meth:`FileHandle.fsync`) when
+        PARKs were written since the last one; None when there is nothing to sync.
+        A compaction or close on this thread meanwhile never pulls the descriptor
+        from under the fsync (the budget waits for it), and a file closed while idle
+        is opened for it."""
+        if not self._unsynced or self._handle is None:
             return None
         self._unsynced = False
-        return handle
+        return self._handle
 
     def unsynced_again(self) -> None:
         """A sync from :meth:`sync_handle` failed: the next one must try again."""
@@ -326,9 +337,9 @@ class DelayStore:
     def close(self) -> None:
         """Close the file (it stays on disk); later writes are ignored."""
         self._closed = True
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            os.close(fd)
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            handle.close()
 
     def delete(self) -> None:
         """Close and remove the file (the channel is deleted)."""
@@ -341,14 +352,6 @@ class DelayStore:
         except FileNotFoundError:
             return
         fsync_directory(self.path.parent)
-
-
-def fsync_and_close(handle: int) -> None:
-    """fsync a descriptor from :meth:`DelayStore.sync_handle`, then close it (blocking)."""
-    try:
-        os.fsync(handle)
-    finally:
-        os.close(handle)
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -18,12 +18,15 @@ from typing import TYPE_CHECKING, Final
 
 import attrs
 
+from ..descriptors import DescriptorBudget
 from .record import Record
 from .segment_format import INDEX_INTERVAL, _Check, _Segment
 
 if TYPE_CHECKING:
     import os
     from collections.abc import Callable
+
+    from ..descriptors import FileHandle
 
 MAX_CHUNKS: Final = 8
 """Cold chunks kept installed: a few channels at different places in a backlog,
@@ -67,8 +70,13 @@ class _LogState:
         index_interval: int = INDEX_INTERVAL,
         max_chunks: int = MAX_CHUNKS,
         cache_bytes: int = CACHE_BYTES,
+        files: DescriptorBudget | None = None,
     ) -> None:
-        """An empty log that has not looked at its directory: use :meth:`open`."""
+        """An empty log that has not looked at its directory: use :meth:`open`.
+
+        ``files``: the broker's descriptor budget, which closes the active segment
+        while it is idle and others need descriptors (default: a budget of its own
+        that closes it only when the kernel refuses one)."""
         self.directory: Final = Path(directory)
         self.name: Final = name
         self.max_bytes_per_file: Final = max_bytes_per_file
@@ -90,7 +98,10 @@ class _LogState:
         self._active: _Segment | None = None
         self._active_check = _Check([])
         """The active segment's check (the appending thread keeps it up to date)."""
-        self._fd: int | None = None
+        self._files: Final = files if files is not None else DescriptorBudget.unbounded()
+        self._handle: FileHandle | None = None
+        """The active segment's file: opened for appends when used, closed by the
+        budget when idle and descriptors are wanted elsewhere."""
         self._next_seq = 0
         self._mark = 0
         """The virtual offset from which the next index entry is due."""
@@ -115,8 +126,8 @@ class _LogState:
         self._late_missing = 0
         self._warned: set[tuple[int, int]] = set()
         """(segment seq, position) of damaged records a read warned about."""
-        self._pending_fds: list[int] = []
-        """Descriptors of rolled segments, to fsync and close at the next sync."""
+        self._pending: list[FileHandle] = []
+        """Rolled segments' files, to fsync and close at the next sync."""
         self._directory_dirty = False
 
     def _missing(self, lo: int, hi: int) -> int:

@@ -177,7 +177,7 @@ class _SegmentRecovery(_LogState):
 
     def _take_segments(self, segments: list[_Segment]) -> None:
         """Go on after the segments recovered: ids, offsets, the start, and the last
-        segment as the active one, open for appends."""
+        segment as the active one, for appends."""
         first = segments[0]
         last = segments[-1]
         check = last.check
@@ -195,7 +195,8 @@ class _SegmentRecovery(_LogState):
                 break
         self._active = last
         self._active_check = check
-        self._fd = os.open(last.path, os.O_WRONLY | os.O_APPEND | _O_CLOEXEC)
+        # opened at the first append: recovering a thousand logs holds no descriptor
+        self._handle = self._files.handle(last.path, os.O_WRONLY | os.O_APPEND)
         self._mark = (
             last.first_offset + check.index[-1][1] - HEADER_SIZE + self.index_interval
             if check.index

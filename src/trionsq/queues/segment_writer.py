@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 from .log_state import _LogState
 from .record_codec import _encode_general, _encode_plain
 from .segment_format import (
-    _O_CLOEXEC,
     HEADER_SIZE,
     _Check,
     _encode_header,
@@ -115,9 +114,13 @@ class _SegmentWriter(_LogState):
         self._mark = mark
 
     def _write(self, segment: _Segment, data: bytes) -> None:
-        """All of ``data`` to the active segment, or nothing (then re-raise)."""
-        fd = self._fd
-        assert fd is not None  # noqa: S101 - set together with _active
+        """All of ``data`` to the active segment, or nothing (then re-raise).
+
+        The segment's file is opened again first if the descriptor budget closed
+        it while idle (an OSError then, with nothing written)."""
+        handle = self._handle
+        assert handle is not None  # noqa: S101 - set together with _active
+        fd = handle.descriptor()
         try:
             written = os.write(fd, data)
             if written != len(data):
@@ -148,7 +151,7 @@ class _SegmentWriter(_LogState):
         with the first batch."""
         seq = self._next_seq
         path = str(self.directory / segment_name(self.name, seq))
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | _O_CLOEXEC, 0o644)
+        handle = self._files.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND)
         self._next_seq = seq + 1
         check = _Check([])
         segment = _Segment(
@@ -156,9 +159,9 @@ class _SegmentWriter(_LogState):
         )
         old = self._active
         with self._lock:
-            if self._fd is not None:
-                self._pending_fds.append(self._fd)
-            self._fd = fd
+            if self._handle is not None:
+                self._pending.append(self._handle)
+            self._handle = handle
             self._directory_dirty = True
         if old is not None:
             old.closed_at = self._clock()
@@ -172,34 +175,40 @@ class _SegmentWriter(_LogState):
     def sync(self) -> None:
         """fsync what was written: rolled segments, the active one, the directory.
 
+        A segment the descriptor budget closed since it was written is opened for
+        its fsync (the kernel syncs the file's pages whichever descriptor wrote
+        them), so closing idle files never skips a sync that was due.
+
         Blocks (milliseconds): may run in a worker thread while the event loop
         appends, but not at the same time as another ``sync`` or ``close``.
         """
         with self._lock:
-            pending = self._pending_fds
-            self._pending_fds = []
-            fd = self._fd
+            pending = self._pending
+            self._pending = []
+            handle = self._handle
+            written = self.unsynced
             directory_dirty = self._directory_dirty
             self._directory_dirty = False
             self.unsynced = 0
         failure: OSError | None = None
         for old in pending:  # each is closed, even after a failed fsync
             try:
-                os.fsync(old)
+                old.fsync()
             except OSError as error:
                 failure = failure or error
             finally:
-                os.close(old)
+                old.close()
         try:
-            if fd is not None:
-                os.fsync(fd)
+            if handle is not None and (written or handle.fd is not None):
+                handle.fsync()
             if directory_dirty:
                 _fsync_directory(self.directory)
         except OSError as error:
             failure = failure or error
         if failure is not None:
-            with self._lock:  # the directory entry may not be durable yet
+            with self._lock:  # still due: the directory entry, the active segment
                 self._directory_dirty = self._directory_dirty or directory_dirty
+                self.unsynced += written
             if failure.errno is not None and failure.filename is None:
                 failure.filename = self.name
             raise failure
@@ -212,11 +221,11 @@ class _SegmentWriter(_LogState):
             self.sync()
         self._closed = True
         with self._lock:
-            fds = [*self._pending_fds, *([self._fd] if self._fd is not None else [])]
-            self._pending_fds = []
-            self._fd = None
-        for fd in fds:
-            os.close(fd)
+            handles = [*self._pending, *([self._handle] if self._handle is not None else [])]
+            self._pending = []
+            self._handle = None
+        for handle in handles:
+            handle.close()
 
     def delete_files(self) -> None:
         """Close and remove every segment file (topic or channel deleted)."""

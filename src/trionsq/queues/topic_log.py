@@ -70,6 +70,8 @@ if TYPE_CHECKING:
     import os
     from collections.abc import Callable
 
+    from ..descriptors import DescriptorBudget
+
 __all__ = [
     "COLD_CHUNK_BYTES",
     "HEADER_SIZE",
@@ -115,6 +117,7 @@ class TopicLog(_ColdReads, _SegmentWriter, _Retention):
         index_interval: int = INDEX_INTERVAL,
         max_chunks: int = MAX_CHUNKS,
         cache_bytes: int = CACHE_BYTES,
+        files: DescriptorBudget | None = None,
     ) -> tuple[TopicLog, RecoveryReport]:
         """Open (creating the directory if needed) and recover the log ``name``.
 
@@ -172,6 +175,7 @@ class TopicLog(_ColdReads, _SegmentWriter, _Retention):
             index_interval=index_interval,
             max_chunks=max_chunks,
             cache_bytes=cache_bytes,
+            files=files,
         )
         return log, log._recover()
 

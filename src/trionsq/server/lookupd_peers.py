@@ -32,6 +32,7 @@ of them starts at the oldest held message, as each would get it from nsqd's pump
 from __future__ import annotations
 
 import logging
+import math
 import socket
 from collections import deque
 from typing import TYPE_CHECKING, Final
@@ -305,6 +306,10 @@ class LookupdPeer:
         return answer
 
 
+PRECREATION_QUERIES_AT_ONCE: Final = 16
+"""HTTP queries to lookupds for new topics' channels in flight at once: a burst of
+new topics waits its turn instead of opening a socket each (the broker's
+descriptor budget reserves this many)."""
 V1_ACCEPT: Final = ("Accept", "application/vnd.nsq; version=1.0")
 """What nsqd's HTTP client asks for: the bare JSON object, no status envelope."""
 
@@ -344,20 +349,31 @@ async def lookupd_json(
 
 
 async def lookupd_topic_channels(
-    topic: str, http_addresses: Iterable[str], *, connect_timeout: float, request_timeout: float
+    topic: str,
+    http_addresses: Iterable[str],
+    *,
+    connect_timeout: float,
+    request_timeout: float,
+    limiter: trio.CapacityLimiter | None = None,
 ) -> tuple[list[str], list[str]]:
     """Ask every lookupd at once for the topic's channels (nsqd's
     ``GetLookupdTopicChannels``): the sorted union and one reason per lookupd that
-    gave no usable answer. A lookupd that does not know the topic answers ``[]``."""
+    gave no usable answer. A lookupd that does not know the topic answers ``[]``.
+    ``limiter``: a token per query in flight (shared by all topics)."""
     found: set[str] = set()
     failures: list[str] = []
     target = f"/channels?topic={quote(topic, safe='')}"
+    queries = limiter if limiter is not None else trio.CapacityLimiter(math.inf)
 
     async def ask(address: str) -> None:
         try:
-            document = await lookupd_json(
-                address, target, connect_timeout=connect_timeout, request_timeout=request_timeout
-            )
+            async with queries:
+                document = await lookupd_json(
+                    address,
+                    target,
+                    connect_timeout=connect_timeout,
+                    request_timeout=request_timeout,
+                )
         except LookupdAnswerError as error:
             failures.append(str(error))
             return
@@ -394,6 +410,7 @@ class LookupdPeers:
         self._max_reply_size = max_reply_size
         self._addresses = tuple(addresses)
         self._nursery: trio.Nursery | None = None
+        self._queries = trio.CapacityLimiter(PRECREATION_QUERIES_AT_ONCE)
 
     @property
     def addresses(self) -> tuple[str, ...]:
@@ -492,6 +509,7 @@ class LookupdPeers:
             addresses,
             connect_timeout=config.http_client_connect_timeout,
             request_timeout=config.http_client_request_timeout,
+            limiter=self._queries,
         )
         if failures:
             log.warning(

@@ -220,6 +220,8 @@ def stats_document(
     }
     if include_mem:
         document["memory"] = attrs.asdict(memory_statistics())
+        if broker.storage is not None:  # trionsq's own: how the open-file limit is shared
+            document["descriptors"] = attrs.asdict(broker.storage.descriptors.statistics())
     document["producers"] = (
         None if stats.producers is None else [_client_json(c) for c in stats.producers]
     )

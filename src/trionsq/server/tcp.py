@@ -36,6 +36,8 @@ from .commands import MAX_COMMANDS_PER_TURN, CommandLayer
 from .transport import TlsLayer, Transport
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ..broker.broker import Broker
     from ..protocol.identify import NegotiatedSettings
     from ..protocol.settings import ServerSettings
@@ -65,6 +67,7 @@ class ClientSession(CommandLayer):
         "_alarm",
         "_finished",
         "_last_read",
+        "_on_close",
         "_parked",
         "_scope",
         "_send_waiters",
@@ -85,10 +88,12 @@ class ClientSession(CommandLayer):
         settings: ServerSettings,
         alarms: AlarmClock,
         tls_context: ssl.SSLContext | None = None,
+        on_close: Callable[[], None] | None = None,
     ) -> None:
         """``tls_context``: the server's TLS (:func:`.tls.server_tls_context`), needed
         when ``settings.tls_available`` lets IDENTIFY negotiate ``tls_v1``;
-        ``alarms``: the broker's clock that wakes idle pumps."""
+        ``alarms``: the broker's clock that wakes idle pumps; ``on_close``: called
+        once the connection has ended (the descriptor budget's count)."""
         super().__init__(client_id, broker, settings, peer_address(stream.socket))
         self.alarms = alarms
         self._alarm: Alarm | None = None
@@ -115,6 +120,7 @@ class ClientSession(CommandLayer):
         self._last_read = 0.0
         """When the reader last got bytes (trio time): the pump closes the connection
         after two heartbeat intervals with none."""
+        self._on_close = on_close
 
     def _tls(self) -> TlsLayer | None:
         return self._transport.tls if self._transport is not None else None
@@ -243,6 +249,8 @@ class ClientSession(CommandLayer):
             if self.subscription is not None:
                 self.subscription.leave()
             await trio.aclose_forcefully(self.stream)
+            if self._on_close is not None:
+                self._on_close()
 
     async def _process_all(self, data: bytes) -> None:
         """Every command in ``data``, :data:`MAX_COMMANDS_PER_TURN` per turn with a

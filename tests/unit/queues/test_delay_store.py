@@ -18,7 +18,6 @@ from trionsq.queues.delay_store import (
     DelayStore,
     DelayStoreError,
     ParkedMessage,
-    fsync_and_close,
 )
 from trionsq.queues.record import Record, record_size
 
@@ -158,8 +157,8 @@ def test_sync_handle_only_after_parks(tmp_path: Path) -> None:
     store.park(1, 100, 0, make_record(1))
     handle = store.sync_handle()
     assert handle is not None
-    store.close()  # the duplicate outlives the store's own descriptor
-    fsync_and_close(handle)
+    store.close()  # the fsync of a closed store's file opens it for the call
+    handle.fsync()
     assert store.sync_handle() is None
 
 

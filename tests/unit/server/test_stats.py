@@ -35,7 +35,16 @@ if TYPE_CHECKING:
 
 VERSION = "1.3.0-trionsq.test"
 STARTED = 1_700_000_000.75
-TOP_KEYS = ["version", "trionsq_version", "health", "start_time", "topics", "memory", "producers"]
+TOP_KEYS = [
+    "version",
+    "trionsq_version",
+    "health",
+    "start_time",
+    "topics",
+    "memory",
+    "descriptors",  # trionsq's: the open-file limit shared out (docs/storage.md)
+    "producers",
+]
 TOPIC_KEYS = [
     "topic_name",
     "channels",
@@ -346,6 +355,11 @@ async def test_an_empty_broker(nursery: trio.Nursery) -> None:
     memory = obj(doc["memory"])
     assert list(memory) == MEMORY_KEYS
     assert all(type(value) is int and value >= 0 for value in memory.values())
+    descriptors = obj(doc["descriptors"])
+    storage = addresses.broker.storage
+    assert storage is not None
+    assert descriptors == attrs.asdict(storage.descriptors.statistics())
+    assert descriptors["files_open"] == descriptors["connections"] == 0
     unhealthy = stats_document(
         addresses.broker,
         version=VERSION,
