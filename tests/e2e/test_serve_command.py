@@ -61,3 +61,52 @@ async def test_serve_listens_answers_and_stops_on_sigterm() -> None:
             await process.wait()
         if process.stderr is not None:
             await process.stderr.aclose()
+
+
+async def test_a_websocket_upgrade_closed_unread_does_not_end_serve() -> None:
+    """Issue 30's repro, as the issue ran it: an upgrade to /admin/stream whose socket
+    closes before the answer is read ended ``trionsq serve`` with status 1 every time."""
+    process = await trio.lowlevel.open_process(
+        [
+            str(TRIONSQ),
+            "serve",
+            "--tcp-address",
+            "127.0.0.1:0",
+            "--http-address",
+            "127.0.0.1:0",
+            "--in-memory",
+        ],
+        stdin=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert process.stderr is not None
+        seen = b""
+        with trio.fail_after(20):
+            while not (match := re.search(rb"HTTP: listening on 127\.0\.0\.1:(\d+)", seen)):
+                chunk = await process.stderr.receive_some(4096)
+                assert chunk, f"exited early: {seen!r}"
+                seen += chunk
+        http = ("127.0.0.1", int(match.group(1)))
+        for _ in range(20):
+            sock = trio.socket.socket()
+            await sock.connect(http)
+            await sock.send(
+                b"GET /admin/stream HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+                b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                b"Sec-WebSocket-Version: 13\r\n\r\n"
+            )
+            sock.close()
+        await trio.sleep(0.5)  # the broker's writes of the 101 and the hello fail meanwhile
+        assert process.returncode is None
+        stream = await trio.open_tcp_stream(*http)
+        async with stream:
+            await stream.send_all(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+            with trio.fail_after(10):
+                assert (await stream.receive_some(4096)).endswith(b"\r\n\r\nOK")
+        process.send_signal(signal.SIGTERM)
+        with trio.fail_after(10):
+            assert await process.wait() == 0
+    finally:
+        if process.returncode is None:
+            process.kill()

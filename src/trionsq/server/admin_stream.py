@@ -140,17 +140,21 @@ class AdminStream:
         return head.path == STREAM_PATH and head.method == "GET"
 
     async def serve(self, stream: trio.abc.Stream, upgrade: Upgrade) -> None:
-        """Run one subscriber's websocket until it or the broker closes it."""
-        async with trio.open_nursery() as nursery:
-            replay = ReplayStream(stream, upgrade.replay)
-            handshake = await wrap_server_stream(
-                nursery, replay, message_queue_size=16, max_message_size=MAX_OP_SIZE
-            )
-            ws = await handshake.accept()
-            try:
-                await _Subscriber(self.context, ws, upgrade.request).run()
-            finally:
-                nursery.cancel_scope.cancel()
+        """Run one subscriber's websocket until it or the broker closes it; a peer
+        gone at any step (before the 101, at hello, mid frame) just ends it."""
+        try:
+            async with trio.open_nursery() as nursery:
+                replay = ReplayStream(stream, upgrade.replay)
+                handshake = await wrap_server_stream(
+                    nursery, replay, message_queue_size=16, max_message_size=MAX_OP_SIZE
+                )
+                ws = await handshake.accept()
+                try:
+                    await _Subscriber(self.context, ws, upgrade.request).run()
+                finally:
+                    nursery.cancel_scope.cancel()
+        except* ConnectionClosed:
+            log.debug("admin stream: %s went away", upgrade.request.remote_address)
 
 
 class _Subscriber:
