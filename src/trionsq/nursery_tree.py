@@ -60,6 +60,9 @@ from .config import NsqdConfig
 from .dispatch.router import ChannelRunner
 from .http.connection import FdTransport, StreamTransport, serve_http_connection
 from .listen import open_listeners, serve_connections
+from .server.admin_gate import AdminGate, lookupd_origins
+from .server.admin_snapshots import SnapshotHub
+from .server.admin_stream import StreamShared
 from .server.alarms import AlarmClock
 from .server.lookupd_peers import LookupdPeers, peer_identity
 from .server.nsqd_api import NsqdHttpApi, RuntimeOptions
@@ -161,6 +164,11 @@ async def serve_nsqd(
         runtime = RuntimeOptions(
             config.log_level, config.lookupd_tcp_addresses, lookupd_changed=peers.set_addresses
         )
+        # and one admin stream gate and snapshot hub, so bounds and builds are per broker
+        admin = StreamShared(
+            AdminGate(config, lookupd_origins=lambda: lookupd_origins(peers.page_names())),
+            SnapshotHub(broker, started_at=started_at),
+        )
 
         def api(is_https: bool) -> NsqdHttpApi:
             return NsqdHttpApi(
@@ -171,6 +179,7 @@ async def serve_nsqd(
                 https_port=lambda: https[1] if https else None,
                 is_https=is_https,
                 runtime=runtime,
+                admin=admin,
             )
 
         await _start_http(broker_nursery, api, http_listeners, https_listeners, tls_context)

@@ -45,7 +45,7 @@ from ..protocol.message import EXT_VERSION_JSON
 from ..protocol.names import is_ephemeral, is_valid_name
 from ..protocol.strconv import go_atoi, go_parse_uint64
 from ..version import NSQD_RELEASE, TRIONSQ_VERSION, version_string
-from .admin_stream import AdminStream, StreamContext
+from .admin_stream import AdminStream, StreamContext, StreamShared
 from .api_args import HttpError, name_arg, parsed_query
 from .partition_api import PartitionApi
 
@@ -65,8 +65,6 @@ log = logging.getLogger("trionsq.http")
 
 _INT32: Final = struct.Struct(">i")
 SMALL_BODY: Final = 64 * 1024
-STREAM_STATS_REUSE: Final = 0.1
-"""Seconds one /stats document serves the admin stream's snapshots."""
 MAX_AUTH_SESSIONS: Final = 4096
 """HTTP publishers' auth sessions kept (the least recently used go first)."""
 """Body bytes read for endpoints that ignore their body (admin POSTs)."""
@@ -121,6 +119,10 @@ _NOT_CFG_NAMES: Final = frozenset(
         "trace_log",
         "idempotency_window",
         "group_rebalance_delay",
+        "admin_stream",
+        "admin_secret",
+        "admin_allowed_origins",
+        "admin_max_subscribers",
     }
 )
 """Fields /config does not know by their own name: renamed, or without a flag in nsqd."""
@@ -151,6 +153,7 @@ class NsqdHttpApi:
         https_port: Callable[[], int | None],
         is_https: bool = False,
         runtime: RuntimeOptions | None = None,
+        admin: StreamShared,
     ) -> None:
         self.broker = broker
         self.config = config
@@ -161,7 +164,6 @@ class NsqdHttpApi:
         self.is_https = is_https
         self.runtime = runtime or RuntimeOptions(config.log_level, config.lookupd_tcp_addresses)
         self._auth_sessions: dict[tuple[str, str, bool], AuthSession] = {}
-        self._stream_stats: tuple[float, dict[str, object]] | None = None
         """HTTP publishers' auth grants by (secret, client IP, https), oldest first."""
         self._metrics_route: MetricsRoute | None = None
         """/metrics' private registry, made at the first scrape."""
@@ -199,7 +201,8 @@ class NsqdHttpApi:
             StreamContext(
                 broker,
                 dispatch=self.dispatch,
-                stats=self._stats_for_stream,
+                shared=admin,
+                scheme="https" if is_https else "http",
                 hello=self._hello_for_stream,
                 authenticate=self.auth_session if config.auth_http_addresses else None,
             )
@@ -319,29 +322,6 @@ class NsqdHttpApi:
         if self._metrics_route is None:
             self._metrics_route = MetricsRoute(self.broker, started_at=self.started_at)
         return await self._metrics_route.get(request)
-
-    def _stats_for_stream(self) -> tuple[float, dict[str, object]]:
-        """The /stats document for admin stream snapshots, and when it was taken: one
-        document serves every subscriber whose snapshot falls due within
-        ``STREAM_STATS_REUSE`` (subscribers opened together tick together)."""
-        from .stats import stats_document
-
-        now = trio.current_time()
-        cached = self._stream_stats
-        if cached is not None and now - cached[0] < STREAM_STATS_REUSE:
-            return cached
-        document = stats_document(
-            self.broker,
-            version=NSQD_RELEASE,
-            started_at=self.started_at,
-            health=self.broker.health,
-            topic=None,
-            channel=None,
-            include_clients=True,
-            include_mem=False,
-        )
-        self._stream_stats = (now, document)
-        return self._stream_stats
 
     def _hello_for_stream(self) -> dict[str, object]:
         tcp_port, http_port = self._ports()
