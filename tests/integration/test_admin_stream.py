@@ -18,7 +18,7 @@ from trionsq import NsqdConfig
 from trionsq.broker.events import QUEUE_LIMIT
 from trionsq.protocol import Fin, IdentifyRequest, Rdy, Sub
 from trionsq.protocol.client import MessageFrame, encode_identify
-from trionsq.server.stats import resident_bytes
+from trionsq.server.memory_stats import resident_bytes
 from trionsq.testing import ProtocolClient, wait_until
 
 from ..auth_server import grant, start_auth_server

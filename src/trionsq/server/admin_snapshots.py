@@ -25,7 +25,8 @@ import orjson
 import trio
 
 from ..version import NSQD_RELEASE
-from .stats import resident_bytes, stats_document
+from .memory_stats import resident_bytes
+from .stats import stats_document
 from .websocket_frames import continuation_frame
 
 if TYPE_CHECKING:

@@ -12,17 +12,13 @@ to the wall clock; it times the uptime, the clients' ``connected`` and the
 latency windows (FIN latencies are timed with the wall clock too).
 
 ``memory`` is Go's ``runtime.MemStats`` in nsqd; here it is the interpreter's
-closest figures (see :func:`memory_statistics`).
+closest figures (memory_stats.py).
 """
 
 from __future__ import annotations
 
-import gc
 import math
-import os
-import sys
 import time
-from collections import deque
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Final
 
@@ -33,6 +29,7 @@ from ..broker.offsets import FIRST_ID
 from ..broker.statistics import ChannelStatistics, ClientStatistics
 from ..durations import go_duration_string
 from ..version import TRIONSQ_VERSION
+from .memory_stats import memory_statistics
 
 if TYPE_CHECKING:
     from ..broker.broker import Broker
@@ -42,13 +39,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ChannelSnapshot",
-    "MemoryStatistics",
     "PartitionChannelSnapshot",
     "PartitionSnapshot",
     "StatsSnapshot",
     "TopicSnapshot",
-    "memory_statistics",
-    "resident_bytes",
     "snapshot",
     "stats_document",
     "stats_text",
@@ -157,34 +151,6 @@ class StatsSnapshot:
 
     topics: tuple[TopicSnapshot, ...] | None
     producers: tuple[ClientStatistics, ...] | None
-
-
-@attrs.frozen
-class MemoryStatistics:
-    """nsqd's ``memStats`` keys, filled with what CPython can tell cheaply.
-
-    - ``heap_objects``: memory blocks the interpreter has allocated
-      (``sys.getallocatedblocks()``);
-    - ``heap_in_use_bytes``: the process's resident set size (``/proc/self/statm``;
-      0 where there is no procfs);
-    - ``heap_idle_bytes``, ``heap_released_bytes``: 0 (pymalloc does not report them);
-    - ``gc_pause_usec_100/99/95``: those percentiles of the last 256 garbage
-      collections' durations in microseconds (nsqd's rule over Go's 256 last pauses),
-      timed from when this module was imported;
-    - ``next_gc_bytes``: container allocations left before the next generation-0
-      collection (CPython's trigger is a count, not bytes);
-    - ``gc_total_runs``: collections of every generation since the process started.
-    """
-
-    heap_objects: int
-    heap_idle_bytes: int
-    heap_in_use_bytes: int
-    heap_released_bytes: int
-    gc_pause_usec_100: int
-    gc_pause_usec_99: int
-    gc_pause_usec_95: int
-    next_gc_bytes: int
-    gc_total_runs: int
 
 
 # ----------------------------------------------------------------------- public API
@@ -324,24 +290,6 @@ def snapshot(
         ]
         producers = tuple(found_producers) or None  # nsqd leaves a nil slice: null
     return StatsSnapshot(topics=tuple(topics), producers=producers)
-
-
-def memory_statistics() -> MemoryStatistics:
-    """The ``memory`` block: see :class:`MemoryStatistics` for what each figure is."""
-    pauses = sorted(_GC_PAUSES.durations_ns)
-    threshold, *_ = gc.get_threshold()
-    pending, *_ = gc.get_count()
-    return MemoryStatistics(
-        heap_objects=sys.getallocatedblocks(),
-        heap_idle_bytes=0,
-        heap_in_use_bytes=resident_bytes(),
-        heap_released_bytes=0,
-        gc_pause_usec_100=_go_percentile(100.0, pauses) // 1000,
-        gc_pause_usec_99=_go_percentile(99.0, pauses) // 1000,
-        gc_pause_usec_95=_go_percentile(95.0, pauses) // 1000,
-        next_gc_bytes=max(threshold - pending, 0),
-        gc_total_runs=sum(generation["collections"] for generation in gc.get_stats()),
-    )
 
 
 # ----------------------------------------------------------------------- snapshot parts
@@ -720,43 +668,3 @@ def _rfc3339(unix_seconds: float) -> str:
         hours, rest = divmod(abs(minutes), 60)
         zone = f"{sign}{hours:02d}:{rest:02d}"
     return moment.strftime("%Y-%m-%dT%H:%M:%S") + zone
-
-
-# ----------------------------------------------------------------------- memory
-
-
-class _GcPauses:
-    """Durations of the last 256 collections, like the ring Go keeps in ``PauseNs``."""
-
-    def __init__(self) -> None:
-        self.durations_ns: deque[int] = deque(maxlen=256)
-        self._started = 0
-
-    def __call__(self, phase: str, info: dict[str, int]) -> None:
-        if phase == "start":
-            self._started = time.perf_counter_ns()
-        elif self._started:
-            self.durations_ns.append(time.perf_counter_ns() - self._started)
-            self._started = 0
-
-
-_GC_PAUSES: Final = _GcPauses()
-gc.callbacks.append(_GC_PAUSES)  # once per process, when the HTTP API is first imported
-
-
-def _go_percentile(percent: float, ordered: list[int]) -> int:
-    """nsqd's ``percentile``: the element at ``floor(p/100 * n + 0.5)``, capped at the last."""
-    if not ordered:
-        return 0
-    index = min(math.floor(percent / 100.0 * len(ordered) + 0.5), len(ordered) - 1)
-    return ordered[index]
-
-
-def resident_bytes() -> int:
-    """Resident set size from procfs; 0 where there is none."""
-    try:
-        with open("/proc/self/statm", "rb") as statm:
-            fields = statm.read().split()
-    except OSError:
-        return 0
-    return int(fields[1]) * os.sysconf("SC_PAGE_SIZE")
