@@ -10,15 +10,17 @@ from typing import TYPE_CHECKING
 
 import orjson
 import pytest
+import trio
+import trio.testing
 from trio_websocket import ConnectionClosed
 
 from trionsq import NsqdConfig
+from trionsq.server.admin_snapshots import Snapshot, SnapshotHub
 
 from .raw import http, start
 from .test_admin_stream import open_stream, receive
 
 if TYPE_CHECKING:
-    import trio
     from trio_websocket import WebSocketConnection
 
     from trionsq.nursery_tree import BoundAddresses
@@ -109,3 +111,68 @@ async def test_subscribers_beyond_the_bound_are_refused_with_1013(nursery: trio.
             )
     async with open_stream(broker) as again:  # the others left: room again
         assert (await receive(again))["type"] == "hello"
+
+
+def continuation_payload(frame: bytes) -> bytes:
+    """The payload of a final, unmasked continuation frame (RFC 6455 §5.2)."""
+    assert frame[0] == 0x80  # FIN, opcode 0
+    size = frame[1]
+    start = 2 + {126: 2, 127: 8}.get(size, 0)
+    length = int.from_bytes(frame[2:start], "big") if size >= 126 else size
+    assert len(frame) == start + length
+    return frame[start:]
+
+
+class CpuClock:
+    """A build's CPU clock that advances ``step`` seconds at every reading."""
+
+    def __init__(self, step: float) -> None:
+        self.now = 0.0
+        self.step = step
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+async def test_a_snapshot_is_built_once_for_every_subscriber_due_at_once(
+    nursery: trio.Nursery, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Twenty writers due at the same time: one builds, topic by topic with scheduler
+    passes between, the others wait for it and take the same snapshot."""
+    broker = await start(nursery)
+    await many_topics(broker, 45, 1)  # three turns of TOPICS_PER_TURN
+    hub = SnapshotHub(broker.broker, started_at=0)
+    key = (100, None)
+    got: list[Snapshot] = []
+
+    async def writer() -> None:
+        hub.join(key)
+        got.append(await hub.snapshot(key, due=trio.current_time()))
+
+    async with trio.open_nursery() as writers:
+        for _ in range(20):
+            writers.start_soon(writer)
+    assert hub.builds == 1
+    assert len({id(snapshot) for snapshot in got}) == 1
+    body = orjson.loads(got[0].head(7) + continuation_payload(got[0].tail))
+    assert (body["seq"], len(body["topics"])) == (7, 45)
+    # the next one falls due on the interval's boundary, for all of them
+    assert got[0].next_due == pytest.approx((trio.current_time() // 0.1 + 1) * 0.1)
+
+
+async def test_snapshots_come_further_apart_than_asked_when_they_cost_too_much(
+    nursery: trio.Nursery, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A build of 60 ms of CPU (the clock here says so) may take at most 15% of the
+    broker's time: the next is due 340 ms after it, not on the 100 ms boundary."""
+    broker = await start(nursery)
+    await many_topics(broker, 5, 1)  # one turn: two readings of the CPU clock
+    hub = SnapshotHub(broker.broker, started_at=0, cpu_clock=CpuClock(0.06))
+    key = (100, None)
+    hub.join(key)
+    snapshot = await hub.snapshot(key, due=trio.current_time())
+    assert snapshot.next_due == pytest.approx(trio.current_time() + 0.06 * (1 / 0.15 - 1))
+    again = await hub.snapshot(key, due=snapshot.next_due)
+    assert again is not snapshot
+    assert hub.builds == 2

@@ -18,18 +18,19 @@ from __future__ import annotations
 
 import math
 import time
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, cast
 
 import attrs
 import orjson
 import trio
 
-from ..version import NSQD_RELEASE
 from .memory_stats import resident_bytes
-from .stats import stats_document
+from .stats import producer_documents, topic_documents
 from .websocket_frames import continuation_frame
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ..broker.broker import Broker
 
 __all__ = ["Snapshot", "SnapshotHub", "SnapshotKey"]
@@ -40,6 +41,8 @@ COUNTED: Final = ("message_count", "finish_count", "requeue_count", "timeout_cou
 """A channel's counters that get a rate ..."""
 RATES: Final = ("message_rate", "finish_rate", "requeue_rate", "timeout_rate")
 """... under these names."""
+TOPICS_PER_TURN: Final = 20
+"""Topics a build takes between scheduler passes (about 1 ms of work)."""
 BUILD_SHARE: Final = 0.15
 """The most of the broker's time snapshots may take: after a build of ``d`` seconds,
 no snapshot falls due for ``d * (1 / BUILD_SHARE - 1)`` (a broker of 900 channels
@@ -72,11 +75,13 @@ class _Group:
     """The subscribers of one subscription: how many, the latest snapshot, and the
     counters it was built from (for the next one's rates)."""
 
-    __slots__ = ("counted_at", "counters", "latest", "members")
+    __slots__ = ("building", "counted_at", "counters", "latest", "members")
 
     def __init__(self) -> None:
         self.members = 0
         self.latest: Snapshot | None = None
+        self.building: trio.Event | None = None
+        """Set while a subscriber builds the group's next snapshot (the others wait)."""
         self.counters: dict[tuple[str, str], tuple[int, ...]] = {}
         """Topic (channel ``""``) or channel → its counters at the latest build."""
         self.counted_at: float | None = None
@@ -85,10 +90,19 @@ class _Group:
 class SnapshotHub:
     """Every group of one broker's subscribers (both listeners share it)."""
 
-    def __init__(self, broker: Broker, *, started_at: float) -> None:
-        """``started_at``: the broker's start (Unix seconds), as /stats shows it."""
+    def __init__(
+        self,
+        broker: Broker,
+        *,
+        started_at: float,
+        cpu_clock: Callable[[], float] = time.thread_time,
+    ) -> None:
+        """``started_at``: the broker's start (Unix seconds), as /stats shows it;
+        ``cpu_clock``: the CPU seconds of the broker's thread, which builds are
+        measured by (their share of the broker's time is bounded)."""
         self.broker = broker
         self.started_at = started_at
+        self._cpu_clock = cpu_clock
         self._groups: dict[SnapshotKey, _Group] = {}
         self._not_before = -math.inf
         """No group's next snapshot falls due before this (Trio time): see BUILD_SHARE."""
@@ -109,70 +123,78 @@ class SnapshotHub:
         if not group.members:
             del self._groups[key]
 
-    def snapshot(self, key: SnapshotKey, due: float) -> Snapshot:
+    async def snapshot(self, key: SnapshotKey, due: float) -> Snapshot:
         """The group's snapshot for a subscriber whose snapshot fell due at ``due``
         (its subscription, or the previous snapshot's :attr:`~Snapshot.next_due`):
         the one built since, else a new one. Every subscriber of the group shares the
-        due times, so the first to wake builds and the others take the same."""
+        due times, so the first to wake builds and the others take the same (waiting
+        for it when it is being built)."""
         group = self._groups[key]
-        latest = group.latest
-        if latest is not None and latest.built_at >= due:
-            return latest
-        started = trio.current_time()
-        built = self._build(key, group, started)
-        finished = trio.current_time()
-        self._not_before = finished + (finished - started) * (1 / BUILD_SHARE - 1)
+        while True:
+            latest = group.latest
+            if latest is not None and latest.built_at >= due:
+                return latest
+            if group.building is None:
+                break
+            await group.building.wait()
+        group.building = building = trio.Event()
+        try:
+            started = trio.current_time()
+            built, cost = await self._build(key, group, started)
+        finally:
+            group.building = None
+            building.set()
+        self._not_before = trio.current_time() + cost * (1 / BUILD_SHARE - 1)
         interval = key[0] / 1000
         boundary = (round(started * 1_000_000) // round(interval * 1_000_000) + 1) * interval
         group.latest = attrs.evolve(built, next_due=max(boundary, self._not_before))
         return group.latest
 
-    def _build(self, key: SnapshotKey, group: _Group, now: float) -> Snapshot:
+    async def _build(self, key: SnapshotKey, group: _Group, now: float) -> tuple[Snapshot, float]:
         """/stats' topics (those subscribed to), each with its message rate and each
-        channel with its finish count and rates, serialized into the final frame."""
+        channel with its finish count and rates, serialized into the final frame;
+        and the CPU seconds it took. :data:`TOPICS_PER_TURN` topics at a time, with a
+        scheduler pass between, so /ping and the data path wait for no whole build."""
         interval_ms, topics = key
         broker = self.broker
-        document = stats_document(  # /stats?format=json&include_clients=true, ours to change
-            broker,
-            version=NSQD_RELEASE,
-            started_at=self.started_at,
-            health=broker.health,
-            topic=None,
-            channel=None,
-            include_clients=True,
-            include_mem=False,
-        )
+        names = sorted(broker.topics if topics is None else topics & broker.topics.keys())
         before, elapsed = group.counters, now - (group.counted_at or now)
         counters: dict[tuple[str, str], tuple[int, ...]] = {}
         shown: list[dict[str, object]] = []
-        for topic in document["topics"] or ():  # type: ignore[attr-defined]
-            name = topic["topic_name"]
-            if topics is not None and name not in topics:
-                continue
-            counted: tuple[int, ...] = (topic["message_count"],)
+        cpu_clock = self._cpu_clock
+        cost, turn_started = 0.0, cpu_clock()
+        for index, topic in enumerate(topic_documents(broker, names)):
+            if index and not index % TOPICS_PER_TURN:
+                cost += cpu_clock() - turn_started
+                await trio.lowlevel.checkpoint()
+                turn_started = cpu_clock()
+            name = str(topic["topic_name"])
+            counted: tuple[int, ...] = (_count(topic, "message_count"),)
             counters[name, ""] = counted
             (topic["message_rate"],) = _rates(counted, before.get((name, "")), elapsed)
             finished = _finish_counts(broker, name)
-            for channel in topic["channels"]:
-                cname = channel["channel_name"]
+            for channel in cast("list[dict[str, object]]", topic["channels"]):
+                cname = str(channel["channel_name"])
                 channel["finish_count"] = finished.get(cname, 0)
-                counted = counters[name, cname] = tuple(channel[c] for c in COUNTED)
+                counted = counters[name, cname] = tuple(_count(channel, c) for c in COUNTED)
                 rates = _rates(counted, before.get((name, cname)), elapsed)
                 channel.update(zip(RATES, rates, strict=True))
             shown.append(topic)
         group.counters, group.counted_at = counters, now
         members = {
             "interval_ms": interval_ms,
-            "health": document.get("health"),
-            "start_time": document.get("start_time"),
+            "health": broker.health,
+            "start_time": math.floor(self.started_at),
             "rss_bytes": resident_bytes(),
             "client_count": len(broker.clients),
             "topics": shown,
-            "producers": document.get("producers"),
+            "producers": producer_documents(broker),
         }
         self.builds += 1
         tail = continuation_frame(memoryview(orjson.dumps(members))[1:])
-        return Snapshot(built_at=now, next_due=now, ts=time.time_ns() // 1_000_000, tail=tail)
+        cost += cpu_clock() - turn_started
+        snapshot = Snapshot(built_at=now, next_due=now, ts=time.time_ns() // 1_000_000, tail=tail)
+        return snapshot, cost
 
 
 def _finish_counts(broker: Broker, topic: str) -> dict[str, int]:
@@ -183,6 +205,11 @@ def _finish_counts(broker: Broker, topic: str) -> dict[str, int]:
         for name, channel in partition.channels.items():
             counts[name] = counts.get(name, 0) + channel.finish_count
     return counts
+
+
+def _count(document: dict[str, object], key: str) -> int:
+    value = document[key]
+    return value if isinstance(value, int) else 0
 
 
 def _rates(now: tuple[int, ...], before: tuple[int, ...] | None, elapsed: float) -> list[float]:

@@ -373,7 +373,7 @@ class _Subscriber:
         while True:
             if self.interval_ms and trio.current_time() >= self._next_snapshot:
                 if self._snapshot_key is not None:
-                    snapshot = snapshots.snapshot(self._snapshot_key, self._next_snapshot)
+                    snapshot = await snapshots.snapshot(self._snapshot_key, self._next_snapshot)
                     self._next_snapshot = snapshot.next_due
                     await self._send_snapshot(snapshot)
                 else:  # snapshots not asked for: only the events

@@ -32,6 +32,8 @@ from ..version import TRIONSQ_VERSION
 from .memory_stats import memory_statistics
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
+
     from ..broker.broker import Broker
     from ..broker.channel import Channel
     from ..broker.latency import LatencyWindow
@@ -43,9 +45,11 @@ __all__ = [
     "PartitionSnapshot",
     "StatsSnapshot",
     "TopicSnapshot",
+    "producer_documents",
     "snapshot",
     "stats_document",
     "stats_text",
+    "topic_documents",
 ]
 
 
@@ -249,50 +253,83 @@ def snapshot(
         chosen = [found]
     else:
         chosen = sorted(broker.topics.values(), key=lambda t: t.name)
-    topics: list[TopicSnapshot] = []
-    for t in chosen:
-        by_name = _channels_by_name(t)
-        if channel:
-            if channel not in by_name:
-                continue
-            names = [channel]
-        else:
-            names = sorted(by_name)
-        # each channel's statistics once: the channel and partition views both read them
-        of = {id(c): c.statistics() for name in names for c in by_name[name]}
-        channels = tuple(
-            _channel_snapshot(broker, by_name[name], of, topic, include_clients, now)
-            for name in names
-        )
-        stats = t.statistics()
-        topics.append(
-            TopicSnapshot(
-                name=t.name,
-                channels=channels,
-                depth=stats.depth,
-                backend_depth=0,
-                message_count=stats.message_count,
-                message_bytes=stats.message_bytes,
-                paused=stats.paused,
-                e2e=aggregate(_windows([c for group in by_name.values() for c in group]), now),
-                disk_bytes=sum(getattr(p.log, "disk_bytes", 0) for p in t.partitions),
-                lost_count=_lost(broker, t),
-                partitions=tuple(_partition_snapshot(p, set(names), of) for p in t.partitions),
-                **_publish_limit_fields(t),
-            )
-        )
-    producers: tuple[ClientStatistics, ...] | None = None
-    if include_clients:
-        found_producers = [
-            _for_topic(s, topic)
-            for s in (client.statistics() for client in broker.clients.values())
-            if s.pub_counts
-        ]
-        producers = tuple(found_producers) or None  # nsqd leaves a nil slice: null
+    shown = (_topic_snapshot(broker, t, channel, topic, include_clients, now) for t in chosen)
+    topics = [t for t in shown if t is not None]
+    producers = _producers(broker, topic) if include_clients else None
     return StatsSnapshot(topics=tuple(topics), producers=producers)
 
 
+def topic_documents(
+    broker: Broker, names: Iterable[str], *, now: float | None = None
+) -> Iterator[dict[str, object]]:
+    """Each topic of ``names`` that exists, as ``/stats?format=json&include_clients=true``
+    shows it, one at a time: the admin stream builds a snapshot topic by topic, with
+    other work let in between (the topics are read a few moments apart)."""
+    when = time.time() if now is None else now
+    for name in names:
+        found = broker.topics.get(name)
+        if found is not None:
+            shown = _topic_snapshot(broker, found, None, None, True, when)
+            if shown is not None:
+                yield _topic_json(shown)
+
+
+def producer_documents(broker: Broker) -> list[dict[str, object]] | None:
+    """The ``producers`` of ``/stats?format=json&include_clients=true``."""
+    found = _producers(broker, None)
+    return None if found is None else [_client_json(c) for c in found]
+
+
 # ----------------------------------------------------------------------- snapshot parts
+
+
+def _topic_snapshot(
+    broker: Broker,
+    t: Topic,
+    channel: str | None,
+    topic: str | None,
+    include_clients: bool,
+    now: float,
+) -> TopicSnapshot | None:
+    """One topic (None: the ``channel`` filter names none of its channels); ``topic``
+    is the request's filter, which narrows its clients' publish counts."""
+    by_name = _channels_by_name(t)
+    if channel:
+        if channel not in by_name:
+            return None
+        names = [channel]
+    else:
+        names = sorted(by_name)
+    # each channel's statistics once: the channel and partition views both read them
+    of = {id(c): c.statistics() for name in names for c in by_name[name]}
+    channels = tuple(
+        _channel_snapshot(broker, by_name[name], of, topic, include_clients, now) for name in names
+    )
+    stats = t.statistics()
+    return TopicSnapshot(
+        name=t.name,
+        channels=channels,
+        depth=stats.depth,
+        backend_depth=0,
+        message_count=stats.message_count,
+        message_bytes=stats.message_bytes,
+        paused=stats.paused,
+        e2e=aggregate(_windows([c for group in by_name.values() for c in group]), now),
+        disk_bytes=sum(getattr(p.log, "disk_bytes", 0) for p in t.partitions),
+        lost_count=_lost(broker, t),
+        partitions=tuple(_partition_snapshot(p, set(names), of) for p in t.partitions),
+        **_publish_limit_fields(t),
+    )
+
+
+def _producers(broker: Broker, topic: str | None) -> tuple[ClientStatistics, ...] | None:
+    """The clients that published (their counts for ``topic`` only, with that filter)."""
+    found = [
+        _for_topic(s, topic)
+        for s in (client.statistics() for client in broker.clients.values())
+        if s.pub_counts
+    ]
+    return tuple(found) or None  # nsqd leaves a nil slice: null
 
 
 def _channels_by_name(topic: Topic) -> dict[str, list[Channel]]:
