@@ -95,6 +95,8 @@ ADMIN_PAGE: Final = {
     "/admin": "admin_page/index.html",
     "/admin/": "admin_page/index.html",
     "/admin/admin.js": "admin_page/admin.js",
+    "/admin/admin_dom.js": "admin_page/admin_dom.js",
+    "/admin/admin_views.js": "admin_page/admin_views.js",
     "/admin/admin.css": "admin_page/admin.css",
 }
 """The admin page's files (docs/admin.md), by path; lookupd serves the same."""
