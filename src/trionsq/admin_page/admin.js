@@ -77,6 +77,7 @@ const page = {
   merged: new Map(),
   nextRef: 1,
   pending: new Map(), // ref -> what was asked, for its reply
+  afterUnlock: null, // the action to do once the admin secret was taken
   nodesError: "",
 };
 
@@ -96,6 +97,7 @@ class Broker {
     this.ws = null;
     this.seq = 0;
     this.stopped = false;
+    this.unlocked = false; // actions open (no --admin-secret, or it was given): see hello
   }
 
   get connected() {
@@ -151,7 +153,8 @@ class Broker {
     if (code === 4001) {
       // retrying without a (new) secret cannot work: wait for the user to give one
       this.state = "auth";
-      this.detail = page.secret ? "the auth secret was refused (4001)" : "needs an auth secret (4001)";
+      const kind = this.hello && this.hello.admin_secret_required ? "admin secret" : "auth secret";
+      this.detail = page.secret ? `the ${kind} was refused (4001)` : `needs an ${kind} (4001)`;
       showAuth();
       changed();
       return;
@@ -212,6 +215,9 @@ function handle(broker, message) {
       broker.hello = message;
       broker.retryMs = RETRY_FIRST_MS;
       broker.detail = "";
+      // --admin-secret: the secret sent at open (auth_secret=) unlocked actions, or the
+      // stream closes with 4001; without one, actions ask for it first
+      broker.unlocked = !message.admin_secret_required || Boolean(page.secret);
       if (!message.auth_required) {
         broker.state = "connected";
         hideAuthIfDone();
@@ -380,6 +386,13 @@ function setupDialog() {
 }
 
 async function act(op, topic, channel, targets) {
+  const locked = targets.filter((broker) => !broker.unlocked);
+  if (locked.length) {
+    // --admin-secret: ask for it, then do this once the brokers took it
+    page.afterUnlock = () => act(op, topic, channel, targets);
+    showAuth(`${locked.map((b) => b.key).join(", ")}: actions need the broker's admin secret (--admin-secret).`);
+    return;
+  }
   const spec = OPS[op];
   const where = channel === undefined ? topic : `${topic}/${channel}`;
   let text = spec.text(topic, channel);
@@ -401,6 +414,11 @@ async function act(op, topic, channel, targets) {
 function replied(broker, reply) {
   const asked = page.pending.get(reply.ref);
   page.pending.delete(reply.ref);
+  if (asked && asked.op === "auth") {
+    unlocked(broker, reply);
+    return;
+  }
+  if (reply.error === "ADMIN_SECRET_REQUIRED") broker.unlocked = false;
   const what = asked ? `${asked.op} ${asked.where}` : `request ${reply.ref}`;
   const on = page.mode === "cluster" ? ` on ${broker.key}` : "";
   const outcome = reply.ok ? "ok" : `failed: ${reply.status || ""} ${reply.error || ""}`.trim();
@@ -418,16 +436,34 @@ function toast(text, kind) {
 
 // ------------------------------------------------------------------ auth
 
-function showAuth() {
+function showAuth(why) {
   const waiting = [...page.brokers.values()].filter((b) => b.state === "auth");
-  const why = waiting.length ? `${waiting.map((b) => b.key).join(", ")}: ${waiting[0].detail}.` : "";
-  setText($("auth-why"), `${why} The broker checks secrets with its auth server (--auth-http-address).`);
+  const reason = waiting.length ? `${waiting.map((b) => b.key).join(", ")}: ${waiting[0].detail}.` : "";
+  const byServer = waiting.some((b) => !b.hello || b.hello.auth_required);
+  const checked = byServer ? " The broker checks secrets with its auth server (--auth-http-address)." : "";
+  setText($("auth-why"), why || `${reason}${checked}`);
   $("auth").hidden = false;
   $("auth-secret").focus();
 }
 
 function hideAuthIfDone() {
-  if (![...page.brokers.values()].some((b) => b.state === "auth")) $("auth").hidden = true;
+  const asking = [...page.brokers.values()].some((b) => b.state === "auth");
+  if (!asking && !page.afterUnlock) $("auth").hidden = true;
+}
+
+// An answer to the admin secret: actions open on that broker, or the form asks again.
+function unlocked(broker, reply) {
+  if (!reply.ok) {
+    toast(`${broker.key}: the admin secret was refused`, "error");
+    showAuth(`${broker.key}: the admin secret was refused; actions need the broker's admin secret (--admin-secret).`);
+    return;
+  }
+  broker.unlocked = true;
+  if ([...page.brokers.values()].some((b) => b.connected && !b.unlocked)) return;
+  const next = page.afterUnlock;
+  page.afterUnlock = null;
+  hideAuthIfDone();
+  if (next) next();
 }
 
 function setupAuth() {
@@ -435,13 +471,17 @@ function setupAuth() {
     event.preventDefault();
     page.secret = $("auth-secret").value;
     for (const broker of page.brokers.values()) {
-      if (broker.state !== "auth") continue;
-      if (broker.send({ op: "auth", secret: page.secret })) {
-        broker.state = "authenticating"; // the open stream still waits for it
-        broker.detail = "";
-        changed();
-      } else {
-        broker.connect();
+      if (broker.state === "auth") {
+        if (broker.send({ op: "auth", secret: page.secret })) {
+          broker.state = "authenticating"; // the open stream still waits for it
+          broker.detail = "";
+          changed();
+        } else {
+          broker.connect();
+        }
+      } else if (broker.connected && !broker.unlocked) {
+        const ref = page.nextRef++;
+        if (broker.send({ op: "auth", secret: page.secret, ref })) page.pending.set(ref, { op: "auth", broker: broker.key });
       }
     }
   });
@@ -579,6 +619,8 @@ function renderOverall() {
   const overall = $("overall");
   setText(overall, text);
   overall.classList.toggle("down", brokers.length > 0 && up < brokers.length);
+  // --admin-stream=read-only everywhere: no actions to offer
+  document.body.classList.toggle("read-only", brokers.length > 0 && brokers.every((b) => b.hello && b.hello.mode === "read-only"));
   document.body.classList.toggle("disconnected", brokers.length > 0 && up === 0);
 }
 

@@ -65,10 +65,11 @@ export class BrokerView {
     this.topicCount = h("dd");
     this.ports = h("dd");
     this.auth = h("span", { class: "badge", text: "AUTH", title: "AUTH is on: actions need rights" });
+    this.mode = h("span", { class: "badge", testid: `broker-mode-${k}` });
     this.node = h(
       "article",
       { class: "broker card", testid: `broker-${k}` },
-      h("header", {}, this.status, this.host, this.address, this.auth, h("span", { class: "version" }, this.version)),
+      h("header", {}, this.status, this.host, this.address, this.auth, this.mode, h("span", { class: "version" }, this.version)),
       h(
         "dl",
         { class: "facts" },
@@ -102,6 +103,11 @@ export class BrokerView {
     setText(this.host, hello ? hello.hostname : broker.key);
     setText(this.version, hello ? `nsqd ${hello.version} · trionsq ${hello.trionsq_version}` : "");
     show(this.auth, Boolean(hello && hello.auth_required));
+    // read-only (--admin-stream), or actions locked until the admin secret is given
+    const mode = !hello ? "" : hello.mode === "read-only" ? "READ-ONLY" : broker.unlocked ? "" : "LOCKED";
+    setText(this.mode, mode);
+    this.mode.title = mode === "LOCKED" ? "actions need the broker's admin secret (--admin-secret)" : "";
+    show(this.mode, Boolean(mode));
     setText(this.detail, broker.detail);
     show(this.detail, Boolean(broker.detail));
     setText(this.health, info ? info.health : "–");
