@@ -17,6 +17,7 @@ from trionsq.config import ConfigError
 from trionsq.lookupd.config import LookupdConfig
 from trionsq.lookupd.server import serve_lookupd
 from trionsq.testing import wait_until
+from trionsq.top import StreamClosed, follow, stream_url
 
 from .raw import http, start
 from .test_admin_stream import Message, events_until, open_stream, receive, send
@@ -232,3 +233,18 @@ def test_bad_admin_options_are_refused_at_start() -> None:
     ):
         with pytest.raises(ConfigError, match=text):
             NsqdConfig.loopback(**changes).validate()
+
+
+async def test_top_reads_with_the_defaults_and_with_an_admin_secret(nursery: trio.Nursery) -> None:
+    """trionsq top sends no Origin (it is no browser) and needs no secret to read; a
+    secret given (--auth-secret, sent as a bearer token) must be the admin secret."""
+    for config in (NsqdConfig.loopback(), NsqdConfig.loopback(admin_secret=SECRET)):
+        broker = await start(nursery, config)
+        assert broker.http is not None
+        url = stream_url(f"{broker.http[0]}:{broker.http[1]}")
+        await http(broker, "POST", "/topic/create?topic=t")
+        for secret in (None, SECRET if config.admin_secret else None):
+            state = await follow(url, auth_secret=secret, max_snapshots=1)
+            assert [topic.name for topic in state.topics] == ["t"]
+    with pytest.raises(StreamClosed, match="refused the auth secret"):
+        await follow(url, auth_secret="wrong", max_snapshots=1)  # noqa: S106 - a test secret
