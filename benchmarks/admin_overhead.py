@@ -238,7 +238,8 @@ def throughput(args: argparse.Namespace) -> None:
 def raw_subscribers_main(url: str, count: int, seconds: float) -> None:
     """The snapshot subscribers' process: ``count`` websockets on ``url``, their bytes
     read and thrown away (no parsing: the reader must not be the bottleneck); prints
-    ``ready``, then after ``seconds`` the bytes received per second."""
+    ``ready``, then after ``seconds`` the bytes and snapshots received per second (a
+    snapshot's first frame is counted; one cut between two reads is missed)."""
     parts = urllib.parse.urlsplit(url)
     target = f"{parts.path}?{parts.query}".encode()
     upgrade = (
@@ -257,7 +258,7 @@ def raw_subscribers_main(url: str, count: int, seconds: float) -> None:
     for sock in sockets:
         selector.register(sock, selectors.EVENT_READ, sock)
     buffer = bytearray(1 << 20)
-    received = 0
+    received = snapshots = 0
     started = time.monotonic()
     while (left := started + seconds - time.monotonic()) > 0:
         for key, _ in selector.select(left):
@@ -268,7 +269,9 @@ def raw_subscribers_main(url: str, count: int, seconds: float) -> None:
             if not size:
                 raise SystemExit("the broker closed a subscriber")
             received += size
-    print(json.dumps({"bytes_per_s": received / seconds}), flush=True)
+            snapshots += buffer.count(b'{"type":"snapshot","seq":', 0, size)
+    rates = {"bytes_per_s": received / seconds, "snapshots_per_s": snapshots / seconds / count}
+    print(json.dumps(rates), flush=True)
 
 
 def ping_latencies(http: str, seconds: float, every: float = 0.01) -> list[float]:
@@ -314,9 +317,10 @@ def create_topics(http: str, topics: int, channels: int) -> None:
 
 def snapshot_round(
     http: str, broker_pid: int, watchers: int, interval_ms: int, seconds: float
-) -> tuple[float, list[float], float]:
-    """Broker CPU (fraction of a core), /ping latencies and subscriber bytes/s for one
-    round with ``watchers`` subscribers (none: the broker idle but for /ping)."""
+) -> tuple[float, list[float], dict[str, float]]:
+    """Broker CPU (fraction of a core), /ping latencies and what the subscribers got
+    (bytes/s, snapshots/s each) for one round with ``watchers`` subscribers (none:
+    the broker idle but for /ping)."""
     subscribers = None
     if watchers:
         url = f"ws://{http}/admin/stream?snapshot_interval_ms={interval_ms}"
@@ -331,11 +335,11 @@ def snapshot_round(
     latencies = ping_latencies(http, seconds)
     after = probe.sample()
     cpu = (after.cpu_seconds - before.cpu_seconds) / (after.at - before.at)
-    rate = 0.0
+    got: dict[str, float] = {}
     if subscribers is not None and subscribers.stdout is not None:
-        rate = json.loads(subscribers.stdout.readline())["bytes_per_s"]
+        got = json.loads(subscribers.stdout.readline())
         subscribers.wait()
-    return cpu, latencies, rate
+    return cpu, latencies, got
 
 
 def snapshot_cost(args: argparse.Namespace) -> None:
@@ -355,31 +359,33 @@ def snapshot_cost(args: argparse.Namespace) -> None:
             f"{args.interval_ms} ms; {seconds:g} s per round",
             flush=True,
         )
-        results: dict[int, list[tuple[float, list[float], float]]] = {0: [], watchers: []}
+        results: dict[int, list[tuple[float, list[float], dict[str, float]]]] = {
+            0: [],
+            watchers: [],
+        }
         for count in ([0, watchers, watchers, 0] * rounds)[: rounds * 2]:
-            cpu, latencies, rate = snapshot_round(
-                http, broker.pid, count, args.interval_ms, seconds
-            )
-            results[count].append((cpu, latencies, rate))
-            print(f"  {count:2d} subscribers: {describe(cpu, latencies, rate)}", flush=True)
+            cpu, latencies, got = snapshot_round(http, broker.pid, count, args.interval_ms, seconds)
+            results[count].append((cpu, latencies, got))
+            print(f"  {count:2d} subscribers: {describe(cpu, latencies, got)}", flush=True)
         print()
         for count, rows in results.items():
             cpu = statistics.median(row[0] for row in rows)
             latencies = [value for row in rows for value in row[1]]
-            rate = statistics.median(row[2] for row in rows)
-            print(f"{count:2d} subscribers, all rounds: {describe(cpu, latencies, rate)}")
+            got = {key: statistics.median(row[2][key] for row in rows) for key in rows[0][2]}
+            print(f"{count:2d} subscribers, all rounds: {describe(cpu, latencies, got)}")
     finally:
         stop_broker(broker, data)
 
 
-def describe(cpu: float, latencies: list[float], rate: float) -> str:
+def describe(cpu: float, latencies: list[float], got: dict[str, float]) -> str:
     ordered = sorted(latencies)
     p50 = ordered[len(ordered) // 2] * 1000
     p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000
     text = f"broker CPU {cpu:.1%} of a core; /ping p50 {p50:.2f} ms p99 {p99:.2f} ms"
     text += f" ({len(ordered)} pings)"
-    if rate:
-        text += f"; subscribers read {rate / 1e6:.1f} MB/s"
+    if got:
+        text += f"; subscribers read {got['bytes_per_s'] / 1e6:.1f} MB/s"
+        text += f", {got['snapshots_per_s']:.1f} snapshots/s each"
     return text
 
 

@@ -4,6 +4,7 @@ subscription, whatever their number, and the subscribers are bounded."""
 
 from __future__ import annotations
 
+import math
 import time
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING
@@ -141,14 +142,14 @@ async def test_a_snapshot_is_built_once_for_every_subscriber_due_at_once(
     """Twenty writers due at the same time: one builds, topic by topic with scheduler
     passes between, the others wait for it and take the same snapshot."""
     broker = await start(nursery)
-    await many_topics(broker, 45, 1)  # three turns of TOPICS_PER_TURN
+    await many_topics(broker, 45, 1)  # several turns of TOPICS_PER_TURN
     hub = SnapshotHub(broker.broker, started_at=0)
     key = (100, None)
     got: list[Snapshot] = []
 
     async def writer() -> None:
         hub.join(key)
-        got.append(await hub.snapshot(key, due=trio.current_time()))
+        got.append(await hub.snapshot(key, sent=-math.inf, fresh_after=trio.current_time()))
 
     async with trio.open_nursery() as writers:
         for _ in range(20):
@@ -171,8 +172,9 @@ async def test_snapshots_come_further_apart_than_asked_when_they_cost_too_much(
     hub = SnapshotHub(broker.broker, started_at=0, cpu_clock=CpuClock(0.06))
     key = (100, None)
     hub.join(key)
-    snapshot = await hub.snapshot(key, due=trio.current_time())
+    snapshot = await hub.snapshot(key, sent=-math.inf, fresh_after=trio.current_time())
     assert snapshot.next_due == pytest.approx(trio.current_time() + 0.06 * (1 / 0.15 - 1))
-    again = await hub.snapshot(key, due=snapshot.next_due)
+    await trio.sleep_until(snapshot.next_due)
+    again = await hub.snapshot(key, sent=snapshot.built_at, fresh_after=0)
     assert again is not snapshot
     assert hub.builds == 2

@@ -41,8 +41,8 @@ COUNTED: Final = ("message_count", "finish_count", "requeue_count", "timeout_cou
 """A channel's counters that get a rate ..."""
 RATES: Final = ("message_rate", "finish_rate", "requeue_rate", "timeout_rate")
 """... under these names."""
-TOPICS_PER_TURN: Final = 20
-"""Topics a build takes between scheduler passes (about 1 ms of work)."""
+TOPICS_PER_TURN: Final = 10
+"""Topics a build takes between scheduler passes (well under a millisecond of work)."""
 BUILD_SHARE: Final = 0.15
 """The most of the broker's time snapshots may take: after a build of ``d`` seconds,
 no snapshot falls due for ``d * (1 / BUILD_SHARE - 1)`` (a broker of 900 channels
@@ -123,16 +123,22 @@ class SnapshotHub:
         if not group.members:
             del self._groups[key]
 
-    async def snapshot(self, key: SnapshotKey, due: float) -> Snapshot:
-        """The group's snapshot for a subscriber whose snapshot fell due at ``due``
-        (its subscription, or the previous snapshot's :attr:`~Snapshot.next_due`):
-        the one built since, else a new one. Every subscriber of the group shares the
-        due times, so the first to wake builds and the others take the same (waiting
-        for it when it is being built)."""
+    async def snapshot(self, key: SnapshotKey, *, sent: float, fresh_after: float) -> Snapshot:
+        """The snapshot a subscriber of ``key`` sends next: the group's latest, when it
+        is newer than the one the subscriber sent (built at ``sent``), not older than
+        its subscription (``fresh_after``) and not yet followed by a due one; else a
+        new one. A subscriber sleeps until the :attr:`~Snapshot.next_due` of what it
+        sent, so every subscriber of the group follows the group's one schedule: the
+        first to wake builds, the others take the same (waiting while it is built)."""
         group = self._groups[key]
         while True:
             latest = group.latest
-            if latest is not None and latest.built_at >= due:
+            if (
+                latest is not None
+                and latest.built_at > sent
+                and latest.built_at >= fresh_after
+                and trio.current_time() < latest.next_due
+            ):
                 return latest
             if group.building is None:
                 break
@@ -141,13 +147,13 @@ class SnapshotHub:
         try:
             started = trio.current_time()
             built, cost = await self._build(key, group, started)
-        finally:
+            self._not_before = trio.current_time() + cost * (1 / BUILD_SHARE - 1)
+            interval = key[0] / 1000
+            boundary = (round(started * 1_000_000) // round(interval * 1_000_000) + 1) * interval
+            group.latest = attrs.evolve(built, next_due=max(boundary, self._not_before))
+        finally:  # the waiting subscribers find the new snapshot (or build one themselves)
             group.building = None
             building.set()
-        self._not_before = trio.current_time() + cost * (1 / BUILD_SHARE - 1)
-        interval = key[0] / 1000
-        boundary = (round(started * 1_000_000) // round(interval * 1_000_000) + 1) * interval
-        group.latest = attrs.evolve(built, next_due=max(boundary, self._not_before))
         return group.latest
 
     async def _build(self, key: SnapshotKey, group: _Group, now: float) -> tuple[Snapshot, float]:
@@ -168,15 +174,17 @@ class SnapshotHub:
                 cost += cpu_clock() - turn_started
                 await trio.lowlevel.checkpoint()
                 turn_started = cpu_clock()
-            name = str(topic["topic_name"])
-            counted: tuple[int, ...] = (_count(topic, "message_count"),)
+            name = cast("str", topic["topic_name"])
+            counted: tuple[int, ...] = (cast("int", topic["message_count"]),)
             counters[name, ""] = counted
             (topic["message_rate"],) = _rates(counted, before.get((name, "")), elapsed)
             finished = _finish_counts(broker, name)
             for channel in cast("list[dict[str, object]]", topic["channels"]):
-                cname = str(channel["channel_name"])
+                cname = cast("str", channel["channel_name"])
                 channel["finish_count"] = finished.get(cname, 0)
-                counted = counters[name, cname] = tuple(_count(channel, c) for c in COUNTED)
+                counted = counters[name, cname] = cast(
+                    "tuple[int, ...]", tuple(channel[counter] for counter in COUNTED)
+                )
                 rates = _rates(counted, before.get((name, cname)), elapsed)
                 channel.update(zip(RATES, rates, strict=True))
             shown.append(topic)
@@ -207,13 +215,9 @@ def _finish_counts(broker: Broker, topic: str) -> dict[str, int]:
     return counts
 
 
-def _count(document: dict[str, object], key: str) -> int:
-    value = document[key]
-    return value if isinstance(value, int) else 0
-
-
 def _rates(now: tuple[int, ...], before: tuple[int, ...] | None, elapsed: float) -> list[float]:
-    """Per second over ``elapsed`` for each counter (0 without a previous value)."""
-    if before is None or elapsed <= 0:
+    """Per second over ``elapsed`` for each counter (0 without a previous value, and
+    for a channel that did nothing: most of a large broker's, as a rule)."""
+    if before is None or elapsed <= 0 or now == before:
         return [0.0] * len(now)
     return [round(max(0, value - old) / elapsed, 3) for value, old in zip(now, before, strict=True)]
