@@ -109,14 +109,21 @@ async def test_broker_page_asks_for_the_admin_secret_before_acting(nursery: trio
     await trio.to_thread.run_sync(drive_secret_page, http_of(broker))
 
 
-def drive_secret_page(http: tuple[str, int]) -> None:
+def open_broker_page(page: Page, http: tuple[str, int], mode: str) -> str:
+    """The broker's page, connected, showing topic "orders" and the broker's ``mode``
+    badge; the broker's key in the page's test ids."""
     key = f"{http[0]}:{http[1]}"
+    page.goto(http_url(http, "/admin"))
+    expect(page.get_by_test_id(f"broker-status-{key}")).to_have_text("connected")
+    expect(page.get_by_test_id(f"broker-mode-{key}")).to_have_text(mode)
+    expect(page.get_by_test_id("topic-orders")).to_be_visible()
+    return key
+
+
+def drive_secret_page(http: tuple[str, int]) -> None:
     with browser_page() as page:
-        page.goto(http_url(http, "/admin"))
-        expect(page.get_by_test_id(f"broker-status-{key}")).to_have_text("connected")
-        expect(page.get_by_test_id(f"broker-mode-{key}")).to_have_text("LOCKED")
+        key = open_broker_page(page, http, "LOCKED")
         expect(page.get_by_test_id("auth-form")).to_be_hidden()  # reading needs no secret
-        expect(page.get_by_test_id("topic-orders")).to_be_visible()
 
         page.get_by_test_id("pause-topic-orders").click()
         expect(page.get_by_test_id("auth-why")).to_contain_text("admin secret (--admin-secret)")
@@ -145,11 +152,7 @@ async def test_a_read_only_broker_page_offers_no_actions(nursery: trio.Nursery) 
 
 
 def drive_read_only_page(http: tuple[str, int]) -> None:
-    key = f"{http[0]}:{http[1]}"
     with browser_page() as page:
-        page.goto(http_url(http, "/admin"))
-        expect(page.get_by_test_id(f"broker-status-{key}")).to_have_text("connected")
-        expect(page.get_by_test_id(f"broker-mode-{key}")).to_have_text("READ-ONLY")
-        expect(page.get_by_test_id("topic-orders")).to_be_visible()
+        open_broker_page(page, http, "READ-ONLY")
         expect(page.get_by_test_id("pause-topic-orders")).to_be_hidden()
         expect(page.get_by_test_id("delete-topic-orders")).to_be_hidden()

@@ -65,6 +65,10 @@ class Pki:
     cert_file: str
     key_file: str
 
+    def broker_config(self) -> NsqdConfig:
+        """A loopback broker with this certificate: TLS upgrades and HTTPS."""
+        return attrs.evolve(LOCAL, tls_cert=self.cert_file, tls_key=self.key_file)
+
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
@@ -163,25 +167,18 @@ TCP_STEPS = [
 ]
 
 
-async def test_tcp_connections_dropped_at_every_step(
-    clients: Clients, nursery: trio.Nursery
-) -> None:
-    broker = await start(nursery)
-    await drop_everywhere(clients, broker, broker.tcp, TCP_STEPS)
-
-
 async def test_tcp_connections_dropped_mid_tls_upgrade(
     clients: Clients, nursery: trio.Nursery, pki: Pki
 ) -> None:
-    broker = await start(nursery, attrs.evolve(LOCAL, tls_cert=pki.cert_file, tls_key=pki.key_file))
+    broker = await start(nursery, pki.broker_config())
     tls_identify = encode_identify(IdentifyRequest(feature_negotiation=True, tls_v1=True))
 
     async def upgrading(sock: trio.socket.SocketType) -> None:
         await sock.send(b"  V2" + tls_identify)
         await read_until(sock, b"}")  # IDENTIFY's JSON: the handshake begins
 
-    steps = [Step("after IDENTIFY asked for TLS", sending(b"  V2" + tls_identify))]
-    await drop_everywhere(clients, broker, broker.tcp, steps + tls_steps(upgrading))
+    asked = Step("after IDENTIFY asked for TLS", sending(b"  V2" + tls_identify))
+    await drop_everywhere(clients, broker, broker.tcp, [asked, *tls_steps(upgrading)])
 
 
 async def test_tcp_connections_dropped_at_auth(clients: Clients, nursery: trio.Nursery) -> None:
@@ -224,18 +221,10 @@ HTTP_STEPS = [
 ]
 
 
-async def test_http_connections_dropped_at_every_step(
-    clients: Clients, nursery: trio.Nursery
-) -> None:
-    broker = await start(nursery)
-    assert broker.http is not None
-    await drop_everywhere(clients, broker, broker.http, HTTP_STEPS)
-
-
 async def test_https_connections_dropped_mid_handshake_and_request(
     clients: Clients, nursery: trio.Nursery, pki: Pki
 ) -> None:
-    broker = await start(nursery, attrs.evolve(LOCAL, tls_cert=pki.cert_file, tls_key=pki.key_file))
+    broker = await start(nursery, pki.broker_config())
     assert broker.https is not None
 
     async def nothing(sock: trio.socket.SocketType) -> None:
@@ -279,12 +268,18 @@ WEBSOCKET_STEPS = [
 ]
 
 
-async def test_admin_stream_connections_dropped_at_every_step(
-    clients: Clients, nursery: trio.Nursery
+@pytest.mark.parametrize(
+    ("listener", "steps"),
+    [("tcp", TCP_STEPS), ("http", HTTP_STEPS), ("http", WEBSOCKET_STEPS)],
+    ids=["tcp", "http", "admin stream"],
+)
+async def test_connections_dropped_at_every_step(
+    clients: Clients, nursery: trio.Nursery, listener: str, steps: list[Step]
 ) -> None:
     broker = await start(nursery)
-    assert broker.http is not None
-    await drop_everywhere(clients, broker, broker.http, WEBSOCKET_STEPS)
+    address = broker.tcp if listener == "tcp" else broker.http
+    assert address is not None
+    await drop_everywhere(clients, broker, address, steps)
 
 
 async def test_admin_stream_connections_dropped_at_the_auth_prompt(

@@ -1,17 +1,17 @@
 """Admin stream snapshots, built once per interval and shared (issue 30, item 3).
 
-A snapshot of a broker with 300 topics of 3 channels is 0.4 MB of JSON and about
-20 ms of work; built for each subscriber, 20 subscribers at 100 ms took 89% of a core
-and /ping waited 0.3 s. Subscribers with the same subscription (snapshot interval and
-topics) form a group. A group's snapshots fall due on the boundaries of its interval
-on Trio's clock, so its subscribers wake together; the first to wake builds the
-snapshot, serialized once into a websocket frame, and every subscriber of the group
-sends those same bytes after a small frame with its own ``seq``
-(websocket_frames.py). Rates are per second between the group's consecutive
-snapshots.
+A snapshot of a broker with 300 topics of 3 channels is 0.5 MB of JSON and 15-30 ms
+of work; built for each subscriber, 20 subscribers at 100 ms took 89% of a core and
+/ping waited 0.3 s. Subscribers with the same subscription (snapshot interval and
+topics) form a group, which keeps one schedule: its snapshots fall due on the
+boundaries of its interval on Trio's clock (later when building would take more than
+:data:`BUILD_SHARE` of the broker), the first subscriber to wake builds the snapshot,
+serialized once into a websocket frame, and every subscriber of the group sends
+those same bytes after a small frame with its own ``seq`` (websocket_frames.py).
+Rates are per second between the group's consecutive snapshots. A build reads the
+topics a few at a time (:data:`TOPICS_PER_TURN`), with scheduler passes between.
 
-Pure bookkeeping around one synchronous build: no task of its own (the subscribers'
-writers call it), so nothing here outlives the subscribers.
+No task of its own: the subscribers' writers build, so nothing here outlives them.
 """
 
 from __future__ import annotations

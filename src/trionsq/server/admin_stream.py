@@ -182,9 +182,9 @@ class AdminStream:
         full = gate.full()
         if full is None:
             gate.subscribers += 1
-        if isinstance(stream, trio.SocketStream):  # a snapshot leaves in one write or two
-            stream.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
         try:
+            if isinstance(stream, trio.SocketStream):  # a snapshot leaves in a write or two
+                stream.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
             async with trio.open_nursery() as nursery:
                 replay = ReplayStream(stream, upgrade.replay)
                 handshake = await wrap_server_stream(
@@ -376,8 +376,8 @@ class _Subscriber:
             await trio.lowlevel.checkpoint()  # raises Cancelled: the scope ends the run
 
     async def _write_forever(self) -> None:
-        """Drain the queue as events come; a snapshot at each deadline (the
-        interval's boundaries, which every subscriber of the interval shares)."""
+        """Drain the queue as events come; a snapshot at each deadline (its group's
+        schedule: every subscriber of the subscription wakes at the same times)."""
         snapshots = self.context.snapshots
         while True:
             if self.interval_ms and trio.current_time() >= self._next_snapshot:
