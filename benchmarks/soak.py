@@ -19,8 +19,9 @@ load does not delay another side's clock:
   ``--pace`` seconds between: garbage after the magic, a bad magic, a 2 GiB size
   prefix, deflate and snappy bombs (``--bomb-mib`` MiB of ``NOP`` commands, then a PUB
   whose answer ends the attack), IDENTIFY nested 1,000 levels deep, slowloris, bursts of
-  connections opened and dropped, a consumer that never reads, nonsense commands, and
-  malformed HTTP requests.
+  connections opened and dropped, a consumer that never reads, nonsense commands,
+  malformed HTTP requests, and admin stream websockets dropped at a random step of
+  their handshake (before the 101, after it, after the hello, mid frame, after an op).
 
 It prints the broker's RSS every ``--rss-every`` seconds, then: losses and duplicates
 of the good pair, publish latency percentiles, /ping latency percentiles and worst,
@@ -33,6 +34,7 @@ the broker died.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing
 import queue
@@ -75,6 +77,11 @@ GOOD_TOPIC: Final = "soak_good"
 BOMB_TOPIC: Final = "soak_bomb"
 STUCK_TOPIC: Final = "soak_stuck"
 PING: Final = b"GET /ping HTTP/1.1\r\nHost: soak\r\n\r\n"
+WEBSOCKET_UPGRADE: Final = (
+    b"GET /admin/stream%s HTTP/1.1\r\nHost: soak\r\nUpgrade: websocket\r\n"
+    b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+    b"Sec-WebSocket-Version: 13\r\n\r\n"
+)
 PING_EVERY: Final = 0.05
 ATTACK_TIMEOUT: Final = 30.0
 
@@ -309,6 +316,7 @@ class Attacks:
             ("stuck_consumer", self.stuck_consumer),
             ("nonsense", self.nonsense),
             ("http_garbage", self.http_garbage),
+            ("websocket_churn", self.websocket_churn),
         ]
 
     @staticmethod
@@ -448,6 +456,39 @@ class Attacks:
             sock.sendall(rng.choice(requests))
             sock.shutdown(socket.SHUT_WR)
             self._read_to_close(sock)
+
+    def websocket_churn(self, rng: random.Random) -> None:
+        """Admin stream websockets dropped (closed or reset) at a random step: before
+        the 101, after it, after the hello, mid frame, after an op (issue 30: the first
+        of these ended the broker)."""
+        op = masked_frame(b'{"op": "topic.pause", "topic": "%s"}' % BOMB_TOPIC.encode())
+        for _ in range(rng.randint(5, 30)):
+            query = rng.choice([b"", b"?snapshot_interval_ms=100", b"?events=topic"])
+            step = rng.randint(0, 4)
+            with connect(self.http, timeout=2.0) as sock:
+                sock.sendall(WEBSOCKET_UPGRADE % query)
+                if step >= 1:  # the 101, then (step 2 on) the hello
+                    self._read_until(sock, b"\r\n\r\n" if step == 1 else b'"hello"')
+                if step >= 3:
+                    sock.sendall(op if step == 4 else op[: rng.randint(1, len(op) - 1)])
+                if rng.random() < 0.5:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+    @staticmethod
+    def _read_until(sock: socket.socket, marker: bytes) -> None:
+        """Read until ``marker`` came (in all that was read), the socket closed or
+        its timeout passed."""
+        seen = b""
+        with contextlib.suppress(TimeoutError):
+            while marker not in seen and (chunk := sock.recv(65536)):
+                seen += chunk
+
+
+def masked_frame(payload: bytes) -> bytes:
+    """A client's masked text frame (RFC 6455 §5.2), payload under 126 bytes."""
+    mask = random.randbytes(4)
+    masked = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+    return struct.pack(">BB", 0x81, 0x80 | len(payload)) + mask + masked
 
 
 def hostile(

@@ -16,12 +16,14 @@ from typing import TYPE_CHECKING, Final
 
 import attrs
 
+from .addresses import parse_origin
 from .protocol.settings import ServerSettings
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
 __all__ = [
+    "ADMIN_STREAM_MODES",
     "AUTH_HTTP_REQUEST_METHODS",
     "EXPERIMENTS",
     "LOG_LEVELS",
@@ -39,6 +41,8 @@ TLS_VERSIONS: Final = ("ssl3.0", "tls1.0", "tls1.1", "tls1.2", "tls1.3")
 TLS_CLIENT_AUTH_POLICIES: Final = ("", "require", "require-verify")
 AUTH_HTTP_REQUEST_METHODS: Final = ("get", "post")
 EXPERIMENTS: Final = ("topology-aware-consumption",)
+ADMIN_STREAM_MODES: Final = ("read-write", "read-only", "off")
+"""``--admin-stream``: actions and bodies too; neither; no stream at all."""
 
 
 class ConfigError(ValueError):
@@ -142,6 +146,17 @@ class NsqdConfig(Listeners):
     """trionsq's own: how long a consumer group's membership must stay unchanged
     before its partitions are dealt again (joins and departures within it count as
     one change). docs/extensions.md, "Consumer groups"."""
+
+    # the admin stream (docs/admin.md), trionsq's own
+    admin_stream: str = "read-write"
+    """read-write, read-only (no actions, no message bodies in samples) or off (404)."""
+    admin_secret: str = ""
+    """Guards the stream's actions and body samples when AUTH is off ("": open)."""
+    admin_allowed_origins: tuple[str, ...] = ()
+    """Browser origins besides the broker's own (and its lookupds') that may open the
+    stream (``*``: any)."""
+    admin_max_subscribers: int = 100
+    """Streams open at once (both listeners); more are closed with 1013."""
 
     # storage
     data_path: str = ""
@@ -305,6 +320,7 @@ class NsqdConfig(Listeners):
             raise ConfigError(
                 f"--idempotency-window must be 0 or more, got {self.idempotency_window}"
             )
+        self._validate_admin()
         for percentile in self.e2e_processing_latency_percentiles:
             if not 0 < percentile <= 1:
                 raise ConfigError(
@@ -312,6 +328,28 @@ class NsqdConfig(Listeners):
                     f" got {percentile!r}"
                 )
         self._validate_tls()
+
+    def _validate_admin(self) -> None:
+        if self.admin_stream not in ADMIN_STREAM_MODES:
+            raise ConfigError(
+                f"--admin-stream must be one of {', '.join(ADMIN_STREAM_MODES)},"
+                f" got {self.admin_stream!r}"
+            )
+        if self.admin_max_subscribers < 1:
+            raise ConfigError(
+                f"--admin-max-subscribers must be 1 or more, got {self.admin_max_subscribers}"
+            )
+        if self.admin_secret and self.auth_http_addresses:
+            raise ConfigError(
+                "--admin-secret cannot be used with --auth-http-address: with AUTH on, the"
+                " auth server's grants guard the admin stream's actions"
+            )
+        for origin in self.admin_allowed_origins:
+            if origin != "*" and parse_origin(origin) is None:
+                raise ConfigError(
+                    "--admin-allowed-origins must be <scheme>://<host>[:<port>] or *,"
+                    f" got {origin!r}"
+                )
 
     def _validate_tls(self) -> None:
         if bool(self.tls_cert) != bool(self.tls_key):

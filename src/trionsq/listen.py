@@ -1,9 +1,15 @@
 """Opening listeners, with a failure the console scripts can tell from any other,
-and the accept loop of the TCP protocol's connections.
+and the one accept loop every listener of a broker and a lookupd goes through.
 
 A broker that cannot bind says ``FATAL: cannot listen: ...`` and exits; every other
 ``OSError`` (a storage fault, say) must not be reported as one, so listening wraps
 its errors in :class:`ListenError`.
+
+No error of one connection may end the process (issue 30): every connection runs
+inside :func:`_run_connection`, which catches and logs whatever its handler raises
+(``Exception``, never ``Cancelled``) and closes the stream. Only the listener's own
+failure (an ``accept`` error other than running out of descriptors or memory) ends
+:func:`serve_connections`, and with it the server.
 """
 
 from __future__ import annotations
@@ -11,22 +17,28 @@ from __future__ import annotations
 import errno
 import logging
 import os
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 import trio
 
-from .addresses import join_host_port
+from .addresses import join_host_port, peer_address
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Sequence
 
-__all__ = ["ListenError", "open_listeners", "serve_connections"]
+__all__ = ["ListenError", "connection_ended", "open_listeners", "serve_connections"]
 
 log = logging.getLogger("trionsq.accept")  # logs.configure_logging limits its rate
+connection_log = logging.getLogger("trionsq.connection")
 OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
 """accept(2) failures that mean "not now": the loop waits and tries again."""
 RETRY_AFTER = 0.1
 """Seconds between accepts while the process is out of descriptors or memory."""
+PEER_GONE = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+"""How a connection ends when its peer vanishes (reset, broken pipe, a TLS failure):
+logged at debug level, as nsqd does not complain about them either."""
+
+StreamT = TypeVar("StreamT", bound=trio.abc.AsyncResource)
 
 
 class ListenError(OSError):
@@ -43,19 +55,18 @@ async def open_listeners(host: str | None, port: int) -> list[trio.SocketListene
 
 
 async def serve_connections(
-    handler: Callable[[trio.SocketStream], Awaitable[None]],
-    listeners: list[trio.SocketListener],
+    handler: Callable[[StreamT], Awaitable[object]],
+    listeners: Sequence[trio.abc.Listener[StreamT]],
     *,
     name: str,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> NoReturn:
-    """Accept on every listener; each connection runs ``handler(stream)`` as its own
-    task of this one's nursery, named ``name``.
+    """Accept on every listener; each connection runs ``handler(stream)`` in a task of
+    this one's nursery, named ``name``, where its failures stay (see the module).
 
-    ``trio.serve_listeners`` does the same with a wrapper coroutine around each
-    handler and a task name built per connection; with many idle connections those
-    were 0.3 KB of each (issue 14). ``handler`` here is a plain function that returns
-    the connection's coroutine, and that coroutine closes its own stream.
+    ``trio.serve_listeners`` does much the same, but a handler's exception ends the
+    server, and it builds a task name per connection (with many idle connections
+    that was 0.3 KB of each, issue 14): here every task shares ``name``.
     """
     async with trio.open_nursery() as nursery:
         for listener in listeners:
@@ -65,9 +76,9 @@ async def serve_connections(
 
 
 async def _accept_forever(
-    listener: trio.SocketListener,
+    listener: trio.abc.Listener[StreamT],
     nursery: trio.Nursery,
-    handler: Callable[[trio.SocketStream], Awaitable[None]],
+    handler: Callable[[StreamT], Awaitable[object]],
     name: str,
 ) -> NoReturn:
     async with listener:
@@ -85,4 +96,40 @@ async def _accept_forever(
                 )
                 await trio.sleep(RETRY_AFTER)
                 continue
-            nursery.start_soon(handler, stream, name=name)
+            nursery.start_soon(_run_connection, handler, stream, name=name)
+
+
+async def _run_connection(handler: Callable[[StreamT], Awaitable[object]], stream: StreamT) -> None:
+    """One connection's task: its handler, whose failure ends only this connection.
+
+    The handler is called here, not in the accept loop, so even a failure while it
+    is built (a peer gone before its address was read) stays here. ``Cancelled``
+    (the server stopping) passes through untouched.
+    """
+    try:
+        await handler(stream)
+    except Exception as error:
+        if connection_ended(error):
+            connection_log.debug("connection from %s ended: %r", _peer(stream), error)
+        else:
+            connection_log.exception(
+                "connection from %s failed; closing it (the server goes on)", _peer(stream)
+            )
+    finally:
+        await trio.aclose_forcefully(stream)
+
+
+def connection_ended(error: BaseException) -> bool:
+    """Whether ``error`` (or every error in its group) only says the peer went away."""
+    if isinstance(error, BaseExceptionGroup):
+        return all(connection_ended(inner) for inner in error.exceptions)
+    return isinstance(error, PEER_GONE)
+
+
+def _peer(stream: trio.abc.AsyncResource) -> str:
+    """The peer's address for a log line (through TLS to the socket), or ``?``."""
+    while isinstance(stream, trio.SSLStream):
+        stream = stream.transport_stream
+    if isinstance(stream, trio.SocketStream):
+        return peer_address(stream.socket) or "?"
+    return "?"

@@ -12,11 +12,10 @@ if TYPE_CHECKING:
 
 __all__ = ["NsqdFormatter", "OncePerInterval", "configure_logging"]
 
-ACCEPT_LOGGER = "trio.serve_listeners"
-"""Where trio complains when accept fails for lack of descriptors or memory: ten
-times a second per listener, each with a traceback, until it works again."""
 TCP_ACCEPT_LOGGER = "trionsq.accept"
-"""The same complaint from the TCP protocol's own accept loop (listen.py)."""
+"""Where the accept loop of every listener (listen.py) complains when accept fails
+for lack of descriptors or memory: ten times a second per listener, until it works
+again."""
 ACCEPT_COMPLAINT_INTERVAL = 60.0
 
 _LEVELS = {
@@ -73,8 +72,4 @@ def configure_logging(level: str = "info", prefix: str = "[nsqd] ") -> None:
     root.handlers[:] = [handler]
     root.setLevel({"warn": "WARNING", "fatal": "CRITICAL"}.get(level.lower(), level.upper()))
     root.propagate = False
-    accept = logging.getLogger(ACCEPT_LOGGER)
-    accept.handlers[:] = [handler]
-    accept.filters[:] = [OncePerInterval(ACCEPT_COMPLAINT_INTERVAL)]
-    accept.propagate = False
     logging.getLogger(TCP_ACCEPT_LOGGER).filters[:] = [OncePerInterval(ACCEPT_COMPLAINT_INTERVAL)]

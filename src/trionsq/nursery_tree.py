@@ -21,17 +21,21 @@ below)::
     │   ├── TCP listener (listen.serve_connections) -> per connection nursery   server/tcp.py
     │       ├── reader task            bytes -> protocol events -> broker; writes replies
     │       └── messagePump task       message batches + heartbeats -> socket
-    │   ├── HTTP listener -> per connection task: h11 loop, one request at a time   http/
+    │   ├── HTTP listener (serve_connections) -> per connection task: h11 loop   http/
     │   │   └── an /admin/stream upgrade: admin stream nursery   server/admin_stream.py
     │   │       ├── frame reader   trio-websocket: bytes -> frames, pings, close
     │   │       ├── op reader      subscribe / sample / admin ops -> replies queued
     │   │       └── (the connection task) writer: queued events + snapshots -> socket
-    │   ├── HTTPS listener (with a TLS certificate) -> per connection task           http/
+    │   ├── HTTPS listener (serve_connections, with a TLS certificate) -> per connection task
     │   └── lookupd peers nursery (address list: config, PUT /config)  server/lookupd_peers.py
     │       ├── per lookupd address: peer [own CancelScope; removed = cancel]
     │       │   └── reader task    replies -> the waiting command; close -> reconnect
     │       └── per new topic: channel pre-creation (asks every lookupd, then ends)
     task_status.started(BoundAddresses(...))   # after every listener accepts
+
+Every listener accepts through ``listen.serve_connections``: each connection's task
+(``listen._run_connection``) catches and logs its own failures, so no connection can
+end the broker; only a listener's own failure does.
 
 State of the build: ``serve_nsqd`` runs the broker nursery (channel runners), the
 TCP listener with its per-connection nurseries, the HTTP/HTTPS listeners (whose
@@ -60,6 +64,9 @@ from .config import NsqdConfig
 from .dispatch.router import ChannelRunner
 from .http.connection import FdTransport, StreamTransport, serve_http_connection
 from .listen import open_listeners, serve_connections
+from .server.admin_gate import AdminGate, lookupd_origins
+from .server.admin_snapshots import SnapshotHub
+from .server.admin_stream import StreamShared
 from .server.admission import ConnectionGate, reserved_sockets
 from .server.alarms import AlarmClock
 from .server.group_views import LookupdGroupViews
@@ -78,6 +85,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("trionsq")
 CONNECTION_TASK: Final = "trionsq.server.tcp.ClientSession.run"
 """Every TCP connection's task has this one name (not one string built per task)."""
+HTTP_TASK: Final = "trionsq.http.connection"
+HTTPS_TASK: Final = "trionsq.https.connection"
 
 __all__ = [
     "CLIENT_TASKS",
@@ -145,7 +154,8 @@ async def serve_nsqd(
             if not gate.admit("TCP"):
                 return gate.refuse(stream)
             # the session's own coroutine, not an async wrapper awaiting it: one frame
-            # fewer for each of many idle connections (issue 14)
+            # fewer for each of many idle connections (issue 14); the listener's task
+            # around it keeps its failures to itself (listen.py)
             return ClientSession(
                 next(client_ids), stream, broker, settings, alarms, tls_context, gate.closed
             ).run()
@@ -170,6 +180,11 @@ async def serve_nsqd(
         runtime = RuntimeOptions(
             config.log_level, config.lookupd_tcp_addresses, lookupd_changed=peers.set_addresses
         )
+        # and one admin stream gate and snapshot hub, so bounds and builds are per broker
+        admin = StreamShared(
+            AdminGate(config, lookupd_origins=lambda: lookupd_origins(peers.page_names())),
+            SnapshotHub(broker, started_at=started_at),
+        )
 
         def api(is_https: bool) -> NsqdHttpApi:
             return NsqdHttpApi(
@@ -180,6 +195,7 @@ async def serve_nsqd(
                 https_port=lambda: https[1] if https else None,
                 is_https=is_https,
                 runtime=runtime,
+                admin=admin,
             )
 
         await _start_http(broker_nursery, api, http_listeners, https_listeners, tls_context, gate)
@@ -241,7 +257,9 @@ async def _start_http(
             finally:
                 gate.closed()
 
-        await broker_nursery.start(trio.serve_listeners, handle_http, http_listeners)
+        await broker_nursery.start(
+            functools.partial(serve_connections, handle_http, http_listeners, name=HTTP_TASK)
+        )
     if https_listeners and tls_context is not None:
         tls_api = api(True)
         ssl_listeners = [
@@ -259,7 +277,9 @@ async def _start_http(
             finally:
                 gate.closed()
 
-        await broker_nursery.start(trio.serve_listeners, handle_https, ssl_listeners)
+        await broker_nursery.start(
+            functools.partial(serve_connections, handle_https, ssl_listeners, name=HTTPS_TASK)
+        )
 
 
 def _bound(listeners: list[trio.SocketListener]) -> tuple[str, int]:
@@ -268,19 +288,14 @@ def _bound(listeners: list[trio.SocketListener]) -> tuple[str, int]:
 
 
 async def _serve_http(transport: Transport, stream: trio.abc.Stream, api: NsqdHttpApi) -> None:
-    """One HTTP connection; a client that vanishes or a TLS failure ends only it. An
+    """One HTTP connection (its listener's task closes it, whatever happens); an
     ``/admin/stream`` upgrade continues on the connection as the admin stream."""
-    try:
-        stream_api = api.admin_stream
-        upgrade = await serve_http_connection(
-            transport, api.dispatch, api.body_limit, upgrade=stream_api.accepts
-        )
-        if upgrade is not None:
-            await stream_api.serve(stream, upgrade)
-    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as error:
-        log.debug("http: connection ended: %s", error)
-    finally:
-        await trio.aclose_forcefully(stream)
+    stream_api = api.admin_stream
+    upgrade = await serve_http_connection(
+        transport, api.dispatch, api.body_limit, upgrade=stream_api.accepts
+    )
+    if upgrade is not None:
+        await stream_api.serve(stream, upgrade)
 
 
 @asynccontextmanager
@@ -337,7 +352,7 @@ TASKS: Final = {
     "alarm clock": "AlarmClock.run",
     "statsd": "StatsdPusher.run",
     "tcp listener": "serve_connections",
-    "connection nursery": "ClientSession.run",  # the reader runs in this task
+    "connection nursery": "_run_connection",  # ClientSession.run: the reader, in this task
     "connection message pump": "ClientSession._pump",
     "storage": "Storage.run",
     "storage syncer": "Storage._sync_forever",
@@ -345,10 +360,10 @@ TASKS: Final = {
     "dead letter mover": "DeadLetterMover.run",
     "ttl timers": "Broker.run_ttl_timers",
     "group rebalance": "GroupCoordinator._rebalance_after",
-    "http listener": "serve_listeners",
-    "http connection": "_run_handler",
-    "https listener": "serve_listeners",
-    "https connection": "_run_handler",
+    "http listener": "serve_connections",
+    "http connection": "_run_connection",
+    "https listener": "serve_connections",
+    "https connection": "_run_connection",
     "admin stream frame reader": "WebSocketConnection._reader_task",
     "admin stream op reader": "_Subscriber._read_ops",
     "lookupd peers": "LookupdPeers.run",

@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING, Final
 import attrs
 
 from . import goflags
-from .config import EXPERIMENTS, LOG_LEVELS, TLS_VERSIONS, NsqdConfig, TlsRequired
+from .config import (
+    ADMIN_STREAM_MODES,
+    EXPERIMENTS,
+    LOG_LEVELS,
+    TLS_VERSIONS,
+    NsqdConfig,
+    TlsRequired,
+)
 from .goflags import FlagSpec, Kind
 from .lookupd.config import LookupdConfig
 
@@ -166,6 +173,12 @@ NSQD_FLAGS: Final[tuple[FlagSpec, ...]] = (
     _flag("idempotency-window", INT, "##idempotency_key values each partition remembers to store each at most once (0: off)"),
     _flag("ttl-dead-letter", BOOL, "send messages past their TTL to their channel's dead-letter topic, when it has a max_attempts bound"),
     _flag("max-open-files", INT, "segment and delays files held open at most, least recently used closed first (0: as the open-file limit allows)"),
+    _flag("admin-stream", STR, "the admin stream at /admin/stream: " + ", ".join(ADMIN_STREAM_MODES)
+          + " (read-only: no actions, no message bodies; off: 404)"),
+    _flag("admin-secret", STR, "secret the admin stream's actions and body samples need (not with -auth-http-address)"),
+    _flag("admin-allowed-origins", Kind.STRING_LIST,
+          "browser origin (<scheme>://<host>[:<port>], or *) besides the broker's own that may open the admin stream (repeatable)"),
+    _flag("admin-max-subscribers", INT, "most admin streams open at once"),
 )
 # fmt: on
 """Every nsqd flag (defaults.md), in nsqd's order, then trionsq's own."""

@@ -6,26 +6,21 @@ no handler fails (nothing is logged at ERROR). A long run found that a mangled
 
 from __future__ import annotations
 
-import logging
 import socket
-import threading
 from typing import TYPE_CHECKING
 
 import h11
-import pytest
-import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trionsq import NsqdConfig, serve_nsqd
 from trionsq.http.messages import Request, go_query_valid
 
 from .mutations import fuzz_settings, mutated
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-
     from trionsq.nursery_tree import BoundAddresses
+
+    from .conftest import Errors
 
 MPUB_BINARY = b"\x00\x00\x00\x02\x00\x00\x00\x01a\x00\x00\x00\x02bc"
 VALID = [
@@ -50,44 +45,6 @@ VALID = [
     b"3\r\nabc\r\n0\r\n\r\n",
     b"POST /pub?topic=t HTTP/1.1\r\nHost: n\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\nhi",
 ]
-
-
-class Errors(logging.Handler):
-    """Records logged at ERROR or above while the broker runs."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.ERROR)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-
-@pytest.fixture(scope="module")
-def broker() -> Iterator[tuple[BoundAddresses, Errors]]:
-    """One in-memory broker for the module, in its own thread and trio run."""
-    ready = threading.Event()
-    state: dict[str, object] = {}
-
-    async def serve() -> None:
-        async with trio.open_nursery() as nursery:
-            state["addresses"] = await nursery.start(serve_nsqd, NsqdConfig.loopback())
-            state["scope"] = nursery.cancel_scope
-            state["token"] = trio.lowlevel.current_trio_token()
-            ready.set()
-
-    thread = threading.Thread(target=trio.run, args=(serve,), daemon=True)
-    errors = Errors()
-    logging.getLogger("trionsq").addHandler(errors)
-    thread.start()
-    assert ready.wait(30)
-    try:
-        yield state["addresses"], errors  # type: ignore[misc]
-    finally:
-        scope: trio.CancelScope = state["scope"]  # type: ignore[assignment]
-        trio.from_thread.run_sync(scope.cancel, trio_token=state["token"])  # type: ignore[arg-type]
-        thread.join(30)
-        logging.getLogger("trionsq").removeHandler(errors)
 
 
 def exchange(address: tuple[str, int], request: bytes) -> bytes:

@@ -26,8 +26,8 @@ if TYPE_CHECKING:
     from trionsq.lookupd.server import LookupdAddresses
     from trionsq.nursery_tree import BoundAddresses
 
-ACCEPT_LOOPS = frozenset({"_serve_one_listener", "_accept_forever"})
-"""The accept loops (trio.serve_listeners', listen.serve_connections'), one per listener."""
+ACCEPT_LOOPS = frozenset({"_accept_forever"})
+"""The accept loops of listen.serve_connections, one per listener."""
 NOT_RUNNING_HERE = frozenset(
     {
         "https listener",
@@ -113,7 +113,7 @@ async def test_every_task_of_a_running_broker_is_where_tree_says(
         "the lookupd peer connected",
     )
     await wait_until(
-        lambda: ("_Subscriber._read_ops", "_run_handler") in tasks_under(root),
+        lambda: ("_Subscriber._read_ops", "_run_connection") in tasks_under(root),
         "the admin stream started",
     )
 

@@ -8,7 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trionsq.broker.latency import LatencyResult
-from trionsq.server.stats import ChannelSnapshot, MemoryStatistics, TopicSnapshot
+from trionsq.server.memory_stats import MemoryStatistics
+from trionsq.server.stats import ChannelSnapshot, TopicSnapshot
 from trionsq.server.statsd_lines import (
     DEFAULT_PACKET_SIZE,
     host_key,

@@ -7,15 +7,15 @@
 // (every second) replace every number. Actions go over the same socket and their
 // replies are shown.
 
-const HISTORY_MS = 5 * 60 * 1000; // what the sparklines show
+import { $, HISTORY_MS, clock, h, hostPort, setText, show } from "./admin_dom.js";
+import { BrokerView, OPS, TopicView, bind } from "./admin_views.js";
+
 const SAMPLE_MS = 1000; // one sparkline point per second
-const CHART_MIN_MS = 60 * 1000; // a chart spans at least this, growing to HISTORY_MS
 const EVENT_LOG_SIZE = 100;
 const RETRY_FIRST_MS = 500;
 const RETRY_MAX_MS = 15000;
 const NODES_REFRESH_MS = 10000; // lookupd has no push: look at /nodes again this often
 const TOAST_MS = 8000;
-const CONSUMERS_SHOWN = 20;
 
 const CLOSE_REASONS = {
   1000: "the broker is shutting down",
@@ -23,108 +23,6 @@ const CLOSE_REASONS = {
   4001: "the broker needs an auth secret",
   4008: "the broker dropped this page: it read the stream too slowly",
 };
-
-const OPS = {
-  "topic.pause": {
-    verb: "Pause",
-    text: (t) => `Pause topic “${t}”? Publishing goes on; its channels get no new messages until it is unpaused.`,
-  },
-  "topic.unpause": { verb: "Unpause", text: (t) => `Unpause topic “${t}”? Its channels get messages again.` },
-  "topic.empty": {
-    verb: "Empty",
-    danger: true,
-    text: (t) => `Empty topic “${t}”? The messages queued in the topic are dropped; its channels keep theirs.`,
-  },
-  "topic.delete": {
-    verb: "Delete",
-    danger: true,
-    text: (t) => `Delete topic “${t}”? The topic, its channels and every message in them are removed.`,
-  },
-  "channel.pause": {
-    verb: "Pause",
-    text: (t, c) => `Pause channel “${c}” of topic “${t}”? Its consumers get no messages until it is unpaused.`,
-  },
-  "channel.unpause": { verb: "Unpause", text: (t, c) => `Unpause channel “${c}” of topic “${t}”?` },
-  "channel.empty": {
-    verb: "Empty",
-    danger: true,
-    text: (t, c) => `Empty channel “${c}” of topic “${t}”? Its queued, in-flight and deferred messages are dropped.`,
-  },
-  "channel.delete": {
-    verb: "Delete",
-    danger: true,
-    text: (t, c) => `Delete channel “${c}” of topic “${t}”? The channel and its messages are removed.`,
-  },
-};
-
-// ------------------------------------------------------------------ small helpers
-
-const $ = (id) => document.getElementById(id);
-const countFormat = new Intl.NumberFormat("en-US");
-
-function h(tag, props = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [key, value] of Object.entries(props)) {
-    if (value === undefined || value === null || value === false) continue;
-    if (key === "testid") node.setAttribute("data-testid", value);
-    else if (key === "class") node.className = value;
-    else if (key === "text") node.textContent = value;
-    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
-    else node.setAttribute(key, value === true ? "" : value);
-  }
-  for (const child of children) if (child !== null && child !== undefined) node.append(child);
-  return node;
-}
-
-function setText(node, text) {
-  const value = String(text);
-  if (node.textContent !== value) node.textContent = value;
-}
-
-function show(node, visible) {
-  if (node.hidden === visible) node.hidden = !visible;
-}
-
-const count = (n) => countFormat.format(n || 0);
-
-function rate(perSecond) {
-  const n = perSecond || 0;
-  if (n === 0) return "0";
-  return n < 10 ? n.toFixed(1) : countFormat.format(Math.round(n));
-}
-
-function bytes(n) {
-  if (!n) return "–";
-  const units = ["B", "KiB", "MiB", "GiB"];
-  let i = 0;
-  while (n >= 1024 && i < units.length - 1) {
-    n /= 1024;
-    i += 1;
-  }
-  return `${n.toFixed(i ? 1 : 0)} ${units[i]}`;
-}
-
-function duration(seconds) {
-  if (!(seconds >= 0)) return "–";
-  const s = Math.floor(seconds);
-  const d = Math.floor(s / 86400);
-  const hh = Math.floor((s % 86400) / 3600);
-  const mm = Math.floor((s % 3600) / 60);
-  if (d) return `${d}d ${hh}h`;
-  if (hh) return `${hh}h ${mm}m`;
-  if (mm) return `${mm}m ${s % 60}s`;
-  return `${s}s`;
-}
-
-function clock(ms) {
-  const t = new Date(ms);
-  const pad = (n, w = 2) => String(n).padStart(w, "0");
-  return `${pad(t.getHours())}:${pad(t.getMinutes())}:${pad(t.getSeconds())}.${pad(t.getMilliseconds(), 3)}`;
-}
-
-function hostPort(host, port) {
-  return host.includes(":") && !host.startsWith("[") ? `[${host}]:${port}` : `${host}:${port}`;
-}
 
 // ------------------------------------------------------------------ the model
 
@@ -179,6 +77,7 @@ const page = {
   merged: new Map(),
   nextRef: 1,
   pending: new Map(), // ref -> what was asked, for its reply
+  afterUnlock: null, // the action to do once the admin secret was taken
   nodesError: "",
 };
 
@@ -198,6 +97,7 @@ class Broker {
     this.ws = null;
     this.seq = 0;
     this.stopped = false;
+    this.unlocked = false; // actions open (no --admin-secret, or it was given): see hello
   }
 
   get connected() {
@@ -253,7 +153,8 @@ class Broker {
     if (code === 4001) {
       // retrying without a (new) secret cannot work: wait for the user to give one
       this.state = "auth";
-      this.detail = page.secret ? "the auth secret was refused (4001)" : "needs an auth secret (4001)";
+      const kind = this.hello && this.hello.admin_secret_required ? "admin secret" : "auth secret";
+      this.detail = page.secret ? `the ${kind} was refused (4001)` : `needs an ${kind} (4001)`;
       showAuth();
       changed();
       return;
@@ -314,6 +215,9 @@ function handle(broker, message) {
       broker.hello = message;
       broker.retryMs = RETRY_FIRST_MS;
       broker.detail = "";
+      // --admin-secret: the secret sent at open (auth_secret=) unlocked actions, or the
+      // stream closes with 4001; without one, actions ask for it first
+      broker.unlocked = !message.admin_secret_required || Boolean(page.secret);
       if (!message.auth_required) {
         broker.state = "connected";
         hideAuthIfDone();
@@ -482,6 +386,13 @@ function setupDialog() {
 }
 
 async function act(op, topic, channel, targets) {
+  const locked = targets.filter((broker) => !broker.unlocked);
+  if (locked.length) {
+    // --admin-secret: ask for it, then do this once the brokers took it
+    page.afterUnlock = () => act(op, topic, channel, targets);
+    showAuth(`${locked.map((b) => b.key).join(", ")}: actions need the broker's admin secret (--admin-secret).`);
+    return;
+  }
   const spec = OPS[op];
   const where = channel === undefined ? topic : `${topic}/${channel}`;
   let text = spec.text(topic, channel);
@@ -503,6 +414,11 @@ async function act(op, topic, channel, targets) {
 function replied(broker, reply) {
   const asked = page.pending.get(reply.ref);
   page.pending.delete(reply.ref);
+  if (asked && asked.op === "auth") {
+    unlocked(broker, reply);
+    return;
+  }
+  if (reply.error === "ADMIN_SECRET_REQUIRED") broker.unlocked = false;
   const what = asked ? `${asked.op} ${asked.where}` : `request ${reply.ref}`;
   const on = page.mode === "cluster" ? ` on ${broker.key}` : "";
   const outcome = reply.ok ? "ok" : `failed: ${reply.status || ""} ${reply.error || ""}`.trim();
@@ -520,16 +436,34 @@ function toast(text, kind) {
 
 // ------------------------------------------------------------------ auth
 
-function showAuth() {
+function showAuth(why) {
   const waiting = [...page.brokers.values()].filter((b) => b.state === "auth");
-  const why = waiting.length ? `${waiting.map((b) => b.key).join(", ")}: ${waiting[0].detail}.` : "";
-  setText($("auth-why"), `${why} The broker checks secrets with its auth server (--auth-http-address).`);
+  const reason = waiting.length ? `${waiting.map((b) => b.key).join(", ")}: ${waiting[0].detail}.` : "";
+  const byServer = waiting.some((b) => !b.hello || b.hello.auth_required);
+  const checked = byServer ? " The broker checks secrets with its auth server (--auth-http-address)." : "";
+  setText($("auth-why"), why || `${reason}${checked}`);
   $("auth").hidden = false;
   $("auth-secret").focus();
 }
 
 function hideAuthIfDone() {
-  if (![...page.brokers.values()].some((b) => b.state === "auth")) $("auth").hidden = true;
+  const asking = [...page.brokers.values()].some((b) => b.state === "auth");
+  if (!asking && !page.afterUnlock) $("auth").hidden = true;
+}
+
+// An answer to the admin secret: actions open on that broker, or the form asks again.
+function unlocked(broker, reply) {
+  if (!reply.ok) {
+    toast(`${broker.key}: the admin secret was refused`, "error");
+    showAuth(`${broker.key}: the admin secret was refused; actions need the broker's admin secret (--admin-secret).`);
+    return;
+  }
+  broker.unlocked = true;
+  if ([...page.brokers.values()].some((b) => b.connected && !b.unlocked)) return;
+  const next = page.afterUnlock;
+  page.afterUnlock = null;
+  hideAuthIfDone();
+  if (next) next();
 }
 
 function setupAuth() {
@@ -537,13 +471,17 @@ function setupAuth() {
     event.preventDefault();
     page.secret = $("auth-secret").value;
     for (const broker of page.brokers.values()) {
-      if (broker.state !== "auth") continue;
-      if (broker.send({ op: "auth", secret: page.secret })) {
-        broker.state = "authenticating"; // the open stream still waits for it
-        broker.detail = "";
-        changed();
-      } else {
-        broker.connect();
+      if (broker.state === "auth") {
+        if (broker.send({ op: "auth", secret: page.secret })) {
+          broker.state = "authenticating"; // the open stream still waits for it
+          broker.detail = "";
+          changed();
+        } else {
+          broker.connect();
+        }
+      } else if (broker.connected && !broker.unlocked) {
+        const ref = page.nextRef++;
+        if (broker.send({ op: "auth", secret: page.secret, ref })) page.pending.set(ref, { op: "auth", broker: broker.key });
       }
     }
   });
@@ -604,408 +542,6 @@ function record(now) {
     for (const c of topic.channels.values()) push(`c:${topic.name}/${c.name}`, c.message_rate, c.depth);
   }
   for (const key of page.history.keys()) if (!seen.has(key)) page.history.delete(key);
-}
-
-let palette = null;
-
-function colors() {
-  if (!palette) {
-    const style = getComputedStyle(document.documentElement);
-    palette = {
-      rate: style.getPropertyValue("--chart-rate").trim() || "#2f6fde",
-      depth: style.getPropertyValue("--chart-depth").trim() || "#c77a12",
-      grid: style.getPropertyValue("--chart-grid").trim() || "#ddd",
-    };
-  }
-  return palette;
-}
-
-// The time a chart spans: from one minute (a page just opened) up to HISTORY_MS.
-function chartWindow(points, now) {
-  const seen = points && points.length ? now - points[0].t : 0;
-  return Math.min(HISTORY_MS, Math.max(CHART_MIN_MS, Math.ceil(seen / 60000) * 60000));
-}
-
-function drawSpark(canvas, points, field, now) {
-  const ratio = window.devicePixelRatio || 1;
-  const width = canvas.clientWidth;
-  const height = canvas.clientHeight;
-  if (!width || !height) return;
-  if (canvas.width !== Math.round(width * ratio) || canvas.height !== Math.round(height * ratio)) {
-    canvas.width = Math.round(width * ratio);
-    canvas.height = Math.round(height * ratio);
-  }
-  const ctx = canvas.getContext("2d");
-  ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
-  ctx.clearRect(0, 0, width, height);
-  const color = colors()[field];
-  ctx.strokeStyle = colors().grid;
-  ctx.lineWidth = 1;
-  ctx.beginPath();
-  ctx.moveTo(0, height - 0.5);
-  ctx.lineTo(width, height - 0.5);
-  ctx.stroke();
-  if (!points || !points.length) return;
-  let top = 0;
-  for (const p of points) top = Math.max(top, p[field]);
-  const span = chartWindow(points, now);
-  const start = now - span;
-  const x = (t) => ((t - start) / span) * (width - 2) + 1;
-  const y = (v) => height - 1.5 - (top > 0 ? (v / top) * (height - 4) : 0);
-  ctx.beginPath();
-  points.forEach((p, i) => (i ? ctx.lineTo(x(p.t), y(p[field])) : ctx.moveTo(x(p.t), y(p[field]))));
-  ctx.strokeStyle = color;
-  ctx.lineWidth = 1.5;
-  ctx.stroke();
-  const last = points[points.length - 1];
-  ctx.lineTo(x(last.t), height);
-  ctx.lineTo(x(points[0].t), height);
-  ctx.closePath();
-  ctx.globalAlpha = 0.15;
-  ctx.fillStyle = color;
-  ctx.fill();
-  ctx.globalAlpha = 1;
-  ctx.beginPath();
-  ctx.arc(x(last.t), y(last[field]), 2, 0, 2 * Math.PI);
-  ctx.fill();
-  canvas.title = `${field === "rate" ? "messages/s" : "depth"}, last ${Math.round(span / 60000)} min (highest ${field === "rate" ? rate(top) : count(top)})`;
-}
-
-function spark(field, label, testid) {
-  return h("canvas", { class: `spark spark-${field}`, testid, "aria-label": label, role: "img" });
-}
-
-// ------------------------------------------------------------------ views
-
-// One view object per broker card, topic card and channel: built once, then updated in
-// place, so what the user looks at (focus, scroll) does not jump at every snapshot.
-
-class BrokerView {
-  constructor(broker) {
-    const k = broker.key;
-    this.status = h("span", { class: "status", testid: `broker-status-${k}` });
-    this.host = h("strong", { class: "host", testid: `broker-host-${k}` });
-    this.address = h("span", { class: "muted", testid: `broker-address-${k}`, text: k });
-    this.version = h("span", { class: "muted", testid: `broker-version-${k}` });
-    this.detail = h("p", { class: "detail", testid: `broker-detail-${k}` });
-    this.health = h("dd", { testid: `broker-health-${k}` });
-    this.uptime = h("dd");
-    this.rss = h("dd");
-    this.clients = h("dd", { testid: `broker-clients-${k}` });
-    this.topicCount = h("dd");
-    this.ports = h("dd");
-    this.auth = h("span", { class: "badge", text: "AUTH", title: "AUTH is on: actions need rights" });
-    this.node = h(
-      "article",
-      { class: "broker card", testid: `broker-${k}` },
-      h("header", {}, this.status, this.host, this.address, this.auth, h("span", { class: "version" }, this.version)),
-      h(
-        "dl",
-        { class: "facts" },
-        h("dt", { text: "health" }),
-        this.health,
-        h("dt", { text: "up" }),
-        this.uptime,
-        h("dt", { text: "memory" }),
-        this.rss,
-        h("dt", { text: "clients" }),
-        this.clients,
-        h("dt", { text: "topics" }),
-        this.topicCount,
-        h("dt", { text: "tcp / http" }),
-        this.ports,
-      ),
-      this.detail,
-    );
-  }
-
-  update(broker, now) {
-    const hello = broker.hello;
-    const info = broker.info;
-    this.node.classList.toggle("stale", !broker.connected);
-    this.status.className = `status ${broker.state}`;
-    let status = broker.state;
-    if (broker.state === "retrying") status = `retrying in ${Math.max(0, Math.ceil((broker.retryAt - now) / 1000))} s`;
-    if (broker.state === "auth") status = "needs auth";
-    if (broker.state === "authenticating") status = "checking the secret";
-    setText(this.status, status);
-    setText(this.host, hello ? hello.hostname : broker.key);
-    setText(this.version, hello ? `nsqd ${hello.version} · trionsq ${hello.trionsq_version}` : "");
-    show(this.auth, Boolean(hello && hello.auth_required));
-    setText(this.detail, broker.detail);
-    show(this.detail, Boolean(broker.detail));
-    setText(this.health, info ? info.health : "–");
-    this.health.classList.toggle("bad", Boolean(info && info.health !== "OK"));
-    setText(this.uptime, info && info.start_time ? duration(now / 1000 - info.start_time) : "–");
-    setText(this.rss, info ? bytes(info.rss_bytes) : "–");
-    setText(this.clients, info ? count(info.client_count) : "–");
-    setText(this.topicCount, count(broker.topics.size));
-    setText(this.ports, hello ? `${hello.tcp_port} / ${hello.http_port}` : "–");
-  }
-}
-
-function actionButton(op, label, testid, onClick) {
-  const danger = OPS[op].danger ? " danger" : "";
-  return h("button", { type: "button", class: `action${danger}`, testid, text: label, onclick: onClick });
-}
-
-function metric(label, testid, extra = "") {
-  const value = h("span", { class: "value", testid, text: "0" });
-  return [h("div", { class: `metric ${extra}` }, h("span", { class: "label", text: label }), value), value];
-}
-
-class TopicView {
-  constructor(name) {
-    this.name = name;
-    this.model = null;
-    const onAct = (op, pick) => () => act(op, name, undefined, pick(this.model));
-    const all = (m) => m.on.map((x) => x.broker);
-    this.paused = h("span", { class: "badge paused", testid: `topic-paused-${name}`, text: "paused" });
-    this.partitions = h("span", { class: "badge muted", testid: `topic-partitions-${name}` });
-    this.pause = actionButton("topic.pause", "Pause", `pause-topic-${name}`, onAct("topic.pause", (m) => m.on.filter((x) => !x.topic.paused).map((x) => x.broker)));
-    this.unpause = actionButton("topic.unpause", "Unpause", `unpause-topic-${name}`, onAct("topic.unpause", (m) => m.on.filter((x) => x.topic.paused).map((x) => x.broker)));
-    const [depthBox, depth] = metric("depth", `topic-depth-${name}`, "big");
-    const [messagesBox, messages] = metric("messages", `topic-messages-${name}`);
-    const [rateBox, rateValue] = metric("msg/s", `topic-rate-${name}`);
-    Object.assign(this, { depth, messages, rateValue });
-    this.rateChart = spark("rate", `message rate of ${name}`, `topic-rate-chart-${name}`);
-    this.depthChart = spark("depth", `depth of ${name}`, `topic-depth-chart-${name}`);
-    this.brokers = h("tbody");
-    this.brokerTable = h(
-      "table",
-      { class: "per-broker" },
-      h("thead", {}, h("tr", {}, ...["broker", "depth", "messages", "msg/s", ""].map((t) => h("th", { text: t })))),
-      this.brokers,
-    );
-    this.brokerRows = new Map();
-    this.channelViews = new Map();
-    this.channelTable = h(
-      "table",
-      { class: "channels" },
-      h(
-        "thead",
-        {},
-        h(
-          "tr",
-          {},
-          ...["channel", "depth", "in flight", "deferred", "messages", "msg/s", "fin/s", "req/s", "timeout/s", "consumers", "trend"].map((t) => h("th", { text: t })),
-        ),
-      ),
-    );
-    this.noChannels = h("p", { class: "empty", text: "No channels: published messages stay in the topic until one is created." });
-    this.node = h(
-      "article",
-      { class: "topic card", testid: `topic-${name}` },
-      h(
-        "header",
-        {},
-        h("h3", { text: name }),
-        this.paused,
-        this.partitions,
-        h(
-          "div",
-          { class: "actions" },
-          this.pause,
-          this.unpause,
-          actionButton("topic.empty", "Empty", `empty-topic-${name}`, onAct("topic.empty", all)),
-          actionButton("topic.delete", "Delete", `delete-topic-${name}`, onAct("topic.delete", all)),
-        ),
-      ),
-      h(
-        "div",
-        { class: "numbers" },
-        depthBox,
-        messagesBox,
-        rateBox,
-        h("figure", { class: "chart" }, this.rateChart, (this.rateCaption = h("figcaption", { text: "msg/s" }))),
-        h("figure", { class: "chart" }, this.depthChart, (this.depthCaption = h("figcaption", { text: "depth" }))),
-      ),
-      this.brokerTable,
-      h("div", { class: "scroll" }, this.channelTable),
-      this.noChannels,
-    );
-  }
-
-  update(m, now) {
-    this.model = m;
-    const name = this.name;
-    const brokers = m.on.length;
-    this.node.classList.toggle("stale", m.on.every((x) => !x.broker.connected));
-    show(this.paused, m.paused > 0);
-    setText(this.paused, m.paused === brokers || brokers === 1 ? "paused" : `paused on ${m.paused} of ${brokers}`);
-    const partitions = `${m.partitions} ${m.partitions === 1 ? "partition" : "partitions"}`;
-    setText(this.partitions, page.mode === "cluster" ? `${partitions} on ${brokers} ${brokers === 1 ? "broker" : "brokers"}` : partitions);
-    show(this.pause, m.paused < brokers);
-    show(this.unpause, m.paused > 0);
-    setText(this.depth, count(m.depth));
-    setText(this.messages, count(m.message_count));
-    setText(this.rateValue, rate(m.message_rate));
-    this.depth.classList.toggle("warn", m.depth > 0 && m.channels.size === 0);
-
-    const cluster = page.mode === "cluster";
-    show(this.brokerTable, cluster);
-    if (cluster) {
-      const keys = new Set();
-      for (const { broker, topic } of m.on) {
-        keys.add(broker.key);
-        let row = this.brokerRows.get(broker.key);
-        if (!row) {
-          const id = `${name}@${broker.key}`;
-          row = {
-            tr: h("tr", { testid: `topic-broker-${id}` }),
-            cells: ["host", "depth", "messages", "rate", "state"].map((f) => h("td", { testid: `topic-broker-${f}-${id}` })),
-          };
-          row.tr.append(...row.cells);
-          this.brokerRows.set(broker.key, row);
-        }
-        const [host, depth, messages, rateCell, state] = row.cells;
-        setText(host, broker.hello ? `${broker.hello.hostname} (${broker.key})` : broker.key);
-        setText(depth, count(topic.depth));
-        setText(messages, count(topic.message_count));
-        setText(rateCell, rate(topic.message_rate));
-        setText(state, !broker.connected ? "stale" : topic.paused ? "paused" : "");
-        row.tr.classList.toggle("stale", !broker.connected);
-        this.brokers.append(row.tr); // keeps rows in broker order
-      }
-      for (const [key, row] of this.brokerRows) {
-        if (!keys.has(key)) {
-          row.tr.remove();
-          this.brokerRows.delete(key);
-        }
-      }
-    }
-
-    for (const channel of m.channels.values()) {
-      let view = this.channelViews.get(channel.name);
-      if (!view) {
-        view = new ChannelView(name, channel.name, () => this.model);
-        this.channelViews.set(channel.name, view);
-        view.draw(now);
-      }
-      view.update(channel);
-      this.channelTable.append(view.node); // re-appending in order keeps them sorted by name
-    }
-    for (const [channelName, view] of this.channelViews) {
-      if (!m.channels.has(channelName)) {
-        view.node.remove();
-        this.channelViews.delete(channelName);
-      }
-    }
-    show(this.channelTable, m.channels.size > 0);
-    show(this.noChannels, m.channels.size === 0);
-  }
-
-  draw(now) {
-    const points = page.history.get(`t:${this.name}`);
-    drawSpark(this.rateChart, points, "rate", now);
-    drawSpark(this.depthChart, points, "depth", now);
-    const minutes = `last ${Math.round(chartWindow(points, now) / 60000)} min`;
-    setText(this.rateCaption, `msg/s · ${minutes}`);
-    setText(this.depthCaption, `depth · ${minutes}`);
-    for (const view of this.channelViews.values()) view.draw(now);
-  }
-}
-
-class ChannelView {
-  constructor(topic, name, topicModel) {
-    this.topic = topic;
-    this.name = name;
-    const id = `${topic}/${name}`;
-    const targets = (op) => () => {
-      const channel = topicModel().channels.get(name);
-      let on = channel ? channel.on : [];
-      if (op === "channel.pause") on = on.filter((x) => !x.channel.paused);
-      if (op === "channel.unpause") on = on.filter((x) => x.channel.paused);
-      return act(op, topic, name, on.map((x) => x.broker));
-    };
-    this.paused = h("span", { class: "badge paused", testid: `channel-paused-${id}`, text: "paused" });
-    this.cells = {};
-    const cell = (field) => (this.cells[field] = h("td", { class: "num", testid: `channel-${field}-${id}` }));
-    this.pause = actionButton("channel.pause", "Pause", `pause-channel-${id}`, targets("channel.pause"));
-    this.unpause = actionButton("channel.unpause", "Unpause", `unpause-channel-${id}`, targets("channel.unpause"));
-    this.rateChart = spark("rate", `message rate of ${id}`, `channel-rate-chart-${id}`);
-    this.depthChart = spark("depth", `depth of ${id}`, `channel-depth-chart-${id}`);
-    this.consumers = h("ul", { class: "consumers", testid: `channel-consumers-${id}` });
-    this.noConsumers = h("p", { class: "consumers muted", text: "no consumers" });
-    this.row = h(
-      "tr",
-      { class: "channel" },
-      h("th", { scope: "row" }, h("span", { class: "name", text: name }), " ", this.paused),
-      ...["depth", "inflight", "deferred", "messages", "rate", "finrate", "reqrate", "timeoutrate", "clients"].map(cell),
-      h("td", { class: "charts" }, this.rateChart, this.depthChart),
-    );
-    // under the numbers: who consumes, and what can be done to the channel
-    const below = h(
-      "td",
-      { colspan: "11" },
-      h(
-        "div",
-        { class: "below" },
-        this.consumers,
-        this.noConsumers,
-        h(
-          "div",
-          { class: "actions" },
-          this.pause,
-          this.unpause,
-          actionButton("channel.empty", "Empty", `empty-channel-${id}`, targets("channel.empty")),
-          actionButton("channel.delete", "Delete", `delete-channel-${id}`, targets("channel.delete")),
-        ),
-      ),
-    );
-    this.node = h("tbody", { testid: `channel-${id}` }, this.row, h("tr", { class: "below-row" }, below));
-    this.consumerKey = "";
-  }
-
-  update(c) {
-    const brokers = c.on.length;
-    this.node.classList.toggle("stale", c.on.every((x) => !x.broker.connected));
-    show(this.paused, c.paused > 0);
-    setText(this.paused, c.paused === brokers || brokers === 1 ? "paused" : `paused on ${c.paused} of ${brokers}`);
-    show(this.pause, c.paused < brokers);
-    show(this.unpause, c.paused > 0);
-    const values = {
-      depth: count(c.depth),
-      inflight: count(c.in_flight_count),
-      deferred: count(c.deferred_count),
-      messages: count(c.message_count),
-      rate: rate(c.message_rate),
-      finrate: rate(c.finish_rate),
-      reqrate: rate(c.requeue_rate),
-      timeoutrate: rate(c.timeout_rate),
-      clients: count(c.consumers.length),
-    };
-    for (const [field, value] of Object.entries(values)) setText(this.cells[field], value);
-    this.cells.reqrate.classList.toggle("warn", c.requeue_rate > 0);
-    this.cells.timeoutrate.classList.toggle("warn", c.timeout_rate > 0);
-    this.renderConsumers(c.consumers);
-  }
-
-  renderConsumers(consumers) {
-    show(this.consumers, consumers.length > 0);
-    show(this.noConsumers, consumers.length === 0);
-    const cluster = page.mode === "cluster";
-    const lines = consumers.slice(0, CONSUMERS_SHOWN).map(({ broker, client }) => {
-      const address = client.remote_address || "";
-      const host = client.hostname && !address.startsWith(`${client.hostname}:`) ? client.hostname : "";
-      const who = [host, address].filter(Boolean).join(" ") || `client ${client.client_id}`;
-      const agent = client.user_agent ? ` · ${client.user_agent}` : "";
-      const numbers = "ready_count" in client ? ` · RDY ${client.ready_count} · in flight ${count(client.in_flight_count)} · finished ${count(client.finish_count)} · requeued ${count(client.requeue_count)}` : "";
-      const flags = [client.tls && "TLS", client.snappy && "snappy", client.deflate && "deflate"].filter(Boolean).join(" ");
-      return [client.client_id, `${who}${agent}${numbers}${flags ? ` · ${flags}` : ""}${cluster ? ` · via ${broker.key}` : ""}`];
-    });
-    if (consumers.length > CONSUMERS_SHOWN) lines.push(["more", `and ${consumers.length - CONSUMERS_SHOWN} more`]);
-    const key = JSON.stringify(lines);
-    if (key === this.consumerKey) return;
-    this.consumerKey = key;
-    this.consumers.replaceChildren(...lines.map(([id, text]) => h("li", { testid: `consumer-${this.topic}/${this.name}/${id}`, text })));
-  }
-
-  draw(now) {
-    const points = page.history.get(`c:${this.topic}/${this.name}`);
-    drawSpark(this.rateChart, points, "rate", now);
-    drawSpark(this.depthChart, points, "depth", now);
-  }
 }
 
 // ------------------------------------------------------------------ rendering
@@ -1083,6 +619,8 @@ function renderOverall() {
   const overall = $("overall");
   setText(overall, text);
   overall.classList.toggle("down", brokers.length > 0 && up < brokers.length);
+  // --admin-stream=read-only everywhere: no actions to offer
+  document.body.classList.toggle("read-only", brokers.length > 0 && brokers.every((b) => b.hello && b.hello.mode === "read-only"));
   document.body.classList.toggle("disconnected", brokers.length > 0 && up === 0);
 }
 
@@ -1146,6 +684,7 @@ async function refreshNodes() {
 }
 
 async function start() {
+  bind(page, act);
   setupDialog();
   setupAuth();
   $("client-events").addEventListener("change", (event) => {

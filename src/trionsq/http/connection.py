@@ -208,7 +208,7 @@ async def serve_http_connection(
     transport: Transport,
     dispatch: Callable[[Request], Awaitable[Response]],
     body_limit: Callable[[Request, int | None], Response | int],
-    upgrade: Callable[[Request], bool] | None = None,
+    upgrade: Callable[[Request], bool | Response] | None = None,
 ) -> Upgrade | None:
     """Answer requests until the client closes, errs, or stays silent too long.
 
@@ -219,7 +219,8 @@ async def serve_http_connection(
     ``body_limit(head, content_length)`` (``head``: the request without its body) returns the most body bytes the
     route reads, or the refusal to send when Content-Length is already too big.
     ``upgrade(head)``: whether to hand over a websocket upgrade request on its path;
-    then this returns the :class:`Upgrade` (else None when the connection is done).
+    then this returns the :class:`Upgrade` (else None when the connection is done); a
+    :class:`Response` instead is the refusal to answer (and close) with.
     """
     leftover = b""
     with trio.CancelScope() as deadline:
@@ -246,6 +247,9 @@ async def serve_http_connection(
                 return None
             if upgrade is not None and _is_upgrade(event):
                 handed = _hand_over(conn, event, transport.peer, upgrade)
+                if isinstance(handed, Response):  # refused before the upgrade
+                    await transport.send(encode_response(handed, close=True))
+                    return None
                 if handed is not None:
                     return handed
             answer, whole = await _answer(transport, conn, event, dispatch, body_limit)
@@ -266,15 +270,22 @@ async def serve_http_connection(
 
 
 def _hand_over(
-    conn: h11.Connection, event: h11.Request, peer: str, upgrade: Callable[[Request], bool]
-) -> Upgrade | None:
-    """The upgrade to hand over, when the caller takes this request (path, headers)."""
+    conn: h11.Connection,
+    event: h11.Request,
+    peer: str,
+    upgrade: Callable[[Request], bool | Response],
+) -> Upgrade | Response | None:
+    """The upgrade to hand over, when the caller takes this request (path, headers);
+    the caller's refusal to answer instead (403: not from this origin)."""
     headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in event.headers}
     target = event.target.decode("utf-8", "surrogateescape")
     head = Request.from_target(
         event.method.decode("ascii", "replace"), target, headers, remote_address=peer
     )
-    if not upgrade(head):
+    decision = upgrade(head)
+    if isinstance(decision, Response):
+        return decision
+    if not decision:
         return None
     following, _ = conn.trailing_data
     return Upgrade(head, _raw_head(event) + following)

@@ -4,22 +4,23 @@ The tree this module builds (design §3); nursery_tree.py's TREE lists the broke
 
     serve_lookupd(config, task_status)               this module: builds the tree
     └── lookupd nursery
-        ├── lookupd tcp listener (trio.serve_listeners)                   lookupd/tcp.py
+        ├── lookupd tcp listener (listen.serve_connections)               lookupd/tcp.py
         │   └── lookupd tcp connection: LookupSession, one per nsqd
-        ├── lookupd http listener (trio.serve_listeners)                  lookupd/http_api.py
+        ├── lookupd http listener (listen.serve_connections)              lookupd/http_api.py
         │   └── lookupd http connection: h11 loop, one request at a time   http/connection.py
         └── lookupd broker call: a placed broker that (re)registered       lookupd/brokers.py
             is told its managed topics, one task per broker while needed
     task_status.started(LookupdAddresses(...))   # after both listeners accept
 
-There are no timers: the registry is plain data, inactivity and tombstones are
+Each connection's task catches and logs its own failures (listen.py): no connection
+can end the lookupd. There are no timers: the registry is plain data, inactivity and tombstones are
 judged when a request asks (``now`` against the stored times). A creation call
 made by ``/topic/create`` itself runs inside that request.
 """
 
 from __future__ import annotations
 
-import logging
+import functools
 import socket
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Final
@@ -28,7 +29,7 @@ import attrs
 import trio
 
 from ..http.connection import FdTransport, serve_http_connection
-from ..listen import open_listeners
+from ..listen import open_listeners, serve_connections
 from ..protocol.lookupd import LookupdInfo
 from ..version import NSQD_RELEASE
 from .brokers import BrokerSync
@@ -39,11 +40,13 @@ from .tcp import LookupSession
 from .topics import TopicCatalog
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Awaitable
 
 __all__ = ["TREE", "LookupdAddresses", "open_lookupd", "serve_lookupd"]
 
-log = logging.getLogger("trionsq.lookupd")
+TCP_TASK: Final = "trionsq.lookupd.tcp.LookupSession.run"
+HTTP_TASK: Final = "trionsq.lookupd.http.connection"
+"""Every connection's task of a listener has one name (not one string built per task)."""
 
 
 @attrs.frozen
@@ -94,21 +97,21 @@ async def serve_lookupd(
             hostname=socket.gethostname(),
         )
 
-        async def handle_tcp(stream: trio.SocketStream) -> None:
-            await LookupSession(stream, registry, info, clock, brokers).run()
+        def handle_tcp(stream: trio.SocketStream) -> Awaitable[None]:
+            return LookupSession(stream, registry, info, clock, brokers).run()
 
         api = LookupdHttpApi(registry, clock, catalog=catalog, brokers=brokers, info=info)
 
-        async def handle_http(stream: trio.SocketStream) -> None:
-            try:
-                await serve_http_connection(FdTransport(stream), api.dispatch, api.body_limit)
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as error:
-                log.debug("http: connection ended: %s", error)
-            finally:
-                await trio.aclose_forcefully(stream)
+        def handle_http(stream: trio.SocketStream) -> Awaitable[object]:
+            return serve_http_connection(FdTransport(stream), api.dispatch, api.body_limit)
 
-        await nursery.start(trio.serve_listeners, handle_tcp, tcp_listeners)
-        await nursery.start(trio.serve_listeners, handle_http, http_listeners)
+        # each connection's failures stay in its own task (listen.py)
+        await nursery.start(
+            functools.partial(serve_connections, handle_tcp, tcp_listeners, name=TCP_TASK)
+        )
+        await nursery.start(
+            functools.partial(serve_connections, handle_http, http_listeners, name=HTTP_TASK)
+        )
         task_status.started(
             LookupdAddresses(tcp=tcp, http=http, registry=registry, catalog=catalog)
         )

@@ -72,17 +72,15 @@ class LookupSession:
     async def run(self) -> None:
         """Read commands and answer them until EOF, a fatal error or cancellation.
 
-        Never raises for a connection that fails or misbehaves (that ends only this
-        connection); the registrations are dropped and the stream closed in any case.
+        However the connection ends, its registrations are dropped; a failure ends
+        only this connection (the listener's task around it logs it and closes the
+        stream: listen.py).
         """
         log.info("TCP: new client(%s)", self.remote)
         try:
             await self._loop()
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as error:
-            log.debug("CLIENT(%s): connection ended: %s", self.remote, error)
         finally:
             self._forget()
-            await trio.aclose_forcefully(self.stream)
 
     async def _loop(self) -> None:
         protocol = self._protocol

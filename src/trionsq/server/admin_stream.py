@@ -8,12 +8,16 @@ websocket on the connection. Each connection is a nursery (design §3, under its
 HTTP listener's connection task) with trio-websocket's reader, this module's op
 reader, and the writer, which runs in the connection's own task: it drains the
 subscriber's bounded queue (broker/events.py ``Watcher``) and sends a snapshot when
-its deadline comes. A subscriber whose queue overflows, or whose socket takes no
+its deadline comes (built once for every subscriber of the same subscription:
+admin_snapshots.py). A subscriber whose queue overflows, or whose socket takes no
 bytes for ``SEND_TIMEOUT``, is closed with code 4008: the broker never grows memory
 for a reader that stopped reading.
 
-Admin actions run the HTTP API's own handlers (a ``Request`` built from the op), so
-their checks and answers are the HTTP API's.
+Who may open the stream (a browser page only from the broker's own origins), how
+many at once, and whether actions and message bodies are open, the broker's
+:class:`~.admin_gate.AdminGate` decides. Admin actions run the HTTP API's own
+handlers (a ``Request`` built from the op), so their checks and answers are the HTTP
+API's.
 """
 
 from __future__ import annotations
@@ -21,17 +25,21 @@ from __future__ import annotations
 import base64
 import logging
 import math
+import socket
 import time
 from typing import TYPE_CHECKING, Final, TypeGuard
 from urllib.parse import urlencode
 
+import attrs
 import orjson
 import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection, wrap_server_stream
 
 from ..broker.events import EVENT_GROUPS, Watcher
 from ..http.messages import Request, Response
-from .stats import resident_bytes
+from .admin_gate import CLOSE_TRY_LATER, AdminGate
+from .admin_snapshots import SnapshotHub
+from .websocket_frames import send_in_two_frames
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping
@@ -39,8 +47,9 @@ if TYPE_CHECKING:
     from ..auth.session import AuthSession
     from ..broker.broker import Broker
     from ..http.connection import Upgrade
+    from .admin_snapshots import Snapshot, SnapshotKey
 
-__all__ = ["STREAM_PATH", "AdminStream", "ReplayStream", "StreamContext"]
+__all__ = ["STREAM_PATH", "AdminStream", "ReplayStream", "StreamContext", "StreamShared"]
 
 log = logging.getLogger("trionsq.admin")
 
@@ -54,10 +63,17 @@ AUTH_TIMEOUT: Final = 10.0
 CLOSE_TIMEOUT: Final = 2.0
 """Seconds for the close handshake before the socket is just closed."""
 MAX_OP_SIZE: Final = 64 * 1024
+SEND_BUFFER: Final = 1 << 20
+"""The socket's send buffer (Linux doubles it): a 0.5 MB snapshot (300 topics of 3
+channels) goes in one write instead of dozens of partial ones, each a wake-up."""
 CLOSE_NEEDS_AUTH: Final = 4001
 CLOSE_TOO_SLOW: Final = 4008
 SAMPLE_CHANNEL: Final = "admin_stream"
 """The channel name AUTH grants are checked for when a sample asks for bodies."""
+READ_ONLY: Final = "ADMIN_STREAM_READ_ONLY"
+"""The refusal of actions and bodies with ``--admin-stream=read-only``."""
+SECRET_REQUIRED: Final = "ADMIN_SECRET_REQUIRED"  # noqa: S105 - a refusal, no secret
+"""The refusal of actions and bodies before ``--admin-secret`` was given."""
 
 _TOPIC_OPS: Final = {
     "topic.create": "/topic/create",
@@ -78,6 +94,14 @@ _OP_ARGS: Final = ("topic", "channel", "partition", "partition_num", "ext", "ext
 """Fields of an op passed on as the endpoint's query arguments."""
 
 
+@attrs.frozen
+class StreamShared:
+    """What the admin streams of one broker's listeners (HTTP, HTTPS) share."""
+
+    gate: AdminGate
+    snapshots: SnapshotHub
+
+
 class StreamContext:
     """What the stream needs from its HTTP API (server/nsqd_api.py builds it)."""
 
@@ -86,16 +110,20 @@ class StreamContext:
         broker: Broker,
         *,
         dispatch: Callable[[Request], Awaitable[Response]],
-        stats: Callable[[], tuple[float, dict[str, object]]],
+        shared: StreamShared,
+        scheme: str,
         hello: Callable[[], dict[str, object]],
         authenticate: Callable[[str, str], Awaitable[AuthSession]] | None,
     ) -> None:
         self.broker = broker
         self.dispatch = dispatch
         """The HTTP API's router: admin ops run its handlers."""
-        self.stats = stats
-        """``/stats?format=json&include_clients=true`` as a document, and the Trio time
-        it was taken (a document may serve several subscribers' snapshots)."""
+        self.gate = shared.gate
+        """Origins, mode, secret and the bound on subscribers (shared by the listeners)."""
+        self.snapshots = shared.snapshots
+        """Snapshots built once per interval and subscription (shared too)."""
+        self.scheme = scheme
+        """``http`` or ``https``: the listener's, which a page's origin must have."""
         self.hello = hello
         """The broker's identity fields of the ``hello`` message."""
         self.authenticate = authenticate
@@ -134,23 +162,50 @@ class AdminStream:
     def __init__(self, context: StreamContext) -> None:
         self.context = context
 
-    @staticmethod
-    def accepts(head: Request) -> bool:
-        """The HTTP loop's question: hand this upgrade request over?"""
-        return head.path == STREAM_PATH and head.method == "GET"
+    def accepts(self, head: Request) -> bool | Response:
+        """The HTTP loop's question: hand this upgrade request over? A page from an
+        origin the gate refuses gets 403 (``--admin-stream=off``: no stream, 404)."""
+        gate = self.context.gate
+        if head.path != STREAM_PATH or head.method != "GET" or gate.mode == "off":
+            return False
+        refusal = gate.origin_refusal(head, self.context.scheme)
+        if refusal is None:
+            return True
+        log.info("admin stream: refused %s: %s", head.remote_address, refusal)
+        return Response.error(403, refusal)
 
     async def serve(self, stream: trio.abc.Stream, upgrade: Upgrade) -> None:
-        """Run one subscriber's websocket until it or the broker closes it."""
-        async with trio.open_nursery() as nursery:
-            replay = ReplayStream(stream, upgrade.replay)
-            handshake = await wrap_server_stream(
-                nursery, replay, message_queue_size=16, max_message_size=MAX_OP_SIZE
-            )
-            ws = await handshake.accept()
-            try:
-                await _Subscriber(self.context, ws, upgrade.request).run()
-            finally:
-                nursery.cancel_scope.cancel()
+        """Run one subscriber's websocket until it or the broker closes it; a peer
+        gone at any step (before the 101, at hello, mid frame) just ends it. Past
+        ``--admin-max-subscribers`` the websocket is closed at once with 1013."""
+        gate = self.context.gate
+        full = gate.full()
+        if full is None:
+            gate.subscribers += 1
+        try:
+            if isinstance(stream, trio.SocketStream):  # a snapshot leaves in a write or two
+                stream.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
+            async with trio.open_nursery() as nursery:
+                replay = ReplayStream(stream, upgrade.replay)
+                handshake = await wrap_server_stream(
+                    nursery, replay, message_queue_size=16, max_message_size=MAX_OP_SIZE
+                )
+                ws = await handshake.accept()
+                try:
+                    if full is None:
+                        await _Subscriber(self.context, ws, upgrade.request).run()
+                    else:
+                        log.info(
+                            "admin stream: refused %s: %s", upgrade.request.remote_address, full
+                        )
+                        await _close(ws, CLOSE_TRY_LATER, full)
+                finally:
+                    nursery.cancel_scope.cancel()
+        except* ConnectionClosed:
+            log.debug("admin stream: %s went away", upgrade.request.remote_address)
+        finally:
+            if full is None:
+                gate.subscribers -= 1
 
 
 class _Subscriber:
@@ -162,13 +217,19 @@ class _Subscriber:
         self.head = head
         self.seq = 0
         self.session: AuthSession | None = None
+        self.unlocked = False
+        """``--admin-secret`` was given: actions and bodies are open to this one."""
         self.interval_ms = DEFAULT_INTERVAL_MS
         self._wakeup = trio.Event()
         self._scope = trio.CancelScope()
         self.watcher = Watcher(self._wake)
-        self._previous: dict[tuple[str, ...], tuple[float, int]] = {}
-        """Counter values at this subscriber's last snapshot, for rates."""
-        self._next_snapshot = trio.current_time()
+        self._snapshot_key: SnapshotKey | None = None
+        """The snapshot group this subscriber is in (None: it takes no snapshots)."""
+        self._next_snapshot = self._fresh_after = trio.current_time()
+        """When this subscriber's next snapshot is due (Trio time; its group's), and its
+        subscription, which its first snapshot is never older than."""
+        self._sent_built_at = -math.inf
+        """When the snapshot it sent last was built."""
         self._why_closing: tuple[int, str] | None = None
 
     def _wake(self) -> None:
@@ -184,13 +245,28 @@ class _Subscriber:
         broker = self.context.broker
         error = self._subscribe(_query_subscription(self.head.query))
         if error:
-            await self._close(1008, error)
+            await _close(self.ws, 1008, error)
             return
-        await self._send({"type": "hello", **self.context.hello(), **self._hello_fields()})
-        if self.context.authenticate is not None and not await self._authenticate_at_open():
-            await self._close(CLOSE_NEEDS_AUTH, "an auth secret is needed (AUTH is on)")
-            return
-        broker.events.add(self.watcher)
+        try:
+            await self._send({"type": "hello", **self.context.hello(), **self._hello_fields()})
+            if self.context.authenticate is not None and not await self._authenticate_at_open():
+                await _close(self.ws, CLOSE_NEEDS_AUTH, "an auth secret is needed (AUTH is on)")
+                return
+            if not await self._unlock_at_open():
+                await _close(self.ws, CLOSE_NEEDS_AUTH, "the admin secret was refused")
+                return
+            broker.events.add(self.watcher)
+            await self._serve()
+        finally:
+            broker.events.remove(self.watcher)
+            self.watcher.queue.clear()
+            self._join_snapshots(None)
+        if self._why_closing is not None:
+            log.info("admin stream: closing %s: %s", self.head.remote_address, self._why_closing[1])
+            await _close(self.ws, *self._why_closing)
+
+    async def _serve(self) -> None:
+        """The op reader beside the writer, until either ends the stream."""
         try:
             with self._scope:
                 async with trio.open_nursery() as nursery:
@@ -199,21 +275,13 @@ class _Subscriber:
                     nursery.cancel_scope.cancel()
         except* ConnectionClosed:
             log.debug("admin stream: %s closed", self.head.remote_address)
-        finally:
-            broker.events.remove(self.watcher)
-            self.watcher.queue.clear()
-        if self._why_closing is not None:
-            log.info("admin stream: closing %s: %s", self.head.remote_address, self._why_closing[1])
-            await self._close(*self._why_closing)
-
-    async def _close(self, code: int, reason: str) -> None:
-        with trio.move_on_after(CLOSE_TIMEOUT) as scope:
-            scope.shield = True
-            await self.ws.aclose(code, reason)
 
     def _hello_fields(self) -> dict[str, object]:
+        gate = self.context.gate
         return {
             "auth_required": self.context.authenticate is not None,
+            "mode": gate.mode,
+            "admin_secret_required": bool(gate.secret),
             "subscription": self._subscription(),
         }
 
@@ -227,8 +295,7 @@ class _Subscriber:
 
     async def _authenticate_at_open(self) -> bool:
         """AUTH: a secret at open (query or bearer), else an ``auth`` message soon."""
-        bearer = self.head.headers.get("authorization", "")
-        secret = bearer[7:] if bearer[:7].lower() == "bearer " else self.head.arg("auth_secret")
+        secret = self._secret_at_open()
         ref: object = None
         if not secret:
             with trio.move_on_after(AUTH_TIMEOUT):
@@ -250,6 +317,25 @@ class _Subscriber:
             await self._send({"type": "reply", "ref": ref, "ok": True, "status": 200})
         return refused is None
 
+    def _secret_at_open(self) -> str | None:
+        """The secret the open request carried: a bearer token or ``auth_secret=``."""
+        bearer = self.head.headers.get("authorization", "")
+        return bearer[7:] if bearer[:7].lower() == "bearer " else self.head.arg("auth_secret")
+
+    async def _unlock_at_open(self) -> bool:
+        """``--admin-secret``: a secret given at open must be it (else False: the stream
+        closes with 4001); none given leaves actions locked until an ``auth`` op."""
+        gate = self.context.gate
+        secret = self._secret_at_open()
+        if not gate.secret or not secret or self.context.authenticate is not None:
+            return True
+        self.unlocked = gate.secret_matches(secret)
+        if not self.unlocked:
+            await self._send(
+                {"type": "error", "error": "E_AUTH_FAILED the admin secret was refused"}
+            )
+        return self.unlocked
+
     async def _auth(self, secret: str) -> str | None:
         """Take the grants of ``secret``; the auth server's refusal, if it refused."""
         from .api_args import HttpError
@@ -269,20 +355,40 @@ class _Subscriber:
         body = document.get("body")
         if isinstance(body, bytes):
             document["body"] = base64.b64encode(body).decode("ascii")
+        await self._send_text(orjson.dumps(document).decode())
+
+    async def _send_snapshot(self, snapshot: Snapshot) -> None:
+        """The group's snapshot, as every subscriber of it sends it, at our ``seq``."""
+        self.seq += 1
+        await self._sent(send_in_two_frames(self.ws, snapshot.head(self.seq), snapshot.tail))
+
+    async def _send_text(self, text: str) -> None:
+        await self._sent(self.ws.send_message(text))
+
+    async def _sent(self, sending: Awaitable[None]) -> None:
+        """Await ``sending`` for at most ``SEND_TIMEOUT``; a reader that takes nothing
+        for that long is closed as too slow."""
         with trio.move_on_after(SEND_TIMEOUT) as scope:
-            await self.ws.send_message(orjson.dumps(document).decode())
+            await sending
         if scope.cancelled_caught:
             self._why_closing = (CLOSE_TOO_SLOW, "subscriber too slow")
             self._scope.cancel()
             await trio.lowlevel.checkpoint()  # raises Cancelled: the scope ends the run
 
     async def _write_forever(self) -> None:
-        """Drain the queue as events come; a snapshot at each deadline."""
+        """Drain the queue as events come; a snapshot at each deadline (its group's
+        schedule: every subscriber of the subscription wakes at the same times)."""
+        snapshots = self.context.snapshots
         while True:
             if self.interval_ms and trio.current_time() >= self._next_snapshot:
-                self._next_snapshot = trio.current_time() + self.interval_ms / 1000
-                if "snapshot" in self.watcher.groups:
-                    await self._send(self._snapshot())
+                if self._snapshot_key is not None:
+                    snapshot = await snapshots.snapshot(
+                        self._snapshot_key, sent=self._sent_built_at, fresh_after=self._fresh_after
+                    )
+                    self._next_snapshot, self._sent_built_at = snapshot.next_due, snapshot.built_at
+                    await self._send_snapshot(snapshot)
+                else:  # snapshots not asked for: only the events
+                    self._next_snapshot = math.inf
             for event in self.watcher.take():
                 await self._send(event)
             if self.watcher.queue:
@@ -292,56 +398,14 @@ class _Subscriber:
             with trio.move_on_at(deadline):
                 await self._wakeup.wait()
 
-    def _snapshot(self) -> dict[str, object]:
-        now, document = self.context.stats()
-        topics = self.watcher.topics
-        shown: list[dict[str, object]] = []
-        previous, self._previous = self._previous, {}
-        for topic in document.get("topics") or ():  # type: ignore[attr-defined]
-            name = topic["topic_name"]
-            if topics is not None and name not in topics:
-                continue
-            topic = dict(topic)
-            topic["message_rate"] = self._rate(previous, (name,), now, topic["message_count"])
-            channels = []
-            for channel in topic["channels"]:
-                channel = dict(channel)
-                cname = channel["channel_name"]
-                finished = sum(
-                    c.finish_count for c in self.context.broker.find_channel(name, cname)
-                )
-                channel["finish_count"] = finished
-                for counter in ("message", "finish", "requeue", "timeout"):
-                    channel[f"{counter}_rate"] = self._rate(
-                        previous, (name, cname, counter), now, channel[f"{counter}_count"]
-                    )
-                channels.append(channel)
-            topic["channels"] = channels
-            shown.append(topic)
-        return {
-            "type": "snapshot",
-            "interval_ms": self.interval_ms,
-            "health": document.get("health"),
-            "start_time": document.get("start_time"),
-            "rss_bytes": resident_bytes(),
-            "client_count": len(self.context.broker.clients),
-            "topics": shown,
-            "producers": document.get("producers"),
-        }
-
-    def _rate(
-        self,
-        previous: dict[tuple[str, ...], tuple[float, int]],
-        key: tuple[str, ...],
-        now: float,
-        value: int,
-    ) -> float:
-        """Per second since this subscriber's last snapshot (0 the first time)."""
-        self._previous[key] = (now, value)
-        before = previous.get(key)
-        if before is None or now <= before[0]:
-            return 0.0
-        return round(max(0, value - before[1]) / (now - before[0]), 3)
+    def _join_snapshots(self, key: SnapshotKey | None) -> None:
+        """Move to the snapshot group of ``key`` (None: none)."""
+        snapshots = self.context.snapshots
+        if self._snapshot_key is not None:
+            snapshots.leave(self._snapshot_key)
+        self._snapshot_key = key
+        if key is not None:
+            snapshots.join(key)
 
     # ----------------------------------------------------------------- ops
 
@@ -361,24 +425,39 @@ class _Subscriber:
             if error:
                 self._answer({"type": "error", "error": error, "ref": ref})
             else:
-                self._next_snapshot = trio.current_time()
+                self._next_snapshot = self._fresh_after = trio.current_time()
                 self._wakeup.set()
         elif op == "sample":
             await self._sample(message)
         elif op == "auth":
             secret = message.get("secret")
-            refused: str | None = None
-            if self.context.authenticate is not None:
-                valid = isinstance(secret, str) and secret
-                refused = await self._auth(secret) if valid else "E_AUTH_FAILED no secret"  # type: ignore[arg-type]
-            if refused is None:
-                await self._reply(ref, Response.empty())
-            else:
-                await self._reply(ref, Response.error(401, refused))
+            refused = await self._auth_op(secret if isinstance(secret, str) else "")
+            await self._reply(ref, Response.error(401, refused) if refused else Response.empty())
         elif isinstance(op, str) and (op in _TOPIC_OPS or op in _CHANNEL_OPS):
-            await self._reply(ref, await self._admin(op, message))
+            refusal = self._locked()
+            await self._reply(ref, refusal or await self._admin(op, message))
         else:
             self._answer({"type": "error", "error": f"unknown op {op!r}", "ref": ref})
+
+    async def _auth_op(self, secret: str) -> str | None:
+        """An ``auth`` op: AUTH's grants, or ``--admin-secret`` (without either it is
+        accepted and changes nothing); the refusal's text."""
+        if self.context.authenticate is not None:
+            return await self._auth(secret) if secret else "E_AUTH_FAILED no secret"
+        if not self.context.gate.secret:
+            return None
+        self.unlocked = self.unlocked or self.context.gate.secret_matches(secret)
+        return None if self.unlocked else "E_AUTH_FAILED the admin secret was refused"
+
+    def _locked(self) -> Response | None:
+        """Why this subscriber may not act or read bodies: the mode, or the admin
+        secret not given yet (AUTH's grants are checked per op, later)."""
+        gate = self.context.gate
+        if not gate.actions_allowed:
+            return Response.error(403, READ_ONLY)
+        if gate.secret and not self.unlocked:
+            return Response.error(401, SECRET_REQUIRED)
+        return None
 
     def _subscribe(self, message: Mapping[str, object]) -> str | None:
         """Apply a subscription; the error text when it is not one."""
@@ -396,6 +475,8 @@ class _Subscriber:
         self.watcher.topics = None if topics is None else frozenset(topics)
         self.watcher.groups = frozenset(groups)
         self.interval_ms = interval
+        wants = interval and "snapshot" in self.watcher.groups
+        self._join_snapshots((interval, self.watcher.topics) if wants else None)
         return None
 
     async def _sample(self, message: dict[str, object]) -> None:
@@ -406,6 +487,10 @@ class _Subscriber:
             return
         if not isinstance(every, int) or isinstance(every, bool) or every < 0:
             await self._reply(ref, Response.error(400, "INVALID_ARG_EVERY"))
+            return
+        locked = self._locked() if bodies else None
+        if locked is not None:
+            await self._reply(ref, locked)
             return
         if bodies and self.session is not None:
             refused = await self.session.check("SUB", topic, SAMPLE_CHANNEL)
@@ -459,6 +544,14 @@ class _Subscriber:
         if not reply["ok"]:
             reply["error"] = _error_text(response)
         self._answer(reply)
+
+
+async def _close(ws: WebSocketConnection, code: int, reason: str) -> None:
+    """Close with ``code``, waiting a little for the close handshake, even when
+    the stream is being cancelled."""
+    with trio.move_on_after(CLOSE_TIMEOUT) as scope:
+        scope.shield = True
+        await ws.aclose(code, reason)
 
 
 def _parsed(frame: str | bytes) -> object:

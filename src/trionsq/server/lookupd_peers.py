@@ -426,6 +426,15 @@ class LookupdPeers:
             if peer.info is not None and peer.info.broadcast_address
         ]
 
+    def page_names(self) -> list[tuple[str, str, str, int]]:
+        """What each connected lookupd's admin page may be opened as: (the address
+        configured here, its broadcast address, its hostname, its HTTP port)."""
+        return [
+            (peer.address, peer.info.broadcast_address, peer.info.hostname, peer.info.http_port)
+            for peer in self.peers.values()
+            if peer.info is not None
+        ]
+
     async def run(
         self, *, task_status: trio.TaskStatus[LookupdPeers] = trio.TASK_STATUS_IGNORED
     ) -> None:

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Final
 
 import attrs
 import orjson
-import trio
 
 from ..broker.dead_letters import dead_topic_name
 from ..broker.health import StorageFault
@@ -36,7 +35,7 @@ from ..protocol.ext_header import MAX_TTL_SECONDS
 from ..protocol.identify import MAX_ATTEMPTS_BOUND, MAX_BYTES_PER_SEC, MAX_MSGS_PER_SEC
 from ..protocol.names import is_ephemeral, is_valid_name
 from ..version import NSQD_RELEASE, TRIONSQ_VERSION, version_string
-from .admin_stream import AdminStream, StreamContext
+from .admin_stream import AdminStream, StreamContext, StreamShared
 from .api_args import HttpError, name_arg, parsed_query, partition_arg
 from .partition_api import PartitionApi
 from .publish_api import PublishApi
@@ -55,8 +54,6 @@ log = logging.getLogger("trionsq.http")
 
 _INT32: Final = struct.Struct(">i")
 SMALL_BODY: Final = 64 * 1024
-STREAM_STATS_REUSE: Final = 0.1
-"""Seconds one /stats document serves the admin stream's snapshots."""
 MAX_AUTH_SESSIONS: Final = 4096
 """HTTP publishers' auth sessions kept (the least recently used go first)."""
 """Body bytes read for endpoints that ignore their body (admin POSTs)."""
@@ -87,6 +84,8 @@ ADMIN_PAGE: Final = {
     "/admin": "admin_page/index.html",
     "/admin/": "admin_page/index.html",
     "/admin/admin.js": "admin_page/admin.js",
+    "/admin/admin_dom.js": "admin_page/admin_dom.js",
+    "/admin/admin_views.js": "admin_page/admin_views.js",
     "/admin/admin.css": "admin_page/admin.css",
 }
 """The admin page's files (docs/admin.md), by path; lookupd serves the same."""
@@ -110,6 +109,10 @@ _NOT_CFG_NAMES: Final = frozenset(
         "idempotency_window",
         "group_rebalance_delay",
         "ttl_dead_letter",
+        "admin_stream",
+        "admin_secret",
+        "admin_allowed_origins",
+        "admin_max_subscribers",
     }
 )
 """Fields /config does not know by their own name: renamed, or without a flag in nsqd."""
@@ -140,6 +143,7 @@ class NsqdHttpApi:
         https_port: Callable[[], int | None],
         is_https: bool = False,
         runtime: RuntimeOptions | None = None,
+        admin: StreamShared,
     ) -> None:
         self.broker = broker
         self.config = config
@@ -150,7 +154,6 @@ class NsqdHttpApi:
         self.is_https = is_https
         self.runtime = runtime or RuntimeOptions(config.log_level, config.lookupd_tcp_addresses)
         self._auth_sessions: dict[tuple[str, str, bool], AuthSession] = {}
-        self._stream_stats: tuple[float, dict[str, object]] | None = None
         """HTTP publishers' auth grants by (secret, client IP, https), oldest first."""
         self._metrics_route: MetricsRoute | None = None
         """/metrics' private registry, made at the first scrape."""
@@ -185,7 +188,8 @@ class NsqdHttpApi:
             StreamContext(
                 broker,
                 dispatch=self.dispatch,
-                stats=self._stats_for_stream,
+                shared=admin,
+                scheme="https" if is_https else "http",
                 hello=self._hello_for_stream,
                 authenticate=self.auth_session if config.auth_http_addresses else None,
             )
@@ -308,29 +312,6 @@ class NsqdHttpApi:
         if self._metrics_route is None:
             self._metrics_route = MetricsRoute(self.broker, started_at=self.started_at)
         return await self._metrics_route.get(request)
-
-    def _stats_for_stream(self) -> tuple[float, dict[str, object]]:
-        """The /stats document for admin stream snapshots, and when it was taken: one
-        document serves every subscriber whose snapshot falls due within
-        ``STREAM_STATS_REUSE`` (subscribers opened together tick together)."""
-        from .stats import stats_document
-
-        now = trio.current_time()
-        cached = self._stream_stats
-        if cached is not None and now - cached[0] < STREAM_STATS_REUSE:
-            return cached
-        document = stats_document(
-            self.broker,
-            version=NSQD_RELEASE,
-            started_at=self.started_at,
-            health=self.broker.health,
-            topic=None,
-            channel=None,
-            include_clients=True,
-            include_mem=False,
-        )
-        self._stream_stats = (now, document)
-        return self._stream_stats
 
     def _hello_for_stream(self) -> dict[str, object]:
         tcp_port, http_port = self._ports()

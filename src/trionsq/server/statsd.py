@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING
 import trio
 
 from ..config import split_host_port
-from .stats import memory_statistics, snapshot
+from .memory_stats import memory_statistics
+from .stats import snapshot
 from .statsd_lines import pack_datagrams, statsd_lines, statsd_prefix
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ start); gauges carry the figure now. Names are per topic and channel, every
 partition of a topic summed as ``/stats`` sums them.
 
 Pure: the caller takes the snapshots (:func:`trionsq.server.stats.snapshot`,
-:func:`~trionsq.server.stats.memory_statistics`) and sends the datagrams.
+:func:`~trionsq.server.memory_stats.memory_statistics`) and sends the datagrams.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
     from ..broker.latency import LatencyResult
-    from .stats import ChannelSnapshot, MemoryStatistics, TopicSnapshot
+    from .memory_stats import MemoryStatistics
+    from .stats import ChannelSnapshot, TopicSnapshot
 
 __all__ = [
     "DEFAULT_PACKET_SIZE",

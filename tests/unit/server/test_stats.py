@@ -7,7 +7,6 @@ in nsqd's order, with the filters nsqd's ``GetStats`` applies.
 
 from __future__ import annotations
 
-import gc
 import re
 import time
 from typing import TYPE_CHECKING
@@ -23,7 +22,7 @@ from trionsq.durations import go_duration_string
 from trionsq.protocol import Cls, Dpub, Fin, IdentifyRequest, Mpub, Pub, Req
 from trionsq.protocol.client import ErrorReply, Response, encode_identify
 from trionsq.server import stats
-from trionsq.server.stats import memory_statistics, stats_document, stats_text
+from trionsq.server.stats import stats_document, stats_text
 from trionsq.testing import ProtocolClient
 
 from ...integration.raw import Clients, next_frame, next_message, ok, publish
@@ -813,22 +812,3 @@ def test_go_duration(nanoseconds: int, expected: str) -> None:
 )
 def test_latency_values_as_nsqd_prints_them(value: float, expected: str) -> None:
     assert stats._nanoseconds_to_human(value) == expected
-
-
-def test_gc_pause_percentile_rule() -> None:
-    ordered = list(range(1, 11))
-    assert stats._go_percentile(100.0, ordered) == 10
-    assert stats._go_percentile(95.0, ordered) == 10
-    assert stats._go_percentile(50.0, ordered) == 6
-    assert stats._go_percentile(99.0, []) == 0
-
-
-def test_memory_statistics_follow_the_collector() -> None:
-    before = memory_statistics()
-    gc.collect()
-    after = memory_statistics()
-    assert [field.name for field in attrs.fields(type(after))] == MEMORY_KEYS
-    assert after.gc_total_runs > before.gc_total_runs
-    assert after.gc_pause_usec_100 >= after.gc_pause_usec_99 >= after.gc_pause_usec_95 >= 0
-    assert after.heap_objects > 0
-    assert after.heap_in_use_bytes > 0

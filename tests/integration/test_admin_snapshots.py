@@ -1,0 +1,181 @@
+"""Admin stream snapshots shared between subscribers (issue 30, item 3): a snapshot is
+built and serialized once per interval for every subscriber of the same
+subscription, whatever their number, and the subscribers are bounded."""
+
+from __future__ import annotations
+
+import math
+import time
+from contextlib import AsyncExitStack
+from typing import TYPE_CHECKING
+
+import orjson
+import pytest
+import trio
+import trio.testing
+from trio_websocket import ConnectionClosed
+
+from trionsq import NsqdConfig
+from trionsq.server.admin_snapshots import Snapshot, SnapshotHub
+
+from .raw import http, start
+from .test_admin_stream import open_stream, receive
+
+if TYPE_CHECKING:
+    from trio_websocket import WebSocketConnection
+
+    from trionsq.nursery_tree import BoundAddresses
+
+
+class SerializedBytes:
+    """Counts what ``orjson.dumps`` produces for snapshots: a whole snapshot, or its
+    parts (its head, each of its topics)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.snapshot_bytes = 0
+        self._dumps = orjson.dumps
+        monkeypatch.setattr(orjson, "dumps", self)
+
+    def __call__(self, value: object, option: int | None = None) -> bytes:
+        encoded = self._dumps(value, option=option)
+        if isinstance(value, dict) and ("rss_bytes" in value or "topic_name" in value):
+            self.snapshot_bytes += len(encoded)
+        return encoded
+
+
+async def many_topics(broker: BoundAddresses, topics: int, channels: int) -> None:
+    for topic in range(topics):
+        for channel in range(channels):
+            await broker.broker.create_channel(f"t{topic:02d}", f"c{channel}")
+
+
+async def open_streams(
+    stack: AsyncExitStack, broker: BoundAddresses, count: int, query: str
+) -> list[WebSocketConnection]:
+    streams = [await stack.enter_async_context(open_stream(broker, query)) for _ in range(count)]
+    for ws in streams:
+        assert (await receive(ws))["type"] == "hello"
+    return streams
+
+
+async def test_twenty_subscribers_cost_one_snapshot_per_interval(
+    nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The issue's load, scaled down: 20 subscribers at 100 ms. Each interval's snapshot
+    is serialized once, not once per subscriber (before: 20 times), and every
+    subscriber gets the same bytes (seq aside)."""
+    broker = await start(nursery)
+    await many_topics(broker, 30, 3)
+    counted = SerializedBytes(monkeypatch)
+    async with AsyncExitStack() as stack:
+        streams = await open_streams(stack, broker, 20, "snapshot_interval_ms=100&events=snapshot")
+        for ws in streams:  # each subscriber's first snapshot is its own (never stale)
+            assert (await receive(ws))["type"] == "snapshot"
+        started = time.monotonic()
+        counted.snapshot_bytes = 0
+        received = [[await ws.get_message() for ws in streams] for _ in range(5)]
+        elapsed = time.monotonic() - started
+    one = len(received[-1][0])
+    intervals = elapsed / 0.1 + 2  # the boundaries a window of that length may cross
+    assert counted.snapshot_bytes <= intervals * one * 1.05, (counted.snapshot_bytes, one)
+    # one text per snapshot built (the same for every subscriber, but for its seq)
+    frames = [orjson.loads(frame) for round_ in received for frame in round_]
+    built = {frame["ts"] for frame in frames}
+    assert len({orjson.dumps({**frame, "seq": 0}) for frame in frames}) == len(built)
+
+
+async def test_different_subscriptions_get_their_own_snapshots(nursery: trio.Nursery) -> None:
+    broker = await start(nursery)
+    for topic in ("a", "b"):
+        await http(broker, "POST", f"/topic/create?topic={topic}")
+    async with (
+        open_stream(broker, "topics=a&events=snapshot") as only_a,
+        open_stream(broker, "events=snapshot&snapshot_interval_ms=200") as every,
+    ):
+        for ws, names in ((only_a, ["a"]), (every, ["a", "b"])):
+            assert (await receive(ws))["type"] == "hello"
+            snapshot = await receive(ws)
+            assert [t["topic_name"] for t in snapshot["topics"]] == names
+
+
+async def test_subscribers_beyond_the_bound_are_refused_with_1013(nursery: trio.Nursery) -> None:
+    broker = await start(nursery, NsqdConfig.loopback(admin_max_subscribers=2))
+    async with open_stream(broker) as first, open_stream(broker) as second:
+        for ws in (first, second):
+            assert (await receive(ws))["type"] == "hello"
+        async with open_stream(broker) as third:
+            with pytest.raises(ConnectionClosed) as closed:
+                await receive(third)
+            assert closed.value.reason is not None
+            assert closed.value.reason.code == 1013
+            assert closed.value.reason.reason == (
+                "too many admin stream subscribers (--admin-max-subscribers=2); try again later"
+            )
+    async with open_stream(broker) as again:  # the others left: room again
+        assert (await receive(again))["type"] == "hello"
+
+
+def continuation_payload(frame: bytes) -> bytes:
+    """The payload of a final, unmasked continuation frame (RFC 6455 §5.2)."""
+    assert frame[0] == 0x80  # FIN, opcode 0
+    size = frame[1]
+    start = 2 + {126: 2, 127: 8}.get(size, 0)
+    length = int.from_bytes(frame[2:start], "big") if size >= 126 else size
+    assert len(frame) == start + length
+    return frame[start:]
+
+
+class CpuClock:
+    """A build's CPU clock that advances ``step`` seconds at every reading."""
+
+    def __init__(self, step: float) -> None:
+        self.now = 0.0
+        self.step = step
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+async def test_a_snapshot_is_built_once_for_every_subscriber_due_at_once(
+    nursery: trio.Nursery, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Twenty writers due at the same time: one builds, topic by topic with scheduler
+    passes between, the others wait for it and take the same snapshot."""
+    broker = await start(nursery)
+    await many_topics(broker, 45, 1)  # several turns of TOPICS_PER_TURN
+    hub = SnapshotHub(broker.broker, started_at=0)
+    key = (100, None)
+    got: list[Snapshot] = []
+
+    async def writer() -> None:
+        hub.join(key)
+        got.append(await hub.snapshot(key, sent=-math.inf, fresh_after=trio.current_time()))
+
+    async with trio.open_nursery() as writers:
+        for _ in range(20):
+            writers.start_soon(writer)
+    assert hub.builds == 1
+    assert len({id(snapshot) for snapshot in got}) == 1
+    body = orjson.loads(got[0].head(7) + continuation_payload(got[0].tail))
+    assert (body["seq"], len(body["topics"])) == (7, 45)
+    # the next one falls due on the interval's boundary, for all of them
+    assert got[0].next_due == pytest.approx((trio.current_time() // 0.1 + 1) * 0.1)
+
+
+async def test_snapshots_come_further_apart_than_asked_when_they_cost_too_much(
+    nursery: trio.Nursery, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A build of 60 ms of CPU (the clock here says so) may take at most 15% of the
+    broker's time: the next is due 340 ms after it, not on the 100 ms boundary."""
+    broker = await start(nursery)
+    await many_topics(broker, 5, 1)  # one turn: two readings of the CPU clock
+    hub = SnapshotHub(broker.broker, started_at=0, cpu_clock=CpuClock(0.06))
+    key = (100, None)
+    hub.join(key)
+    snapshot = await hub.snapshot(key, sent=-math.inf, fresh_after=trio.current_time())
+    assert snapshot.next_due == pytest.approx(trio.current_time() + 0.06 * (1 / 0.15 - 1))
+    await trio.sleep_until(snapshot.next_due)
+    again = await hub.snapshot(key, sent=snapshot.built_at, fresh_after=0)
+    assert again is not snapshot
+    assert hub.builds == 2
