@@ -19,6 +19,11 @@ below)::
     │   ├── TCP listener (listen.serve_connections) -> per connection nursery   server/tcp.py
     │       ├── reader task            bytes -> protocol events -> broker; writes replies
     │       └── messagePump task       message batches + heartbeats -> socket
+    │   ├── TubeMQ (with --tubemq-*-address): timer, leases and waiting pulls   tubemq/node.py
+    │   ├── TubeMQ master listener -> per connection task (the reader)   tubemq/connection.py
+    │   │   └── writer        replies answered after their call was read
+    │   ├── TubeMQ broker listener -> per connection task (the reader)
+    │   │   └── writer        pull replies the router completed
     │   ├── HTTP listener -> per connection task: h11 loop, one request at a time   http/
     │   │   └── an /admin/stream upgrade: admin stream nursery   server/admin_stream.py
     │   │       ├── frame reader   trio-websocket: bytes -> frames, pings, close
@@ -96,6 +101,10 @@ class BoundAddresses:
     """None while the HTTP listener is disabled (``http_address=""``)."""
     https: tuple[str, int] | None = None
     """None unless a TLS certificate is configured."""
+    tubemq_master: tuple[str, int] | None = None
+    """TubeMQ's master service; None unless ``--tubemq-*-address`` are set."""
+    tubemq_broker: tuple[str, int] | None = None
+    """TubeMQ's broker service; None unless ``--tubemq-*-address`` are set."""
 
 
 async def serve_nsqd(
@@ -152,6 +161,11 @@ async def serve_nsqd(
         await broker_nursery.start(
             functools.partial(serve_connections, handle_tcp, tcp_listeners, name=CONNECTION_TASK)
         )
+        tubemq = None
+        if config.tubemq_enabled:
+            from .tubemq.serve import start_tubemq
+
+            tubemq = await start_tubemq(broker, config, client_ids, broker_nursery)
         # one set of runtime options for HTTP and HTTPS, as nsqd has one
         runtime = RuntimeOptions(
             config.log_level, config.lookupd_tcp_addresses, lookupd_changed=peers.set_addresses
@@ -169,7 +183,16 @@ async def serve_nsqd(
             )
 
         await _start_http(broker_nursery, api, http_listeners, https_listeners, tls_context)
-        task_status.started(BoundAddresses(tcp=tcp, broker=broker, http=http, https=https))
+        task_status.started(
+            BoundAddresses(
+                tcp=tcp,
+                broker=broker,
+                http=http,
+                https=https,
+                tubemq_master=tubemq.master if tubemq else None,
+                tubemq_broker=tubemq.broker if tubemq else None,
+            )
+        )
 
 
 async def _open_all_listeners(
@@ -268,6 +291,13 @@ TREE: Final = (
     ("storage syncer", "storage"),
     ("storage persister", "storage"),
     ("group rebalance", "broker nursery"),
+    ("tubemq timer", "broker nursery"),
+    ("tubemq master listener", "broker nursery"),
+    ("tubemq master connection", "tubemq master listener"),
+    ("tubemq master connection writer", "tubemq master connection"),
+    ("tubemq broker listener", "broker nursery"),
+    ("tubemq broker connection", "tubemq broker listener"),
+    ("tubemq broker connection writer", "tubemq broker connection"),
     ("http listener", "broker nursery"),
     ("http connection", "http listener"),
     ("https listener", "broker nursery"),
@@ -297,6 +327,13 @@ TASKS: Final = {
     "storage syncer": "Storage._sync_forever",
     "storage persister": "Storage._persist_forever",
     "group rebalance": "Broker._rebalance_after",
+    "tubemq timer": "TubeNode.run",
+    "tubemq master listener": "serve_connections",
+    "tubemq master connection": "TubeConnection.run",
+    "tubemq master connection writer": "TubeConnection._write_late",
+    "tubemq broker listener": "serve_connections",
+    "tubemq broker connection": "TubeConnection.run",
+    "tubemq broker connection writer": "TubeConnection._write_late",
     "http listener": "serve_listeners",
     "http connection": "_run_handler",
     "https listener": "serve_listeners",

@@ -1,0 +1,174 @@
+"""One TCP connection of a TubeMQ client: a nursery with a reader and a writer task.
+
+The reader (this connection's task) reads the descriptor, takes every whole frame
+of a read (up to :data:`MAX_CALLS_PER_TURN` per turn) and answers them all with one
+write, as V2's reader does. A pull that waits for the router is answered later,
+from the router's pass, through :meth:`TubeConnection.send`; the writer task puts
+those replies on the socket. Bad framing closes the connection without a reply, as
+TubeMQ's decoder does; a call it cannot serve gets TubeMQ's exception reply, and a
+bug in a handler answers that call with one (logged) and the connection carries on.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import TYPE_CHECKING, Final
+
+import trio
+
+from ..addresses import peer_address
+from ..protocol.tubemq import (
+    JAVA_EXCEPTION,
+    CallRefused,
+    FrameError,
+    FrameReader,
+    Request,
+    decode_request,
+    encode_exception,
+)
+from ..protocol.tubemq_proto import rpc_pb2
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+__all__ = ["IDLE_TIMEOUT", "MAX_CALLS_PER_TURN", "TubeConnection"]
+
+log = logging.getLogger("trionsq.tubemq")
+READ_SIZE: Final = 65536
+MAX_CALLS_PER_TURN: Final = 256
+IDLE_TIMEOUT: Final = 300.0
+"""TubeMQ's server closes a connection that sent nothing for 5 minutes."""
+WRITER_TASK: Final = "trionsq.tubemq.connection.TubeConnection._write_late"
+
+
+class TubeConnection:
+    """Serves one connection until either side ends it; never raises for client faults."""
+
+    __slots__ = (
+        "_late",
+        "_lock",
+        "_reader",
+        "_wake",
+        "answer",
+        "remote_address",
+        "services",
+        "stream",
+    )
+
+    def __init__(
+        self,
+        stream: trio.SocketStream,
+        services: frozenset[int],
+        answer: Callable[[Request, TubeConnection], Awaitable[bytes | None]],
+        max_payload: int,
+    ) -> None:
+        """``answer(call, connection)``: the reply frame, or None when it comes later
+        through :meth:`send`; ``max_payload``: the largest frame read."""
+        self.stream = stream
+        self.services = services
+        self.answer = answer
+        self.remote_address = peer_address(stream.socket)
+        self._reader = FrameReader(max_payload)
+        self._late: list[bytes] = []
+        self._wake = trio.Event()
+        self._lock = trio.StrictFIFOLock()
+
+    def send(self, data: bytes) -> None:
+        """A reply that was not ready when its call was read; never blocks."""
+        self._late.append(data)
+        self._wake.set()
+
+    async def run(self) -> None:
+        fd = self.stream.socket.fileno()
+        reader = self._reader
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._write_late, name=WRITER_TASK)
+                while not reader.closed:
+                    try:
+                        data = os.read(fd, READ_SIZE)
+                    except BlockingIOError:
+                        with trio.move_on_after(IDLE_TIMEOUT) as idle:
+                            await trio.lowlevel.wait_readable(fd)
+                        if idle.cancelled_caught:
+                            log.info(
+                                "tubemq %s: idle for %gs, closing",
+                                self.remote_address,
+                                IDLE_TIMEOUT,
+                            )
+                            break
+                        continue
+                    except OSError as error:
+                        log.debug("tubemq %s: connection reset: %s", self.remote_address, error)
+                        break
+                    reader.receive_data(data)
+                    await self._process()
+                nursery.cancel_scope.cancel()
+        except* (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            log.debug("tubemq %s: connection reset", self.remote_address)
+        except* Exception:
+            log.exception("tubemq %s: connection failed", self.remote_address)
+        finally:
+            reader.closed = True
+            await trio.aclose_forcefully(self.stream)
+
+    async def _process(self) -> None:
+        """Answer every whole frame read, a turn of calls per write."""
+        reader = self._reader
+        while True:
+            frames = reader.next_frames(MAX_CALLS_PER_TURN)
+            if not frames:
+                return
+            replies: list[bytes] = []
+            for frame in frames:
+                if isinstance(frame, FrameError):
+                    log.info("tubemq %s: %s, closing", self.remote_address, frame.reason)
+                    break
+                call = decode_request(frame, self.services)
+                if isinstance(call, CallRefused):
+                    replies.append(encode_exception(call))
+                    continue
+                reply = await self._answer(call)
+                if reply is not None:
+                    replies.append(reply)
+            await self._write(b"".join(replies))
+            if reader.closed:
+                return
+            await trio.lowlevel.checkpoint()  # more whole frames: let others run first
+
+    async def _answer(self, call: Request) -> bytes | None:
+        try:
+            return await self.answer(call, self)
+        except Exception as error:  # a bug: this call fails, the connection goes on
+            log.exception("tubemq %s: method %d failed", self.remote_address, call.method)
+            refused = CallRefused(
+                call.serial_no,
+                JAVA_EXCEPTION,
+                f"IPC server handle request error :{error}",
+                rpc_pb2.ResponseHeader.FATAL,
+                call.protocol_version,
+            )
+            return encode_exception(refused)
+
+    async def _write_late(self) -> None:
+        """The writer task: replies of pulls answered after their call was read."""
+        while True:
+            await self._wake.wait()
+            self._wake = trio.Event()
+            late, self._late = self._late, []
+            await self._write(b"".join(late))
+
+    async def _write(self, data: bytes) -> None:
+        """Put ``data`` on the socket, whole and in order with the other writer."""
+        if not data:
+            return
+        fd = self.stream.socket.fileno()
+        async with self._lock:
+            with memoryview(data) as view:
+                sent = 0
+                while sent < len(view):
+                    try:
+                        sent += os.write(fd, view[sent:])
+                    except BlockingIOError:
+                        await trio.lowlevel.wait_writable(fd)
