@@ -27,13 +27,17 @@ from __future__ import annotations
 import enum
 import io
 import struct
-from typing import Final, TypeVar
+from typing import TYPE_CHECKING, Final, NamedTuple, TypeVar
 
 import attrs
 from google.protobuf import proto
+from google.protobuf.internal import decoder, encoder
 from google.protobuf.message import DecodeError, Message
 
 from .tubemq_proto import broker_pb2, master_pb2, rpc_pb2
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = [
     "BEGIN_TOKEN",
@@ -73,6 +77,20 @@ RESPONSE_FLAG: Final = 1
 
 _HEAD: Final = struct.Struct(">III")
 _LENGTH: Final = struct.Struct(">i")
+_ONE_BLOCK: Final = struct.Struct(">IIIi")
+
+# protobuf's own varint codec (not in its type stubs): the size prefixes of the
+# envelope's messages, read and written without a stream object per message
+_decode_varint32: Final[Callable[[bytes, int], tuple[int, int]]] = getattr(  # noqa: B009
+    decoder, "_DecodeVarint32"
+)
+_varint_bytes: Final[Callable[[int], bytes]] = getattr(encoder, "_VarintBytes")  # noqa: B009
+_HEADERS_SEEN: list[tuple[bytes, int, int]] = []
+"""Envelope beginnings seen (RpcConnHeader and RequestHeader, each length-prefixed)
+with their service type and protocol version: a client sends the same bytes with
+every call, so they are parsed once; a call that starts with one of them is read
+from its RequestBody on (the prefix of a valid envelope determines its parse)."""
+_HEADERS_SEEN_MAX: Final = 16
 
 JAVA_EXCEPTION: Final = "java.lang.Exception"
 PROTOBUF_EXCEPTION: Final = "com.google.protobuf.InvalidProtocolBufferException"
@@ -147,9 +165,9 @@ _SERVICE_METHODS: Final[dict[int, frozenset[int]]] = {
 # ----------------------------------------------------------------------- frames
 
 
-@attrs.frozen
-class Frame:
-    """One whole frame: its serialNo and its blocks joined."""
+class Frame(NamedTuple):
+    """One whole frame: its serialNo and its blocks joined (a tuple: one is made per
+    call, and a frozen attrs class costs four times as much to build)."""
 
     serial_no: int
     payload: bytes
@@ -236,6 +254,17 @@ class FrameReader:
     def _next(self) -> Frame | FrameError | None:
         buffer = self._buffer
         pos = self._pos
+        if self._serial is None and len(buffer) - pos >= _ONE_BLOCK.size:  # the usual frame
+            token, serial, count, length = _ONE_BLOCK.unpack_from(buffer, pos)
+            start = pos + _ONE_BLOCK.size
+            if (
+                token == BEGIN_TOKEN
+                and count == 1
+                and 0 <= length <= min(MAX_BLOCK, self.max_payload)
+                and len(buffer) - start >= length
+            ):
+                self._pos = start + length
+                return Frame(serial, bytes(buffer[start : start + length]))
         if self._serial is None:
             if len(buffer) - pos < _HEAD.size:
                 return None
@@ -270,6 +299,8 @@ class FrameReader:
 
 def encode_frame(serial_no: int, payload: bytes) -> bytes:
     """A frame of ``payload`` in blocks of at most :data:`BLOCK_SIZE` bytes."""
+    if len(payload) <= BLOCK_SIZE:
+        return _ONE_BLOCK.pack(BEGIN_TOKEN, serial_no & 0xFFFF_FFFF, 1, len(payload)) + payload
     blocks = [payload[i : i + BLOCK_SIZE] for i in range(0, len(payload), BLOCK_SIZE)] or [b""]
     parts = [_HEAD.pack(BEGIN_TOKEN, serial_no & 0xFFFF_FFFF, len(blocks))]
     for block in blocks:
@@ -281,9 +312,8 @@ def encode_frame(serial_no: int, payload: bytes) -> bytes:
 # ----------------------------------------------------------------------- calls
 
 
-@attrs.frozen
-class Request:
-    """A call the server is to answer."""
+class Request(NamedTuple):
+    """A call the server is to answer (a tuple, as :class:`Frame`)."""
 
     serial_no: int
     service: int
@@ -330,6 +360,29 @@ def _check_required(message: Message) -> None:
         raise _Unreadable(f"Message missing required fields: {missing}")
 
 
+def _span(payload: bytes, pos: int) -> tuple[int, int]:
+    """Where the length-prefixed message at ``pos`` is: (start, end)."""
+    size, start = _decode_varint32(payload, pos)
+    end = start + size
+    if end > len(payload):
+        raise _Unreadable("Truncated message")
+    return start, end
+
+
+def _headers(payload: bytes) -> tuple[int, int, int]:
+    """(service type, protocol version, where RequestBody starts) of a request."""
+    for prefix, service, version in _HEADERS_SEEN:
+        if payload.startswith(prefix):
+            return service, version, len(prefix)
+    conn_start, conn_end = _span(payload, 0)
+    head_start, head_end = _span(payload, conn_end)
+    _check_required(rpc_pb2.RpcConnHeader.FromString(payload[conn_start:conn_end]))
+    header = rpc_pb2.RequestHeader.FromString(payload[head_start:head_end])
+    if len(_HEADERS_SEEN) < _HEADERS_SEEN_MAX:
+        _HEADERS_SEEN.append((payload[:head_end], header.serviceType, header.protocolVer))
+    return header.serviceType, header.protocolVer, head_end
+
+
 def decode_request(frame: Frame, services: frozenset[int]) -> Request | CallRefused:
     """The call in ``frame``, or the exception reply TubeMQ's server sends for it.
 
@@ -337,15 +390,17 @@ def decode_request(frame: Frame, services: frozenset[int]) -> Request | CallRefu
     broker listener is refused as TubeMQ's broker refuses it).
     """
     serial = frame.serial_no
-    stream = io.BytesIO(frame.payload)
+    payload = frame.payload
     try:
-        _read_delimited(stream, rpc_pb2.RpcConnHeader)
-        header = _read_delimited(stream, rpc_pb2.RequestHeader)
-        body = _read_delimited(stream, rpc_pb2.RequestBody)
-    except _Unreadable as error:
+        service, version, pos = _headers(payload)
+        if pos >= len(payload):
+            raise _Unreadable("missing RequestBody")
+        body_start, body_end = _span(payload, pos)
+        body = rpc_pb2.RequestBody.FromString(payload[body_start:body_end])
+        _check_required(body)
+    except (_Unreadable, DecodeError, IndexError, ValueError) as error:
         text = f"IPC server unable to read call parameters:{error}"
         return CallRefused(serial, PROTOBUF_EXCEPTION, text, rpc_pb2.ResponseHeader.FATAL)
-    version = header.protocolVer
     method = body.method
     kind = _REQUESTS.get(method)
     if kind is None:
@@ -357,7 +412,6 @@ def decode_request(frame: Frame, services: frozenset[int]) -> Request | CallRefu
     except (DecodeError, _Unreadable) as error:
         text = f"IPC server handle request error :{error}"
         return _refused(serial, PROTOBUF_EXCEPTION, text, version, fatal=True)
-    service = header.serviceType
     allowed = _SERVICE_METHODS.get(service)
     if allowed is None:
         return _refused(serial, JAVA_EXCEPTION, "Service Type is invalid!", version)
@@ -393,7 +447,8 @@ _RESPONSE_START: Final = _delimited(rpc_pb2.RpcConnHeader(flag=RESPONSE_FLAG)) +
 def encode_reply(serial_no: int, method: int, message: Message) -> bytes:
     """A successful reply frame carrying ``message`` (which must be complete)."""
     body = rpc_pb2.RspResponseBody(method=method, data=message.SerializeToString())
-    return encode_frame(serial_no, _RESPONSE_START + _delimited(body))
+    data = body.SerializeToString()
+    return encode_frame(serial_no, _RESPONSE_START + _varint_bytes(len(data)) + data)
 
 
 def exception_name(name: str, protocol_version: int) -> str:

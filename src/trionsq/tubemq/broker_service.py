@@ -50,6 +50,26 @@ log = logging.getLogger("trionsq.tubemq")
 SPEED_LIMIT: Final = "RpcServer consume speed limit!"
 
 
+class Staged:
+    """A SendMessage checked and waiting for the end of its turn: the messages of one
+    read are appended in one batch per partition (as an MPUB is), then answered."""
+
+    __slots__ = ("header", "partition", "payload", "reply", "topic")
+
+    def __init__(self, topic: str, partition: int, payload: bytes, header: bytes | None) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.payload = payload
+        self.header = header
+        self.reply: broker_pb2.SendMessageResponseB2P | None = None
+        """Made when the turn ends and the message is stored (or refused)."""
+
+    @property
+    def run(self) -> tuple[str, int, bool]:
+        """What a batch shares: the partition, and whether its messages have headers."""
+        return self.topic, self.partition, self.header is not None
+
+
 class BrokerService:
     """Answers the broker calls (service types 2 and 3) of producers and consumers."""
 
@@ -57,15 +77,17 @@ class BrokerService:
 
     def __init__(self, node: TubeNode) -> None:
         self.node = node
+        self._staged: list[Staged] = []
         self._waiting: dict[Seat, tuple[Callable[[bytes], None], int]] = {}
         """Seats whose pull waits for the router: how to answer, and the call's serialNo."""
         node.answer_late = self._answer_waiting
 
     async def handle(
         self, serial_no: int, body: Message, send: Callable[[bytes], None]
-    ) -> Message | None:
-        """The reply to one call (the request's type says which); None when a pull
-        waits (``send`` gets its reply frame)."""
+    ) -> Message | Staged | None:
+        """The reply to one call (the request's type says which); a message sent is
+        :class:`Staged` until :meth:`end_turn`; None when a pull waits (``send`` gets
+        its reply frame)."""
         match body:
             case broker_pb2.SendMessageRequestP2B():
                 return self._send_message(body)
@@ -91,7 +113,7 @@ class BrokerService:
 
     def _send_message(
         self, request: broker_pb2.SendMessageRequestP2B
-    ) -> broker_pb2.SendMessageResponseB2P:
+    ) -> broker_pb2.SendMessageResponseB2P | Staged:
         reply = broker_pb2.SendMessageResponseB2P(success=False)
         node = self.node
         problem = missing(
@@ -133,44 +155,78 @@ class BrokerService:
                 f"Illegal message attributes: {error}",
             )
             return reply
-        header = header_of(attributes, request.msgType.strip())
-        broker = node.broker
-        try:
-            if header is not None and broker.topics[topic].ext:
+        msg_type = request.msgType.strip() if request.msgType else ""
+        header = header_of(attributes, msg_type) if attributes or msg_type else None
+        if header is not None:
+            if not node.broker.topics[topic].ext:
+                header = None  # a plain topic keeps the payload; attributes have no place
+            else:
                 checked = check_ext_header(header)
                 if isinstance(checked, ProtocolError):
                     reply.errCode, reply.errMsg = ErrCode.BAD_REQUEST, checked.text
                     return reply
-                records = broker.publish(
-                    topic,
-                    [payload],
-                    broker.wall_clock(),
-                    partition_index=partition,
-                    trace_ids=[checked.trace_id or 0],
-                    ext_version=EXT_VERSION_JSON,
-                    exts=[header],
-                )
-            else:  # a plain topic keeps the payload; attributes have no place there
-                records = broker.publish(
-                    topic, [payload], broker.wall_clock(), partition_index=partition
-                )
-        except StorageFault as fault:
-            reply.errCode = ErrCode.INTERNAL_SERVER_ERROR
-            reply.errMsg = f"Put message failed from {node.identity.host} {fault}"
-            return reply
         producer = node.producers.get(request.clientId.strip())
         if producer is not None:
             producer.pub_counts[topic] = producer.pub_counts.get(topic, 0) + 1
-        reply.success, reply.errCode, reply.requireAuth = True, ErrCode.SUCCESS, False
-        if records:  # an ephemeral topic may drop it
-            record = records[0]
-            reply.errMsg = str(record.internal_id)  # TubeMQ puts the id here too (deprecated)
-            reply.messageId = record.internal_id
-            reply.appendTime = record.timestamp // 1_000_000
-            reply.appendOffset = record.offset
-        else:
-            reply.errMsg = "OK!"
-        return reply
+        staged = Staged(topic, partition, payload, header)
+        self._staged.append(staged)
+        return staged
+
+    def end_turn(self) -> None:
+        """Store what the turn's SendMessage calls staged, one append per run of
+        messages to the same partition, and fill in their replies."""
+        staged, self._staged = self._staged, []
+        start = 0
+        while start < len(staged):
+            run = staged[start].run
+            end = start + 1
+            while end < len(staged) and staged[end].run == run:
+                end += 1
+            self._store(staged[start:end])
+            start = end
+
+    def _store(self, batch: list[Staged]) -> None:
+        broker = self.node.broker
+        topic, partition, with_headers = batch[0].run
+        bodies = [s.payload for s in batch]
+        try:
+            if with_headers:
+                records = broker.publish(
+                    topic,
+                    bodies,
+                    broker.wall_clock(),
+                    partition_index=partition,
+                    ext_version=EXT_VERSION_JSON,
+                    exts=[s.header or b"" for s in batch],
+                )
+            else:
+                records = broker.publish(
+                    topic, bodies, broker.wall_clock(), partition_index=partition
+                )
+        except StorageFault as fault:
+            text = f"Put message failed from {self.node.identity.host} {fault}"
+            for s in batch:
+                s.reply = broker_pb2.SendMessageResponseB2P(
+                    success=False, errCode=ErrCode.INTERNAL_SERVER_ERROR, errMsg=text
+                )
+            return
+        made = broker_pb2.SendMessageResponseB2P
+        for index, s in enumerate(batch):
+            if index < len(records):  # an ephemeral topic may drop some
+                record = records[index]
+                s.reply = made(
+                    success=True,
+                    errCode=ErrCode.SUCCESS,
+                    errMsg=str(record.internal_id),  # TubeMQ puts the id here too
+                    requireAuth=False,
+                    messageId=record.internal_id,
+                    appendTime=record.timestamp // 1_000_000,
+                    appendOffset=record.offset,
+                )
+            else:
+                s.reply = made(
+                    success=True, errCode=ErrCode.SUCCESS, errMsg="OK!", requireAuth=False
+                )
 
     # ---------------------------------------------------------------- consumers
 

@@ -31,6 +31,12 @@ from ..protocol.tubemq_proto import rpc_pb2
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
+    from typing import TypeAlias
+
+    Answer: TypeAlias = bytes | Callable[[], bytes] | None
+    """What answering a call gives: its reply frame; a function that makes it once the
+    turn ended (a message sent is stored with the turn's others); None when the reply
+    comes later through :meth:`TubeConnection.send`."""
 
 __all__ = ["IDLE_TIMEOUT", "MAX_CALLS_PER_TURN", "TubeConnection"]
 
@@ -51,6 +57,7 @@ class TubeConnection:
         "_reader",
         "_wake",
         "answer",
+        "end_turn",
         "remote_address",
         "services",
         "stream",
@@ -60,14 +67,17 @@ class TubeConnection:
         self,
         stream: trio.SocketStream,
         services: frozenset[int],
-        answer: Callable[[Request, TubeConnection], Awaitable[bytes | None]],
+        answer: Callable[[Request, TubeConnection], Awaitable[Answer]],
         max_payload: int,
+        end_turn: Callable[[], None],
     ) -> None:
-        """``answer(call, connection)``: the reply frame, or None when it comes later
-        through :meth:`send`; ``max_payload``: the largest frame read."""
+        """``answer(call, connection)``: see :data:`Answer`; ``end_turn()``: called after
+        a turn's calls, before their replies are made; ``max_payload``: the largest
+        frame read."""
         self.stream = stream
         self.services = services
         self.answer = answer
+        self.end_turn = end_turn
         self.remote_address = peer_address(stream.socket)
         self._reader = FrameReader(max_payload)
         self._late: list[bytes] = []
@@ -120,7 +130,7 @@ class TubeConnection:
             frames = reader.next_frames(MAX_CALLS_PER_TURN)
             if not frames:
                 return
-            replies: list[bytes] = []
+            replies: list[bytes | Callable[[], bytes]] = []
             for frame in frames:
                 if isinstance(frame, FrameError):
                     log.info("tubemq %s: %s, closing", self.remote_address, frame.reason)
@@ -132,12 +142,13 @@ class TubeConnection:
                 reply = await self._answer(call)
                 if reply is not None:
                     replies.append(reply)
-            await self._write(b"".join(replies))
+            self.end_turn()
+            await self._write(b"".join(r if isinstance(r, bytes) else r() for r in replies))
             if reader.closed:
                 return
             await trio.lowlevel.checkpoint()  # more whole frames: let others run first
 
-    async def _answer(self, call: Request) -> bytes | None:
+    async def _answer(self, call: Request) -> Answer:
         try:
             return await self.answer(call, self)
         except Exception as error:  # a bug: this call fails, the connection goes on

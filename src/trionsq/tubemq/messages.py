@@ -17,19 +17,12 @@ from typing import TYPE_CHECKING
 import orjson
 
 from ..protocol.ext_header import DISPATCH_TAG_KEY
-from ..protocol.tubemq_formats import (
-    MSG_TYPE_KEY,
-    checksum,
-    format_attributes,
-    join_payload,
-    parse_attributes,
-)
-from ..protocol.tubemq_proto import broker_pb2
+from ..protocol.tubemq_formats import MSG_TYPE_KEY, format_attributes, parse_attributes
 
 if TYPE_CHECKING:
     from ..queues.record import Record
 
-__all__ = ["header_of", "transfered"]
+__all__ = ["attributes_of", "header_of"]
 
 
 def header_of(attributes: str, msg_type: str) -> bytes | None:
@@ -64,11 +57,3 @@ def attributes_of(record: Record) -> str:
     if isinstance(tag, str) and tag and MSG_TYPE_KEY not in kept:
         kept[MSG_TYPE_KEY] = tag
     return format_attributes(kept)
-
-
-def transfered(record: Record) -> broker_pb2.TransferedMessage:
-    """A pulled message: the record's id, its body with the header as attributes."""
-    data, flag = join_payload(attributes_of(record), record.body)
-    return broker_pb2.TransferedMessage(
-        messageId=record.internal_id, checkSum=checksum(data), payLoadData=data, flag=flag
-    )

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from ..protocol.tubemq_formats import ErrCode
+from ..protocol.tubemq_formats import ErrCode, checksum, join_payload
 from ..protocol.tubemq_proto import broker_pb2
-from .messages import transfered
+from .messages import attributes_of
 
 if TYPE_CHECKING:
     from .groups import Seat
@@ -91,41 +91,34 @@ def rollback(seat: Seat) -> None:
 def pack_reply(seat: Seat) -> broker_pb2.GetMessageResponseB2C:
     """The messages delivered to the seat as a GetMessage reply (they join its pack);
     NOT_FOUND when there are none."""
-    messages: list[broker_pb2.TransferedMessage] = []
+    reply = broker_pb2.GetMessageResponseB2C(
+        success=True, errCode=ErrCode.SUCCESS, errMsg="OK!", minLimitTime=0, escFlowCtrl=False
+    )
+    messages = reply.messages
     size = 0
     buffered = seat.buffered
     subscription = seat.subscription
     held = subscription.channel.in_flight if subscription is not None else None
-    while buffered and (not messages or size < MAX_PACK_BYTES):
+    pack = seat.pack
+    while buffered and (not pack or size < MAX_PACK_BYTES):
         record = buffered.popleft().record
-        entry = held.get(record.internal_id) if held is not None else None
-        if entry is None or entry.client != seat.client_id:
-            continue  # put back meanwhile (a timeout): not ours to send any more
-        message = transfered(record)
-        messages.append(message)
-        seat.pack.append(record.internal_id)
-        size += len(message.payLoadData)
+        internal_id = record.internal_id
+        if held is None or internal_id not in held:
+            continue  # put back meanwhile: not the seat's to send any more
+        if record.ext:
+            data, flag = join_payload(attributes_of(record), record.body)
+        else:
+            data, flag = record.body, 0
+        messages.add(messageId=internal_id, checkSum=checksum(data), payLoadData=data, flag=flag)
+        pack.append(internal_id)
+        size += len(data)
     current, end = position(seat)
+    reply.currOffset, reply.maxOffset = current, end
     if not messages:
-        return broker_pb2.GetMessageResponseB2C(
-            success=False,
-            errCode=ErrCode.NOT_FOUND,
-            errMsg="The request offset reached maxOffset!",
-            currOffset=current,
-            minLimitTime=0,
-            escFlowCtrl=False,
-            currDataDlt=-1,
-            maxOffset=end,
-        )
-    return broker_pb2.GetMessageResponseB2C(
-        success=True,
-        errCode=ErrCode.SUCCESS,
-        errMsg="OK!",
-        messages=messages,
-        currOffset=current,
-        minLimitTime=0,
-        escFlowCtrl=False,
-        currDataDlt=max(0, end - current),
-        requireSlow=False,
-        maxOffset=end,
-    )
+        reply.success, reply.errCode = False, ErrCode.NOT_FOUND
+        reply.errMsg = "The request offset reached maxOffset!"
+        reply.currDataDlt = -1
+    else:
+        reply.currDataDlt = max(0, end - current)
+        reply.requireSlow = False
+    return reply

@@ -17,7 +17,7 @@ import attrs
 
 from ..listen import open_listeners, serve_connections
 from ..protocol.tubemq import Request, encode_reply
-from .broker_service import BrokerService
+from .broker_service import BrokerService, Staged
 from .connection import TubeConnection
 from .master import MasterService
 from .node import Identity, TubeNode
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
     from ..broker.broker import Broker
     from ..config import NsqdConfig
+    from .connection import Answer
 
 __all__ = [
     "BROKER_CONNECTION_TASK",
@@ -48,6 +49,15 @@ class TubeAddresses:
     master: tuple[str, int]
     broker: tuple[str, int]
     node: TubeNode = attrs.field(eq=False, repr=False)
+
+
+def _staged_reply(serial_no: int, method: int, staged: Staged) -> bytes:
+    assert staged.reply is not None, "made at the end of the turn"  # noqa: S101
+    return encode_reply(serial_no, method, staged.reply)
+
+
+def _no_turn() -> None:
+    """The master stores nothing at the end of a turn."""
 
 
 def _advertised_host(bound: str, config: NsqdConfig) -> str:
@@ -84,15 +94,21 @@ async def start_tubemq(
         reply = await master.handle(call.body, connection.remote_address)
         return encode_reply(call.serial_no, call.method, reply)
 
-    async def answer_broker(call: Request, connection: TubeConnection) -> bytes | None:
+    async def answer_broker(call: Request, connection: TubeConnection) -> Answer:
         reply = await broker_service.handle(call.serial_no, call.body, connection.send)
-        return None if reply is None else encode_reply(call.serial_no, call.method, reply)
+        if reply is None:
+            return None
+        if isinstance(reply, Staged):  # answered once the turn's messages are stored
+            return functools.partial(_staged_reply, call.serial_no, call.method, reply)
+        return encode_reply(call.serial_no, call.method, reply)
 
     def master_connection(stream: trio.SocketStream) -> Awaitable[None]:
-        return TubeConnection(stream, master.services, answer_master, max_payload).run()
+        return TubeConnection(stream, master.services, answer_master, max_payload, _no_turn).run()
 
     def broker_connection(stream: trio.SocketStream) -> Awaitable[None]:
-        return TubeConnection(stream, broker_service.services, answer_broker, max_payload).run()
+        return TubeConnection(
+            stream, broker_service.services, answer_broker, max_payload, broker_service.end_turn
+        ).run()
 
     for handler, listeners, name in (
         (master_connection, master_listeners, MASTER_CONNECTION_TASK),
