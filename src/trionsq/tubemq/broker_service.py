@@ -88,6 +88,10 @@ class BrokerService:
         """The reply to one call (the request's type says which); a message sent is
         :class:`Staged` until :meth:`end_turn`; None when a pull waits (``send`` gets
         its reply frame)."""
+        if self.node.auth.enabled:
+            refused = await self._auth(body)
+            if refused is not None:
+                return refused
         match body:
             case broker_pb2.SendMessageRequestP2B():
                 return self._send_message(body)
@@ -100,6 +104,29 @@ class BrokerService:
             case broker_pb2.CommitOffsetRequestC2B():
                 return self._commit(body)
         raise TypeError(f"not a broker call: {type(body).__name__}")
+
+    async def _auth(self, body: Message) -> Message | None:
+        """AUTH (when on) for a broker call: the refusal reply, or None. GetMessage and
+        CommitOffset carry no authorization in TubeMQ: the hold they need was
+        authorized when it was taken."""
+        auth = self.node.auth
+        match body:
+            case broker_pb2.SendMessageRequestP2B():
+                info = body.authInfo if body.HasField("authInfo") else None
+                refused = await auth.at_broker(info, "PUB", body.topicName.strip())
+                reply: Message = broker_pb2.SendMessageResponseB2P(success=False)
+            case broker_pb2.RegisterRequestC2B():
+                info = body.authInfo if body.HasField("authInfo") else None
+                group = body.groupName.strip()
+                refused = await auth.at_broker(info, "SUB", body.topicName.strip(), group)
+                reply = broker_pb2.RegisterResponseB2C(success=False, currOffset=-1)
+            case _:
+                return None
+        if refused is None:
+            return None
+        code, text = refused
+        reply.errCode, reply.errMsg = code, text  # type: ignore[attr-defined]
+        return reply
 
     def _partition_problem(self, topic: str, partition: int) -> str:
         count = self.node.groups.topic_partitions(topic)

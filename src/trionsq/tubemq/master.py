@@ -53,10 +53,14 @@ class MasterService:
         """The reply message to one call (the request's type says which)."""
         match body:
             case master_pb2.RegisterRequestP2M():
-                return self._producer_register(body, remote_address)
+                return await self._producer_register(body, remote_address)
             case master_pb2.HeartRequestP2M():
-                return self._producer_heartbeat(body)
+                return await self._producer_heartbeat(body, remote_address)
             case master_pb2.CloseRequestP2M():
+                _, refused = await self._auth(body, remote_address, [])
+                if refused is not None:
+                    code, text = refused
+                    return master_pb2.CloseResponseM2P(success=False, errCode=code, errMsg=text)
                 self.node.drop_producer(body.clientId.strip())
                 return master_pb2.CloseResponseM2P(
                     success=True, errCode=ErrCode.SUCCESS, errMsg="OK!"
@@ -64,13 +68,31 @@ class MasterService:
             case master_pb2.RegisterRequestC2M():
                 return await self._consumer_register(body, remote_address)
             case master_pb2.HeartRequestC2M():
-                return await self._consumer_heartbeat(body)
+                return await self._consumer_heartbeat(body, remote_address)
             case master_pb2.CloseRequestC2M():
-                return self._consumer_close(body)
+                return await self._consumer_close(body, remote_address)
         raise TypeError(f"not a master call: {type(body).__name__}")
 
-    def _authorized(self) -> master_pb2.MasterAuthorizedInfo:
-        return master_pb2.MasterAuthorizedInfo(visitAuthorizedToken=self.node.identity.visit_token)
+    async def _auth(
+        self,
+        request: master_pb2.RegisterRequestP2M
+        | master_pb2.HeartRequestP2M
+        | master_pb2.CloseRequestP2M
+        | master_pb2.RegisterRequestC2M
+        | master_pb2.HeartRequestC2M
+        | master_pb2.CloseRequestC2M,
+        remote_address: str,
+        wanted: list[tuple[str, str, str]],
+    ) -> tuple[str, tuple[int, str] | None]:
+        """AUTH (when on) for a master call: the token to hand back, or the refusal."""
+        certificate = request.authInfo if request.HasField("authInfo") else None
+        return await self.node.auth.at_master(certificate, remote_address, wanted)
+
+    def _authorized(self, token: str = "") -> master_pb2.MasterAuthorizedInfo:
+        info = master_pb2.MasterAuthorizedInfo(visitAuthorizedToken=self.node.identity.visit_token)
+        if token:
+            info.authAuthorizedToken = token
+        return info
 
     def _approved(
         self, reply: master_pb2.RegisterResponseM2P | master_pb2.HeartResponseM2P, asked: bool
@@ -81,7 +103,7 @@ class MasterService:
 
     # ---------------------------------------------------------------- producers
 
-    def _producer_register(
+    async def _producer_register(
         self, request: master_pb2.RegisterRequestP2M, remote_address: str
     ) -> master_pb2.RegisterResponseM2P:
         reply = master_pb2.RegisterResponseM2P(success=False, brokerCheckSum=-1)
@@ -94,6 +116,10 @@ class MasterService:
         if problem:
             reply.errCode, reply.errMsg = ErrCode.BAD_REQUEST, problem
             return reply
+        token, refused = await self._auth(request, remote_address, [("PUB", t, "") for t in topics])
+        if refused is not None:
+            reply.errCode, reply.errMsg = refused
+            return reply
         identity = self.node.identity
         session = self.node.producer(
             request.clientId.strip(), request.hostName.strip(), remote_address
@@ -102,12 +128,12 @@ class MasterService:
         reply.success, reply.errCode, reply.errMsg = True, ErrCode.SUCCESS, "OK!"
         reply.brokerCheckSum = identity.checksum
         reply.brokerInfos.append(identity.info)
-        reply.authorizedInfo.CopyFrom(self._authorized())
+        reply.authorizedInfo.CopyFrom(self._authorized(token))
         self._approved(reply, request.HasField("appdConfig"))
         return reply
 
-    def _producer_heartbeat(
-        self, request: master_pb2.HeartRequestP2M
+    async def _producer_heartbeat(
+        self, request: master_pb2.HeartRequestP2M, remote_address: str
     ) -> master_pb2.HeartResponseM2P:
         reply = master_pb2.HeartResponseM2P(success=False, brokerCheckSum=-1)
         problem = missing(
@@ -118,6 +144,10 @@ class MasterService:
             problem = f"Booked topic's count over max value, required max count is {MAX_TOPICS}"
         if problem:
             reply.errCode, reply.errMsg = ErrCode.BAD_REQUEST, problem
+            return reply
+        token, refused = await self._auth(request, remote_address, [("PUB", t, "") for t in topics])
+        if refused is not None:
+            reply.errCode, reply.errMsg = refused
             return reply
         producer_id = request.clientId.strip()
         session = self.node.producers.get(producer_id)
@@ -138,7 +168,7 @@ class MasterService:
                 reply.topicInfos.append(
                     topic_info(topic, identity.broker_id, count, self.node.config.max_msg_size)
                 )
-        reply.authorizedInfo.CopyFrom(self._authorized())
+        reply.authorizedInfo.CopyFrom(self._authorized(token))
         self._approved(reply, request.HasField("appdConfig"))
         return reply
 
@@ -170,6 +200,11 @@ class MasterService:
             return reply
         node = self.node
         consumer_id, group = request.clientId.strip(), request.groupName.strip()
+        wanted = [("SUB", topic, group) for topic in topics]
+        token, refused = await self._auth(request, remote_address, wanted)
+        if refused is not None:
+            reply.errCode, reply.errMsg = refused
+            return reply
         session = node.consumers.get((group, consumer_id))
         if session is None:
             session = ConsumerSession(consumer_id, group, request.hostName.strip(), remote_address)
@@ -182,11 +217,11 @@ class MasterService:
         self._flow_fields(
             reply, request.HasField("defFlowCheckId") or request.HasField("groupFlowCheckId")
         )
-        reply.authorizedInfo.CopyFrom(self._authorized())
+        reply.authorizedInfo.CopyFrom(self._authorized(token))
         return reply
 
     async def _consumer_heartbeat(
-        self, request: master_pb2.HeartRequestC2M
+        self, request: master_pb2.HeartRequestC2M, remote_address: str
     ) -> master_pb2.HeartResponseM2C:
         reply = master_pb2.HeartResponseM2C(success=False)
         problem = missing(
@@ -195,6 +230,10 @@ class MasterService:
         )
         if problem:
             reply.errCode, reply.errMsg = ErrCode.BAD_REQUEST, problem
+            return reply
+        token, refused = await self._auth(request, remote_address, [])
+        if refused is not None:
+            reply.errCode, reply.errMsg = refused
             return reply
         node = self.node
         consumer_id, group = request.clientId.strip(), request.groupName.strip()
@@ -229,10 +268,12 @@ class MasterService:
         self._flow_fields(
             reply, request.HasField("defFlowCheckId") or request.HasField("groupFlowCheckId")
         )
-        reply.authorizedInfo.CopyFrom(self._authorized())
+        reply.authorizedInfo.CopyFrom(self._authorized(token))
         return reply
 
-    def _consumer_close(self, request: master_pb2.CloseRequestC2M) -> master_pb2.CloseResponseM2C:
+    async def _consumer_close(
+        self, request: master_pb2.CloseRequestC2M, remote_address: str
+    ) -> master_pb2.CloseResponseM2C:
         problem = missing(
             ("clientId", request.clientId, MAX_CLIENT_ID),
             ("groupName", request.groupName, MAX_GROUP),
@@ -241,6 +282,10 @@ class MasterService:
             return master_pb2.CloseResponseM2C(
                 success=False, errCode=ErrCode.BAD_REQUEST, errMsg=problem
             )
+        _, refused = await self._auth(request, remote_address, [])
+        if refused is not None:
+            code, text = refused
+            return master_pb2.CloseResponseM2C(success=False, errCode=code, errMsg=text)
         session = self.node.consumers.get((request.groupName.strip(), request.clientId.strip()))
         if session is not None:
             self.node.drop_consumer(session)

@@ -23,6 +23,7 @@ import trio
 from ..broker.statistics import ClientStatistics, PubCount
 from ..dispatch.expiry import ExpiryTimer
 from ..protocol.tubemq_formats import PartitionRef, broker_info
+from .auth import TubeAuth
 from .groups import GroupAdapter, Seat
 from .leases import LeaseTable
 from .pulls import rollback
@@ -189,6 +190,7 @@ class TubeNode:
         self.config = config
         self.identity = identity
         self.groups = GroupAdapter(broker)
+        self.auth = TubeAuth(config, identity.visit_token)
         self.lease = lease
         self._client_ids = client_ids
         self.producers: dict[str, ProducerSession] = {}
