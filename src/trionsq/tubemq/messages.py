@@ -12,15 +12,10 @@ back as attributes. On a plain topic there is no header, so attributes are not k
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import orjson
 
 from ..protocol.ext_header import DISPATCH_TAG_KEY
 from ..protocol.tubemq_formats import MSG_TYPE_KEY, format_attributes, parse_attributes
-
-if TYPE_CHECKING:
-    from ..queues.record import Record
 
 __all__ = ["attributes_of", "header_of"]
 
@@ -36,14 +31,14 @@ def header_of(attributes: str, msg_type: str) -> bytes | None:
     return orjson.dumps(fields) if fields else None
 
 
-def attributes_of(record: Record) -> str:
-    """A stored message's header as TubeMQ attributes: its string and number fields
-    (not trionsq's ``##`` keys); the dispatch tag becomes ``$msgType$`` when that is
-    missing."""
-    if not record.ext:
+def attributes_of(header: bytes) -> str:
+    """A stored message's JSON header as TubeMQ attributes: its string and number
+    fields (not trionsq's ``##`` keys); the dispatch tag becomes ``$msgType$`` when
+    that is missing."""
+    if not header:
         return ""
     try:
-        fields = orjson.loads(record.ext)
+        fields = orjson.loads(header)
     except orjson.JSONDecodeError:
         return ""
     if not isinstance(fields, dict):

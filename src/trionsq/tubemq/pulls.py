@@ -106,7 +106,7 @@ def pack_reply(seat: Seat) -> broker_pb2.GetMessageResponseB2C:
         if held is None or internal_id not in held:
             continue  # put back meanwhile: not the seat's to send any more
         if record.ext:
-            data, flag = join_payload(attributes_of(record), record.body)
+            data, flag = join_payload(attributes_of(record.ext), record.body)
         else:
             data, flag = record.body, 0
         messages.add(messageId=internal_id, checkSum=checksum(data), payLoadData=data, flag=flag)
