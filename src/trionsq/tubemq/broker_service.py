@@ -268,6 +268,20 @@ class BrokerService:
             return None, hold.consumer.consumer_id
         return hold, None
 
+    def _call_problem(
+        self, client_id: str, group: str, topic: str, partition: int
+    ) -> tuple[int, str]:
+        """A consumer call's fields as TubeMQ checks them: (code, why) or (200, "")."""
+        problem = missing(
+            ("clientId", client_id, MAX_CLIENT_ID),
+            ("topicName", topic, MAX_TOPIC),
+            ("groupName", group, MAX_GROUP),
+        )
+        if problem:
+            return ErrCode.BAD_REQUEST, problem
+        problem = self._partition_problem(topic.strip(), partition)
+        return (ErrCode.FORBIDDEN, problem) if problem else (ErrCode.SUCCESS, "")
+
     def _part(self, key: tuple[str, str, int]) -> str:
         group, topic, partition = key
         return f"{group}:{topic}:{partition}"
@@ -276,19 +290,13 @@ class BrokerService:
         self, request: broker_pb2.RegisterRequestC2B
     ) -> broker_pb2.RegisterResponseB2C:
         reply = broker_pb2.RegisterResponseB2C(success=False, currOffset=-1)
-        problem = missing(
-            ("clientId", request.clientId, MAX_CLIENT_ID),
-            ("topicName", request.topicName, MAX_TOPIC),
-            ("groupName", request.groupName, MAX_GROUP),
+        code, problem = self._call_problem(
+            request.clientId, request.groupName, request.topicName, request.partitionId
         )
         if problem:
-            reply.errCode, reply.errMsg = ErrCode.BAD_REQUEST, problem
+            reply.errCode, reply.errMsg = code, problem
             return reply
         topic, partition = request.topicName.strip(), request.partitionId
-        problem = self._partition_problem(topic, partition)
-        if problem:
-            reply.errCode, reply.errMsg = ErrCode.FORBIDDEN, problem
-            return reply
         consumer_id, group = request.clientId.strip(), request.groupName.strip()
         key = (group, topic, partition)
         if request.opType == UNREGISTER:
@@ -432,17 +440,10 @@ class BrokerService:
         committing: bool,
     ) -> tuple[Hold | None, int, str]:
         """The caller's hold on the partition, or TubeMQ's code and text for why not."""
-        problem = missing(
-            ("clientId", client_id, MAX_CLIENT_ID),
-            ("groupName", group, MAX_GROUP),
-            ("topicName", topic, MAX_TOPIC),
-        )
+        code, problem = self._call_problem(client_id, group, topic, partition)
         if problem:
-            return None, ErrCode.BAD_REQUEST, problem
+            return None, code, problem
         consumer_id, group, topic = client_id.strip(), group.strip(), topic.strip()
-        problem = self._partition_problem(topic, partition)
-        if problem:
-            return None, ErrCode.FORBIDDEN, problem
         key = (group, topic, partition)
         hold, holder = self._holder_check(consumer_id, key)
         if hold is not None:

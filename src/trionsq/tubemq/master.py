@@ -103,10 +103,12 @@ class MasterService:
 
     # ---------------------------------------------------------------- producers
 
-    async def _producer_register(
-        self, request: master_pb2.RegisterRequestP2M, remote_address: str
-    ) -> master_pb2.RegisterResponseM2P:
-        reply = master_pb2.RegisterResponseM2P(success=False, brokerCheckSum=-1)
+    async def _producer_checks(
+        self,
+        request: master_pb2.RegisterRequestP2M | master_pb2.HeartRequestP2M,
+        remote_address: str,
+    ) -> tuple[tuple[str, ...], str, tuple[int, str] | None]:
+        """A producer call's fields and AUTH: its topics, the token, or the refusal."""
         problem = missing(
             ("clientId", request.clientId, MAX_CLIENT_ID), ("hostName", request.hostName, MAX_HOST)
         )
@@ -114,9 +116,15 @@ class MasterService:
         if not problem and len(topics) > MAX_TOPICS:
             problem = f"Booked topic's count over max value, required max count is {MAX_TOPICS}"
         if problem:
-            reply.errCode, reply.errMsg = ErrCode.BAD_REQUEST, problem
-            return reply
+            return topics, "", (ErrCode.BAD_REQUEST, problem)
         token, refused = await self._auth(request, remote_address, [("PUB", t, "") for t in topics])
+        return topics, token, refused
+
+    async def _producer_register(
+        self, request: master_pb2.RegisterRequestP2M, remote_address: str
+    ) -> master_pb2.RegisterResponseM2P:
+        reply = master_pb2.RegisterResponseM2P(success=False, brokerCheckSum=-1)
+        topics, token, refused = await self._producer_checks(request, remote_address)
         if refused is not None:
             reply.errCode, reply.errMsg = refused
             return reply
@@ -136,16 +144,7 @@ class MasterService:
         self, request: master_pb2.HeartRequestP2M, remote_address: str
     ) -> master_pb2.HeartResponseM2P:
         reply = master_pb2.HeartResponseM2P(success=False, brokerCheckSum=-1)
-        problem = missing(
-            ("clientId", request.clientId, MAX_CLIENT_ID), ("hostName", request.hostName, MAX_HOST)
-        )
-        topics = _topics(list(request.topicList))
-        if not problem and len(topics) > MAX_TOPICS:
-            problem = f"Booked topic's count over max value, required max count is {MAX_TOPICS}"
-        if problem:
-            reply.errCode, reply.errMsg = ErrCode.BAD_REQUEST, problem
-            return reply
-        token, refused = await self._auth(request, remote_address, [("PUB", t, "") for t in topics])
+        topics, token, refused = await self._producer_checks(request, remote_address)
         if refused is not None:
             reply.errCode, reply.errMsg = refused
             return reply
