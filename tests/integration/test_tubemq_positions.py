@@ -7,13 +7,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import trio
+import trio.testing
+
 from trionsq.protocol.tubemq_formats import ErrCode, PartitionRef, ReadStatus
 
+from .raw import http
 from .tubemq import start_tubemq
 
 if TYPE_CHECKING:
-    import trio
-
     from trionsq.tubemq.client import TubeClient
 
     from .tubemq import TubeClients
@@ -70,3 +72,31 @@ async def test_read_status_and_offsets(nursery: trio.Nursery, tube_clients: Tube
     assert (
         await first_pull(master, broker, "from-first", read_status=ReadStatus.FROM_MAX_ALWAYS) == []
     )
+
+
+async def test_a_channel_rate_limit_holds_tubemq_pulls_back(
+    nursery: trio.Nursery, tube_clients: TubeClients, autojump_clock: trio.testing.MockClock
+) -> None:
+    autojump_clock.autojump_threshold = 0.1
+    addresses = await start_tubemq(nursery, group_rebalance_delay=0)
+    addresses.broker.topic("t")
+    limited = await http(addresses, "POST", "/channel/rate_limit?topic=t&channel=g&msgs_per_sec=10")
+    assert limited.status_code == 200
+    master, broker = await tube_clients.pair(addresses)
+    for i in range(30):
+        assert (await broker.send_message("p", "t", 0, b"m%d" % i)).success
+    await held_by(master, "c", "g")
+    assert (await broker.register_partition("c", "g", REF)).success
+    first = await broker.get_message("c", "g", REF)
+    assert 0 < len(first.messages) <= 10
+    held_back = await broker.get_message("c", "g", REF, last_consumed=True)
+    assert (held_back.success, held_back.errCode, held_back.errMsg) == (
+        False,
+        ErrCode.SERVER_CONSUME_SPEED_LIMIT,
+        "RpcServer consume speed limit!",
+    )
+    assert 0 < held_back.minLimitTime <= 1000
+    await trio.sleep(held_back.minLimitTime / 1000)
+    later = await broker.get_message("c", "g", REF, last_consumed=True)
+    assert later.success
+    assert later.messages[0].payLoadData == b"m%d" % len(first.messages)
