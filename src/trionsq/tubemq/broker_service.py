@@ -141,47 +141,17 @@ class BrokerService:
     def _send_message(
         self, request: broker_pb2.SendMessageRequestP2B
     ) -> broker_pb2.SendMessageResponseB2P | Staged:
-        reply = broker_pb2.SendMessageResponseB2P(success=False)
+        refused = self._send_refusal(request)
+        if refused is None:
+            try:
+                attributes, payload = split_payload(request.data, request.flag)
+            except (ValueError, UnicodeDecodeError) as error:
+                refused = ErrCode.BAD_REQUEST, f"Illegal message attributes: {error}"
+        if refused is not None:
+            code, text = refused
+            return broker_pb2.SendMessageResponseB2P(success=False, errCode=code, errMsg=text)
         node = self.node
-        problem = missing(
-            ("clientId", request.clientId, MAX_CLIENT_ID),
-            ("topicName", request.topicName, MAX_TOPIC),
-        )
-        if problem:
-            reply.errCode, reply.errMsg = ErrCode.BAD_REQUEST, problem
-            return reply
-        topic, partition = request.topicName.strip(), request.partitionId
-        problem = self._partition_problem(topic, partition)
-        if problem:
-            reply.errCode, reply.errMsg = ErrCode.FORBIDDEN, problem
-            return reply
-        data = request.data
-        limit = node.config.max_msg_size
-        if not data:
-            reply.errCode, reply.errMsg = ErrCode.BAD_REQUEST, "data length is zero!"
-            return reply
-        if len(data) > limit:
-            reply.errCode = ErrCode.BAD_REQUEST
-            reply.errMsg = (
-                f"data length over max length, allowed max length is {limit},"
-                f" data length is {len(data)}"
-            )
-            return reply
-        if request.checkSum != -1 and request.checkSum != checksum(data):
-            reply.errCode = ErrCode.FORBIDDEN
-            reply.errMsg = (
-                f"Checksum msg data failure: {request.checkSum} of {topic} not equal to the"
-                f" data's checksum of {checksum(data)}"
-            )
-            return reply
-        try:
-            attributes, payload = split_payload(data, request.flag)
-        except (ValueError, UnicodeDecodeError) as error:
-            reply.errCode, reply.errMsg = (
-                ErrCode.BAD_REQUEST,
-                f"Illegal message attributes: {error}",
-            )
-            return reply
+        topic = request.topicName.strip()
         msg_type = request.msgType.strip() if request.msgType else ""
         header = header_of(attributes, msg_type) if attributes or msg_type else None
         if header is not None:
@@ -190,14 +160,45 @@ class BrokerService:
             else:
                 checked = check_ext_header(header)
                 if isinstance(checked, ProtocolError):
-                    reply.errCode, reply.errMsg = ErrCode.BAD_REQUEST, checked.text
-                    return reply
+                    return broker_pb2.SendMessageResponseB2P(
+                        success=False, errCode=ErrCode.BAD_REQUEST, errMsg=checked.text
+                    )
         producer = node.producers.get(request.clientId.strip())
         if producer is not None:
             producer.pub_counts[topic] = producer.pub_counts.get(topic, 0) + 1
-        staged = Staged(topic, partition, payload, header)
+        staged = Staged(topic, request.partitionId, payload, header)
         self._staged.append(staged)
         return staged
+
+    def _send_refusal(self, request: broker_pb2.SendMessageRequestP2B) -> tuple[int, str] | None:
+        """Why a SendMessage is refused, as TubeMQ says it (None: it is not)."""
+        problem = missing(
+            ("clientId", request.clientId, MAX_CLIENT_ID),
+            ("topicName", request.topicName, MAX_TOPIC),
+        )
+        if problem:
+            return ErrCode.BAD_REQUEST, problem
+        topic = request.topicName.strip()
+        problem = self._partition_problem(topic, request.partitionId)
+        if problem:
+            return ErrCode.FORBIDDEN, problem
+        data = request.data
+        limit = self.node.config.max_msg_size
+        if not data:
+            return ErrCode.BAD_REQUEST, "data length is zero!"
+        if len(data) > limit:
+            text = (
+                f"data length over max length, allowed max length is {limit},"
+                f" data length is {len(data)}"
+            )
+            return ErrCode.BAD_REQUEST, text
+        if request.checkSum != -1 and request.checkSum != checksum(data):
+            text = (
+                f"Checksum msg data failure: {request.checkSum} of {topic} not equal to the"
+                f" data's checksum of {checksum(data)}"
+            )
+            return ErrCode.FORBIDDEN, text
+        return None
 
     def end_turn(self) -> None:
         """Store what the turn's SendMessage calls staged, one append per run of
