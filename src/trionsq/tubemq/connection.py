@@ -114,6 +114,7 @@ class TubeConnection:
                         break
                     reader.receive_data(data)
                     await self._process()
+                    await trio.lowlevel.checkpoint()  # a client that never pauses shares
                 nursery.cancel_scope.cancel()
         except* (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             log.debug("tubemq %s: connection reset", self.remote_address)
