@@ -78,6 +78,9 @@ RESPONSE_FLAG: Final = 1
 _HEAD: Final = struct.Struct(">III")
 _LENGTH: Final = struct.Struct(">i")
 _ONE_BLOCK: Final = struct.Struct(">IIIi")
+_ONE_BLOCK_SIZE: Final = _ONE_BLOCK.size
+_new_tuple: Final = tuple.__new__
+"""Builds a :class:`Frame` without the Python-level ``__new__`` a NamedTuple has."""
 
 # protobuf's own varint codec (not in its type stubs): the size prefixes of the
 # envelope's messages, read and written without a stream object per message
@@ -184,13 +187,16 @@ class FrameReader:
     """Splits a byte stream into frames (sans-IO: feed reads, take frames).
 
     Holds at most one frame being received: ``max_payload`` bounds it, so a peer
-    cannot make it buffer more than that plus one read.
+    cannot make it buffer more than that plus one read. The bytes are kept as read
+    (``bytes``, not copied into a growing buffer): a frame's payload is one slice of
+    them, and only what is left unframed is copied, when the next read comes.
     """
 
     __slots__ = (
         "_blocks",
         "_buffer",
         "_eof",
+        "_incoming",
         "_left",
         "_pos",
         "_serial",
@@ -202,8 +208,11 @@ class FrameReader:
     def __init__(self, max_payload: int) -> None:
         self.max_payload = max_payload
         self.closed = False
-        self._buffer = bytearray()
+        self._buffer = b""
         self._pos = 0
+        """Where the unframed part of :attr:`_buffer` starts."""
+        self._incoming: list[bytes] = []
+        """Reads not yet joined to the buffer (joined once, by :meth:`next_frames`)."""
         self._serial: int | None = None
         """The frame being received, once its header is read."""
         self._left = 0
@@ -214,22 +223,32 @@ class FrameReader:
     @property
     def buffered(self) -> int:
         """Bytes held: the frame in progress and what follows it."""
-        return len(self._buffer) - self._pos + self._size
+        waiting = sum(len(data) for data in self._incoming)
+        return len(self._buffer) - self._pos + waiting + self._size
 
     def receive_data(self, data: bytes) -> None:
         """Bytes read from the connection; ``b""`` is its end."""
         if self.closed:
             return
         if data:
-            self._buffer += data
+            self._incoming.append(data)
         else:
             self._eof = True
 
     def next_frames(self, limit: int) -> list[Frame | FrameError]:
         """Up to ``limit`` whole frames; a :class:`FrameError` ends the list and closes
         the reader. At the end of the stream, a frame left half-read is an error."""
+        if self._incoming:
+            rest = self._buffer[self._pos :] if self._pos < len(self._buffer) else b""
+            self._buffer = b"".join((rest, *self._incoming)) if rest else b"".join(self._incoming)
+            self._pos = 0
+            self._incoming.clear()
         found: list[Frame | FrameError] = []
         while not self.closed and len(found) < limit:
+            if self._serial is None:
+                self._whole_frames(found, limit)
+                if len(found) >= limit:
+                    break
             frame = self._next()
             if frame is None:
                 break
@@ -238,33 +257,41 @@ class FrameReader:
             self.closed = True
             if self._serial is not None or self._pos < len(self._buffer):
                 found.append(FrameError("the connection ended inside a frame"))
-        if self._pos:
-            del self._buffer[: self._pos]
-            self._pos = 0
         return found
+
+    def _whole_frames(self, found: list[Frame | FrameError], limit: int) -> None:
+        """The usual frames, one block each and already whole, in one tight loop
+        (anything else is left to :meth:`_next`)."""
+        buffer = self._buffer
+        pos = self._pos
+        end = len(buffer)
+        unpack = _ONE_BLOCK.unpack_from
+        longest = min(MAX_BLOCK, self.max_payload)
+        append = found.append
+        while end - pos >= _ONE_BLOCK_SIZE and len(found) < limit:
+            token, serial, count, length = unpack(buffer, pos)
+            start = pos + _ONE_BLOCK_SIZE
+            if token != BEGIN_TOKEN or count != 1 or not 0 <= length <= longest:
+                break
+            if end - start < length:
+                break
+            pos = start + length
+            append(_new_tuple(Frame, (serial, buffer[start:pos])))
+        self._pos = pos
 
     def _fail(self, reason: str) -> FrameError:
         self.closed = True
-        self._buffer = bytearray()
+        self._buffer = b""
+        self._incoming.clear()
         self._pos = self._size = 0
         self._serial = None
         self._blocks = []
         return FrameError(reason)
 
     def _next(self) -> Frame | FrameError | None:
+        """One frame, read block by block as its blocks arrive (None: not whole yet)."""
         buffer = self._buffer
         pos = self._pos
-        if self._serial is None and len(buffer) - pos >= _ONE_BLOCK.size:  # the usual frame
-            token, serial, count, length = _ONE_BLOCK.unpack_from(buffer, pos)
-            start = pos + _ONE_BLOCK.size
-            if (
-                token == BEGIN_TOKEN
-                and count == 1
-                and 0 <= length <= min(MAX_BLOCK, self.max_payload)
-                and len(buffer) - start >= length
-            ):
-                self._pos = start + length
-                return Frame(serial, bytes(buffer[start : start + length]))
         if self._serial is None:
             if len(buffer) - pos < _HEAD.size:
                 return None
@@ -287,7 +314,7 @@ class FrameReader:
             start = pos + _LENGTH.size
             if len(buffer) - start < length:
                 return None
-            self._blocks.append(bytes(buffer[start : start + length]))
+            self._blocks.append(buffer[start : start + length])
             self._size += length
             pos = self._pos = start + length
             self._left -= 1
