@@ -1,8 +1,9 @@
 """Fuzz TubeMQ's RPC codec (:mod:`trionsq.protocol.tubemq`): any bytes, split into
 reads anywhere, give whole frames and at most one :class:`FrameError`, which ends the
 list and closes the reader; every frame decodes to a call or to an exception reply,
-and a reply frame decodes or raises ``ValueError``; what the reader holds stays within
-its bound."""
+and a reply frame decodes or raises ``ValueError``; a run of SendMessage calls read in
+one go (:func:`take_sends`) holds exactly the calls read one by one; what the reader
+holds stays within its bound."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 
 from trionsq.protocol import tubemq as t
 from trionsq.protocol.tubemq_proto import broker_pb2, master_pb2
+from trionsq.protocol.tubemq_sends import take_sends
 
 from .mutations import cuts, fuzz_settings, mutated, split
 
@@ -28,18 +30,37 @@ def run(reads: list[bytes]) -> None:
         found = reader.next_frames(1000)
         if was_closed:
             assert found == []
+        calls: list[t.Request | t.CallRefused] = []
         for index, frame in enumerate(found):
             if isinstance(frame, t.FrameError):
                 assert index == len(found) - 1, "an error ends the list"
                 assert reader.closed
                 continue
             call = t.decode_request(frame, SERVICES)
+            calls.append(call)
             assert isinstance(call, t.Request | t.CallRefused)
             if isinstance(call, t.CallRefused):
                 t.encode_exception(call)  # always encodable
             with contextlib.suppress(ValueError):
                 t.decode_reply(frame)
+        same_as_read_alone(found, calls)
         assert reader.buffered <= BOUND + t.MAX_BLOCK + 12 + max(len(r) for r in [*reads, b""])
+
+
+def same_as_read_alone(
+    frames: list[t.Frame | t.FrameError], calls: list[t.Request | t.CallRefused]
+) -> None:
+    index = 0
+    while index < len(frames):
+        end, sends = take_sends(frames, index, SERVICES)
+        assert index <= end <= len(frames)
+        if sends is not None:
+            assert len(sends.serial_nos) == end - index
+            for offset, (serial, request) in enumerate(zip(*sends, strict=True)):
+                call = calls[index + offset]
+                assert isinstance(call, t.Request)
+                assert (call.serial_no, call.method, call.body) == (serial, 13, request)
+        index = max(end, index + 1)
 
 
 REQUESTS = [

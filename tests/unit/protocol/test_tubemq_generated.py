@@ -13,7 +13,7 @@ PROTO_DIR = SRC / "trionsq" / "protocol" / "tubemq_proto"
 
 def test_generated_modules_match_their_proto_files(tmp_path: pathlib.Path) -> None:
     protos = sorted(PROTO_DIR.glob("*.proto"))
-    assert [p.name for p in protos] == ["broker.proto", "master.proto", "rpc.proto"]
+    assert [p.name for p in protos] == ["broker.proto", "master.proto", "rpc.proto", "sends.proto"]
     args = [
         "protoc",
         f"-I{SRC}",

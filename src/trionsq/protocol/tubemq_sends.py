@@ -1,0 +1,180 @@
+"""SendMessage calls read a run at a time, and their success replies made from one
+prepared message: a producer's hot path (issue 36's produce figure).
+
+Read one by one (:func:`~.tubemq.decode_request`), a call costs three protobuf
+parses, a required-field check for each and the Python objects between them; a
+reply, two messages built and serialized. A producer sends little else than
+SendMessage, many per read, each starting with the same envelope prefix, so:
+
+- :func:`take_sends` finds the run of frames from one point that are SendMessage
+  calls behind an envelope prefix already read (``tubemq._HEADERS_SEEN``) whose
+  RequestBody fills the rest of the frame, and parses their bodies in one go as
+  ``SendMessageCalls`` (sends.proto: a RequestBody with its ``request`` typed as
+  SendMessageRequestP2B; protobuf encodes a bytes field and a message field alike).
+  Serializing the parsed run again checks every required field of every call (the
+  encoder refuses a message that lacks one) and must give back the very bytes read:
+  anything else (a parse error, a field missing, a body not in protobuf's canonical
+  encoding, which includes a field given twice) returns no run, and the caller reads
+  those frames one by one, which answers each as TubeMQ's server does.
+- :func:`encode_sent` fills the varying fields of one prepared ``SendMessageReply``
+  (RspResponseBody with its data typed) and serializes it, per stored message; the
+  envelope before it is constant.
+
+Sans-IO and pure, as :mod:`.tubemq`; the prepared reply is this module's scratch
+message, used only inside :func:`encode_sent`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final, NamedTuple, Protocol
+
+from google.protobuf.internal import encoder
+from google.protobuf.message import DecodeError, EncodeError
+
+from .tubemq import (
+    _HEADERS_SEEN,
+    _ONE_BLOCK,
+    _RESPONSE_START,
+    _SERVICE_METHODS,
+    BEGIN_TOKEN,
+    Frame,
+    Method,
+    _varint_bytes,
+)
+from .tubemq_proto import broker_pb2, rpc_pb2, sends_pb2
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from .tubemq import FrameError
+
+__all__ = ["SendCalls", "Stored", "encode_sent", "take_sends"]
+
+_SEND_SERVICES: Final = frozenset(
+    service for service, methods in _SERVICE_METHODS.items() if Method.SEND_MESSAGE in methods
+)
+"""The service types whose calls may be SendMessage (TubeMQ's table)."""
+_METHOD_FIRST: Final = rpc_pb2.RequestBody(method=Method.SEND_MESSAGE).SerializePartialToString()
+"""How a SendMessage RequestBody starts when its fields are in number order, as every
+SDK writes them; a body that does not start so is read one by one."""
+_CALL_TAG: Final = encoder.TagBytes(
+    sends_pb2.SendMessageCalls.CALL_FIELD_NUMBER,
+    2,  # wire type 2: length-delimited
+)
+
+
+class SendCalls(NamedTuple):
+    """A run of SendMessage calls: their serialNos and request messages, in order."""
+
+    serial_nos: list[int]
+    requests: Sequence[broker_pb2.SendMessageRequestP2B]
+
+
+def _lead(room: int) -> bytes | None:
+    """The length prefix of a message that fills ``room`` bytes together with it, as
+    protobuf encodes it (None: no length fits)."""
+    for width in range(1, 6):
+        if room - width >= 0 and len(encoded := _varint_bytes(room - width)) == width:
+            return encoded
+    return None
+
+
+def _run_prefix(payload: bytes, services: frozenset[int]) -> bytes | None:
+    """The seen envelope prefix ``payload`` starts with, when it is of a service
+    that takes SendMessage and that this listener serves."""
+    for prefix, service, _version in _HEADERS_SEEN:
+        if payload.startswith(prefix):
+            if service in _SEND_SERVICES and service in services:
+                return prefix
+            return None
+    return None
+
+
+def take_sends(
+    frames: Sequence[Frame | FrameError], start: int, services: frozenset[int]
+) -> tuple[int, SendCalls | None]:
+    """The run of SendMessage calls at ``frames[start]``: where it ends, and its calls
+    (None: read ``frames[start:end]`` one by one). ``end == start``: no run starts
+    there. ``services``: what the listener serves, as for ``decode_request``."""
+    first = frames[start]
+    if type(first) is not Frame:
+        return start, None
+    prefix = _run_prefix(first.payload, services)
+    if prefix is None:
+        return start, None
+    at = len(prefix)
+    starts: dict[int, bytes | None] = {}
+    """Payload length -> how a SendMessage call of that length starts."""
+    end = start
+    for frame in frames[start:]:
+        if type(frame) is not Frame:
+            break
+        payload = frame.payload
+        begin = starts.get(len(payload), b"")
+        if begin == b"":
+            lead = _lead(len(payload) - at)
+            begin = None if lead is None else prefix + lead + _METHOD_FIRST
+            starts[len(payload)] = begin
+        if begin is None or not payload.startswith(begin):
+            break
+        end += 1
+    if end == start:
+        return start, None
+    run: Sequence[Frame] = frames[start:end]  # type: ignore[assignment]
+    joined = _CALL_TAG + _CALL_TAG.join([frame.payload[at:] for frame in run])
+    try:
+        calls = sends_pb2.SendMessageCalls.FromString(joined)
+        if calls.SerializeToString() != joined:  # not canonical: a field given twice?
+            return end, None
+    except (DecodeError, EncodeError):  # unreadable, or a required field missing
+        return end, None
+    return end, SendCalls([frame.serial_no for frame in run], [c.request for c in calls.call])
+
+
+class Stored(Protocol):
+    """What the reply to a stored message tells (a log record has it)."""
+
+    @property
+    def internal_id(self) -> int: ...
+    @property
+    def timestamp(self) -> int:
+        """Nanoseconds since the Unix epoch."""
+
+    @property
+    def offset(self) -> int: ...
+
+
+_SENT: Final = sends_pb2.SendMessageReply(
+    method=Method.SEND_MESSAGE,
+    data=broker_pb2.SendMessageResponseB2P(success=True, errCode=200, errMsg="", requireAuth=False),
+)
+_SENT_DATA: Final = _SENT.data
+_LENGTHS: Final = tuple(_RESPONSE_START + _varint_bytes(size) for size in range(128))
+"""The envelope and length prefix before a reply body of each size under 128 (they
+all are: the fields of a success reply take at most 58 bytes)."""
+
+
+def encode_sent(serial_nos: Sequence[int], stored: Sequence[Stored]) -> bytes:
+    """The reply frames of stored messages, one per serialNo: the same bytes as
+    :func:`~.tubemq.encode_reply` of a SendMessageResponseB2P with success, errCode
+    200, the id as errMsg (as TubeMQ does), requireAuth false, and the message's id,
+    append time (ms) and offset."""
+    data = _SENT_DATA
+    serialize = _SENT.SerializePartialToString  # complete: every required field is set
+    pack = _ONE_BLOCK.pack
+    lengths = _LENGTHS
+    parts: list[bytes] = []
+    append = parts.append
+    for serial_no, message in zip(serial_nos, stored, strict=True):
+        message_id = message.internal_id
+        data.errMsg = str(message_id)
+        data.messageId = message_id
+        data.appendTime = message.timestamp // 1_000_000
+        data.appendOffset = message.offset
+        body = serialize()
+        size = len(body)
+        start = lengths[size] if size < 128 else _RESPONSE_START + _varint_bytes(size)
+        append(pack(BEGIN_TOKEN, serial_no & 0xFFFF_FFFF, 1, len(start) + size))
+        append(start)
+        append(body)
+    return b"".join(parts)
