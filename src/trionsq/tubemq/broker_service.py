@@ -1,8 +1,7 @@
 """TubeMQ's broker service: SendMessage, and a consumer's register, heartbeat, pull
 and commit on a partition.
 
-A message sent is stored as NSQ's PUB stores one (:mod:`.messages` says how its
-attributes travel). A consumer takes a partition its group's deal gave it
+A message sent is checked, stored and answered by :mod:`.sends`. A consumer takes a partition its group's deal gave it
 (``RegisterRequestC2B``, exclusive in the group: a second holder is refused
 PARTITION_OCCUPIED), keeps it by heartbeats, pulls packs and confirms them (:mod:`.pulls`).
 """
@@ -17,24 +16,20 @@ import trio
 from ..broker.health import StorageFault
 from ..broker.offsets import OffsetError
 from ..protocol.commands import OffsetSpec
-from ..protocol.errors import ProtocolError
-from ..protocol.ext_header import check_ext_header
-from ..protocol.message import EXT_VERSION_JSON
 from ..protocol.tubemq import Method, Service, encode_reply
 from ..protocol.tubemq_formats import (
     REGISTER,
     UNREGISTER,
     ErrCode,
     ReadStatus,
-    checksum,
     parse_partition,
-    split_payload,
 )
 from ..protocol.tubemq_proto import broker_pb2
-from .checks import MAX_CLIENT_ID, MAX_GROUP, MAX_TOPIC, missing, topic_not_existed
-from .messages import header_of
+from ..protocol.tubemq_sends import SendCalls
+from .checks import MAX_CLIENT_ID, MAX_GROUP, MAX_TOPIC, missing, partition_problem
 from .node import PULL_WAIT, Hold, hold_lease
 from .pulls import MAX_PACK, confirm, pack_reply, position, put_back
+from .sends import SendReplies, Sends
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -50,26 +45,6 @@ log = logging.getLogger("trionsq.tubemq")
 SPEED_LIMIT: Final = "RpcServer consume speed limit!"
 
 
-class Staged:
-    """A SendMessage checked and waiting for the end of its turn: the messages of one
-    read are appended in one batch per partition (as an MPUB is), then answered."""
-
-    __slots__ = ("header", "partition", "payload", "reply", "topic")
-
-    def __init__(self, topic: str, partition: int, payload: bytes, header: bytes | None) -> None:
-        self.topic = topic
-        self.partition = partition
-        self.payload = payload
-        self.header = header
-        self.reply: broker_pb2.SendMessageResponseB2P | None = None
-        """Made when the turn ends and the message is stored (or refused)."""
-
-    @property
-    def run(self) -> tuple[str, int, bool]:
-        """What a batch shares: the partition, and whether its messages have headers."""
-        return self.topic, self.partition, self.header is not None
-
-
 class BrokerService:
     """Answers the broker calls (service types 2 and 3) of producers and consumers."""
 
@@ -77,24 +52,24 @@ class BrokerService:
 
     def __init__(self, node: TubeNode) -> None:
         self.node = node
-        self._staged: list[Staged] = []
+        self.sends = Sends(node)
         self._waiting: dict[Seat, tuple[Callable[[bytes], None], int]] = {}
         """Seats whose pull waits for the router: how to answer, and the call's serialNo."""
         node.answer_late = self._answer_waiting
 
     async def handle(
         self, serial_no: int, body: Message, send: Callable[[bytes], None]
-    ) -> Message | Staged | None:
+    ) -> Message | SendReplies | None:
         """The reply to one call (the request's type says which); a message sent is
-        :class:`Staged` until :meth:`end_turn`; None when a pull waits (``send`` gets
-        its reply frame)."""
+        answered by :class:`SendReplies` once its turn ends; None when a pull waits
+        (``send`` gets its reply frame)."""
         if self.node.auth.enabled:
             refused = await self._auth(body)
             if refused is not None:
                 return refused
         match body:
             case broker_pb2.SendMessageRequestP2B():
-                return self._send_message(body)
+                return self.sends.send_calls(SendCalls([serial_no], [body]))
             case broker_pb2.RegisterRequestC2B():
                 return await self._register(body)
             case broker_pb2.HeartBeatRequestC2B():
@@ -128,134 +103,6 @@ class BrokerService:
         reply.errCode, reply.errMsg = code, text  # type: ignore[attr-defined]
         return reply
 
-    def _partition_problem(self, topic: str, partition: int) -> str:
-        count = self.node.groups.topic_partitions(topic)
-        if count is None:
-            return topic_not_existed(topic)
-        if not 0 <= partition < count:
-            return f"partitionId {topic}-{partition} not existed, please check your configure"
-        return ""
-
-    # ---------------------------------------------------------------- producers
-
-    def _send_message(
-        self, request: broker_pb2.SendMessageRequestP2B
-    ) -> broker_pb2.SendMessageResponseB2P | Staged:
-        refused = self._send_refusal(request)
-        if refused is None:
-            try:
-                attributes, payload = split_payload(request.data, request.flag)
-            except (ValueError, UnicodeDecodeError) as error:
-                refused = ErrCode.BAD_REQUEST, f"Illegal message attributes: {error}"
-        if refused is not None:
-            code, text = refused
-            return broker_pb2.SendMessageResponseB2P(success=False, errCode=code, errMsg=text)
-        node = self.node
-        topic = request.topicName.strip()
-        msg_type = request.msgType.strip() if request.msgType else ""
-        header = header_of(attributes, msg_type) if attributes or msg_type else None
-        if header is not None:
-            if not node.broker.topics[topic].ext:
-                header = None  # a plain topic keeps the payload; attributes have no place
-            else:
-                checked = check_ext_header(header)
-                if isinstance(checked, ProtocolError):
-                    return broker_pb2.SendMessageResponseB2P(
-                        success=False, errCode=ErrCode.BAD_REQUEST, errMsg=checked.text
-                    )
-        producer = node.producers.get(request.clientId.strip())
-        if producer is not None:
-            producer.pub_counts[topic] = producer.pub_counts.get(topic, 0) + 1
-        staged = Staged(topic, request.partitionId, payload, header)
-        self._staged.append(staged)
-        return staged
-
-    def _send_refusal(self, request: broker_pb2.SendMessageRequestP2B) -> tuple[int, str] | None:
-        """Why a SendMessage is refused, as TubeMQ says it (None: it is not)."""
-        problem = missing(
-            ("clientId", request.clientId, MAX_CLIENT_ID),
-            ("topicName", request.topicName, MAX_TOPIC),
-        )
-        if problem:
-            return ErrCode.BAD_REQUEST, problem
-        topic = request.topicName.strip()
-        problem = self._partition_problem(topic, request.partitionId)
-        if problem:
-            return ErrCode.FORBIDDEN, problem
-        data = request.data
-        limit = self.node.config.max_msg_size
-        if not data:
-            return ErrCode.BAD_REQUEST, "data length is zero!"
-        if len(data) > limit:
-            text = (
-                f"data length over max length, allowed max length is {limit},"
-                f" data length is {len(data)}"
-            )
-            return ErrCode.BAD_REQUEST, text
-        if request.checkSum != -1 and request.checkSum != checksum(data):
-            text = (
-                f"Checksum msg data failure: {request.checkSum} of {topic} not equal to the"
-                f" data's checksum of {checksum(data)}"
-            )
-            return ErrCode.FORBIDDEN, text
-        return None
-
-    def end_turn(self) -> None:
-        """Store what the turn's SendMessage calls staged, one append per run of
-        messages to the same partition, and fill in their replies."""
-        staged, self._staged = self._staged, []
-        start = 0
-        while start < len(staged):
-            run = staged[start].run
-            end = start + 1
-            while end < len(staged) and staged[end].run == run:
-                end += 1
-            self._store(staged[start:end])
-            start = end
-
-    def _store(self, batch: list[Staged]) -> None:
-        broker = self.node.broker
-        topic, partition, with_headers = batch[0].run
-        bodies = [s.payload for s in batch]
-        try:
-            if with_headers:
-                records = broker.publish(
-                    topic,
-                    bodies,
-                    broker.wall_clock(),
-                    partition_index=partition,
-                    ext_version=EXT_VERSION_JSON,
-                    exts=[s.header or b"" for s in batch],
-                )
-            else:
-                records = broker.publish(
-                    topic, bodies, broker.wall_clock(), partition_index=partition
-                )
-        except StorageFault as fault:
-            text = f"Put message failed from {self.node.identity.host} {fault}"
-            for s in batch:
-                s.reply = broker_pb2.SendMessageResponseB2P(
-                    success=False, errCode=ErrCode.INTERNAL_SERVER_ERROR, errMsg=text
-                )
-            return
-        made = broker_pb2.SendMessageResponseB2P
-        for index, s in enumerate(batch):
-            if index < len(records):  # an ephemeral topic may drop some
-                record = records[index]
-                s.reply = made(
-                    success=True,
-                    errCode=ErrCode.SUCCESS,
-                    errMsg=str(record.internal_id),  # TubeMQ puts the id here too
-                    requireAuth=False,
-                    messageId=record.internal_id,
-                    appendTime=record.timestamp // 1_000_000,
-                    appendOffset=record.offset,
-                )
-            else:
-                s.reply = made(
-                    success=True, errCode=ErrCode.SUCCESS, errMsg="OK!", requireAuth=False
-                )
-
     # ---------------------------------------------------------------- consumers
 
     def _holder_check(
@@ -280,7 +127,8 @@ class BrokerService:
         )
         if problem:
             return ErrCode.BAD_REQUEST, problem
-        problem = self._partition_problem(topic.strip(), partition)
+        topic = topic.strip()
+        problem = partition_problem(self.node.groups.topic_partitions(topic), topic, partition)
         return (ErrCode.FORBIDDEN, problem) if problem else (ErrCode.SUCCESS, "")
 
     def _part(self, key: tuple[str, str, int]) -> str:

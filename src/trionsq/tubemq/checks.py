@@ -15,6 +15,7 @@ __all__ = [
     "MAX_TOPICS",
     "bad_group",
     "missing",
+    "partition_problem",
     "topic_not_existed",
 ]
 
@@ -51,3 +52,13 @@ def bad_group(group: str) -> str:
 
 def topic_not_existed(topic: str) -> str:
     return f"topicName {topic} not existed, please check your configure"
+
+
+def partition_problem(partitions: int | None, topic: str, partition: int) -> str:
+    """Why a call cannot name this partition of ``topic`` (which has ``partitions``,
+    None: no such topic); ``""`` when it can."""
+    if partitions is None:
+        return topic_not_existed(topic)
+    if not 0 <= partition < partitions:
+        return f"partitionId {topic}-{partition} not existed, please check your configure"
+    return ""

@@ -2,7 +2,9 @@
 
 The reader (this connection's task) reads the descriptor, takes every whole frame
 of a read (up to :data:`MAX_CALLS_PER_TURN` per turn) and answers them all with one
-write, as V2's reader does. A pull that waits for the router is answered later,
+write, as V2's reader does; a run of SendMessage calls among them is read and
+answered as one (:func:`~..protocol.tubemq_sends.take_sends`), without a coroutine
+per call. A pull that waits for the router is answered later,
 from the router's pass, through :meth:`TubeConnection.send`; the writer task puts
 those replies on the socket. Bad framing closes the connection without a reply, as
 TubeMQ's decoder does; a call it cannot serve gets TubeMQ's exception reply, and a
@@ -28,6 +30,7 @@ from ..protocol.tubemq import (
     encode_exception,
 )
 from ..protocol.tubemq_proto import rpc_pb2
+from ..protocol.tubemq_sends import SendCalls, take_sends
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -37,6 +40,9 @@ if TYPE_CHECKING:
     """What answering a call gives: its reply frame; a function that makes it once the
     turn ended (a message sent is stored with the turn's others); None when the reply
     comes later through :meth:`TubeConnection.send`."""
+    AnswerSends: TypeAlias = Callable[[SendCalls], Callable[[], bytes]]
+    """What answering a run of SendMessage calls gives: a function that makes their
+    reply frames once the turn ended."""
 
 __all__ = ["IDLE_TIMEOUT", "MAX_CALLS_PER_TURN", "TubeConnection"]
 
@@ -57,6 +63,7 @@ class TubeConnection:
         "_reader",
         "_wake",
         "answer",
+        "answer_sends",
         "end_turn",
         "remote_address",
         "services",
@@ -70,13 +77,16 @@ class TubeConnection:
         answer: Callable[[Request, TubeConnection], Awaitable[Answer]],
         max_payload: int,
         end_turn: Callable[[], None],
+        answer_sends: AnswerSends | None = None,
     ) -> None:
         """``answer(call, connection)``: see :data:`Answer`; ``end_turn()``: called after
         a turn's calls, before their replies are made; ``max_payload``: the largest
-        frame read."""
+        frame read; ``answer_sends(calls)``: see :data:`AnswerSends` (None: every call
+        goes through ``answer``)."""
         self.stream = stream
         self.services = services
         self.answer = answer
+        self.answer_sends = answer_sends
         self.end_turn = end_turn
         self.remote_address = peer_address(stream.socket)
         self._reader = FrameReader(max_payload)
@@ -132,17 +142,30 @@ class TubeConnection:
             if not frames:
                 return
             replies: list[bytes | Callable[[], bytes]] = []
-            for frame in frames:
-                if isinstance(frame, FrameError):
-                    log.info("tubemq %s: %s, closing", self.remote_address, frame.reason)
-                    break
-                call = decode_request(frame, self.services)
-                if isinstance(call, CallRefused):
-                    replies.append(encode_exception(call))
+            index = 0
+            while index < len(frames):
+                end, sends = (
+                    take_sends(frames, index, self.services)
+                    if self.answer_sends is not None
+                    else (index, None)
+                )
+                if sends is not None:
+                    replies.append(self._answer_sends(sends))
+                    index = end
                     continue
-                reply = await self._answer(call)
-                if reply is not None:
-                    replies.append(reply)
+                for frame in frames[index : max(end, index + 1)]:
+                    if isinstance(frame, FrameError):
+                        log.info("tubemq %s: %s, closing", self.remote_address, frame.reason)
+                        break
+                    call = decode_request(frame, self.services)
+                    reply = (
+                        encode_exception(call)
+                        if isinstance(call, CallRefused)
+                        else await self._answer(call)
+                    )
+                    if reply is not None:
+                        replies.append(reply)
+                index = max(end, index + 1)
             self.end_turn()
             await self._write(b"".join(r if isinstance(r, bytes) else r() for r in replies))
             if reader.closed:
@@ -154,14 +177,17 @@ class TubeConnection:
             return await self.answer(call, self)
         except Exception as error:  # a bug: this call fails, the connection goes on
             log.exception("tubemq %s: method %d failed", self.remote_address, call.method)
-            refused = CallRefused(
-                call.serial_no,
-                JAVA_EXCEPTION,
-                f"IPC server handle request error :{error}",
-                rpc_pb2.ResponseHeader.FATAL,
-                call.protocol_version,
+            return encode_exception(_failed(call.serial_no, error, call.protocol_version))
+
+    def _answer_sends(self, sends: SendCalls) -> bytes | Callable[[], bytes]:
+        assert self.answer_sends is not None  # noqa: S101 - only called when set
+        try:
+            return self.answer_sends(sends)
+        except Exception as error:  # a bug: these calls fail, the connection goes on
+            log.exception("tubemq %s: SendMessage failed", self.remote_address)
+            return b"".join(
+                encode_exception(_failed(serial_no, error, 0)) for serial_no in sends.serial_nos
             )
-            return encode_exception(refused)
 
     async def _write_late(self) -> None:
         """The writer task: replies of pulls answered after their call was read."""
@@ -184,3 +210,14 @@ class TubeConnection:
                         sent += os.write(fd, view[sent:])
                     except BlockingIOError:
                         await trio.lowlevel.wait_writable(fd)
+
+
+def _failed(serial_no: int, error: Exception, protocol_version: int) -> CallRefused:
+    """The exception reply of a call whose handler failed (a bug, logged)."""
+    return CallRefused(
+        serial_no,
+        JAVA_EXCEPTION,
+        f"IPC server handle request error :{error}",
+        rpc_pb2.ResponseHeader.FATAL,
+        protocol_version,
+    )

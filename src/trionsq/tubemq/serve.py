@@ -17,10 +17,11 @@ import attrs
 
 from ..listen import open_listeners, serve_connections
 from ..protocol.tubemq import Request, encode_reply
-from .broker_service import BrokerService, Staged
+from .broker_service import BrokerService
 from .connection import TubeConnection
 from .master import MasterService
 from .node import Identity, TubeNode
+from .sends import SendReplies
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Iterator
@@ -49,11 +50,6 @@ class TubeAddresses:
     master: tuple[str, int]
     broker: tuple[str, int]
     node: TubeNode = attrs.field(eq=False, repr=False)
-
-
-def _staged_reply(serial_no: int, method: int, staged: Staged) -> bytes:
-    assert staged.reply is not None, "made at the end of the turn"  # noqa: S101
-    return encode_reply(serial_no, method, staged.reply)
 
 
 def _no_turn() -> None:
@@ -96,18 +92,26 @@ async def start_tubemq(
 
     async def answer_broker(call: Request, connection: TubeConnection) -> Answer:
         reply = await broker_service.handle(call.serial_no, call.body, connection.send)
-        if reply is None:
-            return None
-        if isinstance(reply, Staged):  # answered once the turn's messages are stored
-            return functools.partial(_staged_reply, call.serial_no, call.method, reply)
+        if reply is None or isinstance(reply, SendReplies):  # SendReplies: after the turn
+            return reply
         return encode_reply(call.serial_no, call.method, reply)
 
     def master_connection(stream: trio.SocketStream) -> Awaitable[None]:
         return TubeConnection(stream, master.services, answer_master, max_payload, _no_turn).run()
 
+    sends = broker_service.sends
+    # a run of SendMessage calls is answered in one go; with AUTH on, each call is
+    # authorized on its own, through answer_broker
+    answer_sends = None if node.auth.enabled else sends.send_calls
+
     def broker_connection(stream: trio.SocketStream) -> Awaitable[None]:
         return TubeConnection(
-            stream, broker_service.services, answer_broker, max_payload, broker_service.end_turn
+            stream,
+            broker_service.services,
+            answer_broker,
+            max_payload,
+            sends.end_turn,
+            answer_sends,
         ).run()
 
     for handler, listeners, name in (
