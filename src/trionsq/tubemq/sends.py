@@ -119,7 +119,7 @@ class Sends:
         parts = replies.parts
         limit = self.node.config.max_msg_size
         key: tuple[str, str, int] | None = None
-        topic, refused, producer = "", None, None
+        topic, refused, counts = "", None, None
         pending: Pending | None = None  # where calls since ``start`` are stored
         start = first = 0
         for index, request in enumerate(calls.requests):
@@ -131,6 +131,7 @@ class Sends:
             if key != (client_id, topic_name, partition):  # a run of them: checked once
                 key = (client_id, topic_name, partition)
                 topic, refused, producer = self._target(client_id, topic_name, partition)
+                counts = producer.pub_counts if producer is not None else None
             data = request.data
             problem = refused or _data_refusal(topic, data, request.checkSum, limit)
             if problem is None and not (request.flag & ATTRIBUTES_FLAG or request.msgType):
@@ -152,8 +153,8 @@ class Sends:
                 parts.append(part)
                 if part.pending is None:
                     continue
-            if producer is not None:
-                producer.pub_counts[topic] = producer.pub_counts.get(topic, 0) + 1
+            if counts is not None:
+                counts[topic] = counts.get(topic, 0) + 1
         if pending is not None:
             parts.append(_Part(start, len(calls.serial_nos), pending, first))
         return replies
