@@ -34,6 +34,7 @@ from google.protobuf import proto
 from google.protobuf.internal import decoder, encoder
 from google.protobuf.message import DecodeError, Message
 
+from ..speedups import compiled
 from .tubemq_proto import broker_pb2, master_pb2, rpc_pb2
 
 if TYPE_CHECKING:
@@ -262,22 +263,8 @@ class FrameReader:
     def _whole_frames(self, found: list[Frame | FrameError], limit: int) -> None:
         """The usual frames, one block each and already whole, in one tight loop
         (anything else is left to :meth:`_next`)."""
-        buffer = self._buffer
-        pos = self._pos
-        end = len(buffer)
-        unpack = _ONE_BLOCK.unpack_from
         longest = min(MAX_BLOCK, self.max_payload)
-        append = found.append
-        while end - pos >= _ONE_BLOCK_SIZE and len(found) < limit:
-            token, serial, count, length = unpack(buffer, pos)
-            start = pos + _ONE_BLOCK_SIZE
-            if token != BEGIN_TOKEN or count != 1 or not 0 <= length <= longest:
-                break
-            if end - start < length:
-                break
-            pos = start + length
-            append(_new_tuple(Frame, (serial, buffer[start:pos])))
-        self._pos = pos
+        self._pos = _split_frames(self._buffer, self._pos, limit, longest, Frame, found)
 
     def _fail(self, reason: str) -> FrameError:
         self.closed = True
@@ -322,6 +309,38 @@ class FrameReader:
         frame = Frame(self._serial, blocks[0] if len(blocks) == 1 else b"".join(blocks))
         self._serial, self._size, self._blocks = None, 0, []
         return frame
+
+
+def _split_frames_py(
+    buffer: bytes,
+    pos: int,
+    limit: int,
+    longest: int,
+    make: type[Frame],
+    out: list[Frame | FrameError],
+) -> int:
+    """Append to ``out``, until it holds ``limit``, the frames from ``buffer[pos:]`` on
+    that are whole and of one block of at most ``longest`` bytes; where they end.
+    The pure-Python twin of ``trionsq._speedups.tubemq_frames``."""
+    end = len(buffer)
+    unpack = _ONE_BLOCK.unpack_from
+    append = out.append
+    while end - pos >= _ONE_BLOCK_SIZE and len(out) < limit:
+        token, serial, count, length = unpack(buffer, pos)
+        start = pos + _ONE_BLOCK_SIZE
+        if token != BEGIN_TOKEN or count != 1 or not 0 <= length <= longest:
+            break
+        if end - start < length:
+            break
+        pos = start + length
+        append(_new_tuple(make, (serial, buffer[start:pos])))
+    return pos
+
+
+_split_frames: Final[
+    Callable[[bytes, int, int, int, type[Frame], list[Frame | FrameError]], int]
+] = _split_frames_py if compiled is None else compiled.tubemq_frames
+"""Whole one-block frames: compiled where built, else :func:`_split_frames_py`."""
 
 
 def encode_frame(serial_no: int, payload: bytes) -> bytes:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Final, NamedTuple, Protocol
 from google.protobuf.internal import encoder
 from google.protobuf.message import DecodeError, EncodeError
 
+from ..speedups import compiled
 from .tubemq import (
     _HEADERS_SEEN,
     _ONE_BLOCK,
@@ -44,7 +45,7 @@ from .tubemq import (
 from .tubemq_proto import broker_pb2, rpc_pb2, sends_pb2
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from .tubemq import FrameError
 
@@ -62,6 +63,9 @@ _CALL_TAG: Final = encoder.TagBytes(
     2,  # wire type 2: length-delimited
 )
 
+_LEADS: dict[int, bytes | None] = {}
+_LEADS_MAX: Final = 4096
+
 
 class SendCalls(NamedTuple):
     """A run of SendMessage calls: their serialNos and request messages, in order."""
@@ -72,11 +76,20 @@ class SendCalls(NamedTuple):
 
 def _lead(room: int) -> bytes | None:
     """The length prefix of a message that fills ``room`` bytes together with it, as
-    protobuf encodes it (None: no length fits)."""
+    protobuf encodes it (None: no length fits); remembered, as a client's calls come
+    in few sizes."""
+    lead = _LEADS.get(room, b"")
+    if lead != b"":
+        return lead
+    lead = None
     for width in range(1, 6):
         if room - width >= 0 and len(encoded := _varint_bytes(room - width)) == width:
-            return encoded
-    return None
+            lead = encoded
+            break
+    if len(_LEADS) >= _LEADS_MAX:
+        _LEADS.clear()
+    _LEADS[room] = lead
+    return lead
 
 
 def _run_prefix(payload: bytes, services: frozenset[int]) -> bytes | None:
@@ -91,7 +104,7 @@ def _run_prefix(payload: bytes, services: frozenset[int]) -> bytes | None:
 
 
 def take_sends(
-    frames: Sequence[Frame | FrameError], start: int, services: frozenset[int]
+    frames: list[Frame | FrameError], start: int, services: frozenset[int]
 ) -> tuple[int, SendCalls | None]:
     """The run of SendMessage calls at ``frames[start]``: where it ends, and its calls
     (None: read ``frames[start:end]`` one by one). ``end == start``: no run starts
@@ -102,33 +115,76 @@ def take_sends(
     prefix = _run_prefix(first.payload, services)
     if prefix is None:
         return start, None
-    at = len(prefix)
-    starts: dict[int, bytes | None] = {}
-    """Payload length -> how a SendMessage call of that length starts."""
-    end = start
-    for frame in frames[start:]:
-        if type(frame) is not Frame:
-            break
-        payload = frame.payload
-        begin = starts.get(len(payload), b"")
-        if begin == b"":
-            lead = _lead(len(payload) - at)
-            begin = None if lead is None else prefix + lead + _METHOD_FIRST
-            starts[len(payload)] = begin
-        if begin is None or not payload.startswith(begin):
-            break
-        end += 1
+    end, serials, joined = _send_run(
+        frames, start, Frame, prefix, _METHOD_FIRST, _LEADS, _lead, _CALL_TAG
+    )
     if end == start:
         return start, None
-    run: Sequence[Frame] = frames[start:end]  # type: ignore[assignment]
-    joined = _CALL_TAG + _CALL_TAG.join([frame.payload[at:] for frame in run])
     try:
         calls = sends_pb2.SendMessageCalls.FromString(joined)
         if calls.SerializeToString() != joined:  # not canonical: a field given twice?
             return end, None
     except (DecodeError, EncodeError):  # unreadable, or a required field missing
         return end, None
-    return end, SendCalls([frame.serial_no for frame in run], [c.request for c in calls.call])
+    return end, SendCalls(serials, [call.request for call in calls.call])
+
+
+def _send_run_py(
+    frames: list[Frame | FrameError],
+    start: int,
+    make: type[Frame],
+    prefix: bytes,
+    method_first: bytes,
+    leads: dict[int, bytes | None],
+    lead_for: Callable[[int], bytes | None],
+    tag: bytes,
+) -> tuple[int, list[int], bytes]:
+    """From ``frames[start]`` on, the frames (of type ``make``) whose payload is
+    ``prefix``, the length prefix of a body filling the rest (``leads`` by room, else
+    ``lead_for(room)``) and a body starting with ``method_first``: where they end,
+    their serialNos, and their bodies each behind ``tag`` and its length prefix.
+    The pure-Python twin of ``trionsq._speedups.tubemq_send_run``."""
+    at = len(prefix)
+    serials: list[int] = []
+    bodies: list[bytes] = []
+    for frame in frames[start:]:
+        if type(frame) is not make:
+            break
+        serial, payload = frame
+        room = len(payload) - at
+        if room < 0:
+            break
+        lead = leads.get(room, b"")
+        if lead == b"":
+            lead = lead_for(room)
+        if (
+            lead is None
+            or not payload.startswith(prefix)
+            or not payload.startswith(lead, at)
+            or not payload.startswith(method_first, at + len(lead))
+        ):
+            break
+        serials.append(serial)
+        bodies.append(payload[at:])
+    return start + len(serials), serials, tag + tag.join(bodies) if bodies else b""
+
+
+_send_run: Final[
+    Callable[
+        [
+            list[Frame | FrameError],
+            int,
+            type[Frame],
+            bytes,
+            bytes,
+            dict[int, bytes | None],
+            Callable[[int], bytes | None],
+            bytes,
+        ],
+        tuple[int, list[int], bytes],
+    ]
+] = _send_run_py if compiled is None else compiled.tubemq_send_run
+"""A run's frames gathered: compiled where built, else :func:`_send_run_py`."""
 
 
 class Stored(Protocol):
