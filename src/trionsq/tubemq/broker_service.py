@@ -1,9 +1,10 @@
 """TubeMQ's broker service: SendMessage, and a consumer's register, heartbeat, pull
 and commit on a partition.
 
-A message sent is checked, stored and answered by :mod:`.sends`. A consumer takes a partition its group's deal gave it
-(``RegisterRequestC2B``, exclusive in the group: a second holder is refused
-PARTITION_OCCUPIED), keeps it by heartbeats, pulls packs and confirms them (:mod:`.pulls`).
+A message sent is checked, stored and answered by :mod:`.sends`. A consumer takes a
+partition its group's deal gave it (``RegisterRequestC2B``, exclusive in the group: a
+second holder is refused PARTITION_OCCUPIED), keeps it by heartbeats, pulls packs and
+confirms them (:mod:`.pulls`).
 """
 
 from __future__ import annotations

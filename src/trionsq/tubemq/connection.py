@@ -4,9 +4,9 @@ The reader (this connection's task) reads the descriptor, takes every whole fram
 of a read (up to :data:`MAX_CALLS_PER_TURN` per turn) and answers them all with one
 write, as V2's reader does; a run of SendMessage calls among them is read and
 answered as one (:func:`~..protocol.tubemq_sends.take_sends`), without a coroutine
-per call. A pull that waits for the router is answered later,
-from the router's pass, through :meth:`TubeConnection.send`; the writer task puts
-those replies on the socket. Bad framing closes the connection without a reply, as
+per call. A pull that waits for the router is answered later, from the router's
+pass, through :meth:`TubeConnection.send`; the writer task puts those replies on the
+socket. Bad framing closes the connection without a reply, as
 TubeMQ's decoder does; a call it cannot serve gets TubeMQ's exception reply, and a
 bug in a handler answers that call with one (logged) and the connection carries on.
 """
@@ -185,7 +185,7 @@ class TubeConnection:
             return self.answer_sends(sends)
         except Exception as error:  # a bug: these calls fail, the connection goes on
             log.exception("tubemq %s: SendMessage failed", self.remote_address)
-            return b"".join(
+            return b"".join(  # java.lang.Exception: named alike for every protocol version
                 encode_exception(_failed(serial_no, error, 0)) for serial_no in sends.serial_nos
             )
 
