@@ -5,14 +5,17 @@ is what succeeded, in the order sent, each at the id and offset its reply names.
 
 from __future__ import annotations
 
+import logging
 import struct
 from typing import TYPE_CHECKING
 
 import orjson
+import pytest
 
 from trionsq.protocol import tubemq as t
 from trionsq.protocol.tubemq_formats import checksum, join_payload
 from trionsq.protocol.tubemq_proto import broker_pb2, rpc_pb2
+from trionsq.protocol.tubemq_sends import take_sends
 from trionsq.tubemq.node import ProducerSession
 
 from .tubemq import start_tubemq
@@ -128,3 +131,93 @@ async def test_a_pipelined_run_is_answered_call_by_call(
     assert (ext.body, orjson.loads(ext.ext)) == (b"e1", {"k": "v"})
     [producer] = [c for c in addresses.broker.clients.values() if isinstance(c, ProducerSession)]
     assert producer.pub_counts == {"t": 6, "e": 1}
+
+
+def raw_send(serial: int, request: bytes) -> bytes:
+    """A SendMessage call carrying ``request`` as it is."""
+    payload = (
+        t._delimited(rpc_pb2.RpcConnHeader(flag=0))
+        + t._delimited(rpc_pb2.RequestHeader(serviceType=t.Service.BROKER_WRITE, protocolVer=2))
+        + t._delimited(rpc_pb2.RequestBody(method=13, timeout=10, request=request))
+    )
+    return t.encode_frame(serial, payload)
+
+
+def request_bytes(**fields: object) -> bytes:
+    """Fields of a SendMessageRequestP2B in number order, bytes given as they are."""
+    numbers = {"clientId": 1, "topicName": 2, "msgType": 8}
+    plain = {
+        "clientId": "p",
+        "topicName": "t",
+        "partitionId": 0,
+        "data": b"x",
+        "flag": 0,
+        "checkSum": -1,
+        "sentAddr": 0,
+    }
+    plain.update({k: v for k, v in fields.items() if not isinstance(v, bytes)})
+    out = b""
+    for name in ("clientId", "topicName", "partitionId", "data", "flag", "checkSum", "sentAddr"):
+        value = fields.get(name, plain[name])
+        if isinstance(value, bytes) and name in numbers:
+            out += bytes([numbers[name] << 3 | 2, len(value)]) + value
+        else:
+            out += broker_pb2.SendMessageRequestP2B(**{name: value}).SerializePartialToString()  # type: ignore[arg-type]
+    if isinstance(fields.get("msgType"), bytes):
+        value = fields["msgType"]
+        assert isinstance(value, bytes)
+        out += bytes([numbers["msgType"] << 3 | 2, len(value)]) + value
+    return out
+
+
+@pytest.mark.parametrize("run", ["read as one run", "read call by call"])
+async def test_text_that_is_not_utf8_refuses_its_call_only(
+    nursery: trio.Nursery, tube_clients: TubeClients, caplog: pytest.LogCaptureFixture, run: str
+) -> None:
+    """protobuf hands a proto2 string that is not UTF-8 over as bytes: that call is
+    refused as a bad request, and the calls around it are served, whichever way the
+    calls of the read are taken."""
+    caplog.set_level(logging.INFO, logger="trionsq")
+    addresses = await start_tubemq(nursery)
+    addresses.broker.topic("t", ext=True)
+    broker = await tube_clients.open(addresses.tubemq_broker)
+    not_utf8 = b"\xff\xfe"
+    calls = [
+        send(1, "t", 0, b"a"),
+        raw_send(2, request_bytes(clientId=not_utf8)),
+        send(3, "t", 0, b"b"),
+        raw_send(4, request_bytes(topicName=not_utf8)),
+        raw_send(5, request_bytes(msgType=not_utf8)),
+        send(6, "t", 0, b"c"),
+    ]
+    if run == "read call by call":  # a field out of order: the run is not canonical
+        calls[2] = raw_send(3, request_bytes()[3:] + request_bytes()[:3])
+    frames = t.FrameReader(1 << 20)
+    frames.receive_data(b"".join(calls))
+    read = frames.next_frames(10)
+    assert isinstance(read[0], t.Frame)
+    t.decode_request(read[0], frozenset({2, 3}))  # the envelope's prefix, as the server has it
+    end, sends = take_sends(read, 0, frozenset({2, 3}))
+    assert (end, sends is not None) == (6, run == "read as one run")
+    await broker.send_raw(b"".join(calls))
+    answers = [await broker.next_frame() for _ in calls]
+    replies = [t.decode_reply(frame).body for frame in answers if frame is not None]
+    assert [
+        (r.success, r.errCode, r.errMsg)
+        for r in replies
+        if isinstance(r, broker_pb2.SendMessageResponseB2P)
+    ] == [
+        (True, 200, "1"),
+        (False, 400, "Illegal value: clientId is not UTF-8 text"),
+        (True, 200, "2"),
+        (False, 400, "Illegal value: topicName is not UTF-8 text"),
+        (False, 400, "Illegal value: msgType is not UTF-8 text"),
+        (True, 200, "3"),
+    ]
+    stored = addresses.broker.topics["t"].partitions[0].log.read(1, 10)
+    assert [record.body for record in stored] == [
+        b"a",
+        b"b" if run == "read as one run" else b"x",
+        b"c",
+    ]
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []

@@ -15,6 +15,7 @@ __all__ = [
     "MAX_TOPICS",
     "bad_group",
     "missing",
+    "not_text",
     "partition_problem",
     "topic_not_existed",
 ]
@@ -29,8 +30,10 @@ MAX_TOPICS: Final = 1024
 
 def missing(*fields: tuple[str, str, int]) -> str:
     """The first of ``(name, value, max length)`` that is blank or too long, as TubeMQ
-    says it; ``""`` when all are fine."""
+    says it, or not text; ``""`` when all are fine."""
     for name, value, limit in fields:
+        if not isinstance(value, str):
+            return not_text(name)
         if value and len(value) <= limit and not value[0].isspace() and not value[-1].isspace():
             continue  # the usual case, without copying the value
         if not value.strip():
@@ -62,3 +65,9 @@ def partition_problem(partitions: int | None, topic: str, partition: int) -> str
     if not 0 <= partition < partitions:
         return f"partitionId {topic}-{partition} not existed, please check your configure"
     return ""
+
+
+def not_text(name: str) -> str:
+    """A string field that is not UTF-8: protobuf hands a proto2 string over as bytes
+    then (TubeMQ's Java server would read it with replacement characters)."""
+    return f"Illegal value: {name} is not UTF-8 text"

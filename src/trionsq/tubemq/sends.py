@@ -23,7 +23,7 @@ from ..protocol.tubemq import Method, encode_reply
 from ..protocol.tubemq_formats import ATTRIBUTES_FLAG, ErrCode, checksum, split_payload
 from ..protocol.tubemq_proto import broker_pb2
 from ..protocol.tubemq_sends import encode_sent
-from .checks import MAX_CLIENT_ID, MAX_TOPIC, missing, partition_problem
+from .checks import MAX_CLIENT_ID, MAX_TOPIC, missing, not_text, partition_problem
 from .messages import header_of
 
 if TYPE_CHECKING:
@@ -184,7 +184,11 @@ class Sends:
         except (ValueError, UnicodeDecodeError) as error:
             text = f"Illegal message attributes: {error}"
             return _Part(index, index + 1, None, refusal=_refusal_reply(ErrCode.BAD_REQUEST, text))
-        msg_type = request.msgType.strip()
+        msg_type = request.msgType
+        if not isinstance(msg_type, str):
+            refusal = _refusal_reply(ErrCode.BAD_REQUEST, not_text("msgType"))
+            return _Part(index, index + 1, None, refusal=refusal)
+        msg_type = msg_type.strip()
         header = header_of(attributes, msg_type) if attributes or msg_type else None
         if header is not None:
             if not self.node.broker.topics[topic].ext:
