@@ -143,30 +143,23 @@ def raw_send(serial: int, request: bytes) -> bytes:
     return t.encode_frame(serial, payload)
 
 
-def request_bytes(**fields: object) -> bytes:
-    """Fields of a SendMessageRequestP2B in number order, bytes given as they are."""
-    numbers = {"clientId": 1, "topicName": 2, "msgType": 8}
-    plain = {
-        "clientId": "p",
-        "topicName": "t",
-        "partitionId": 0,
-        "data": b"x",
-        "flag": 0,
-        "checkSum": -1,
-        "sentAddr": 0,
-    }
-    plain.update({k: v for k, v in fields.items() if not isinstance(v, bytes)})
+PLAIN = broker_pb2.SendMessageRequestP2B(
+    clientId="p", topicName="t", partitionId=0, data=b"x", flag=0, checkSum=-1, sentAddr=0
+)
+
+
+def request_bytes(**raw: bytes) -> bytes:
+    """PLAIN's fields in number order, as the SDKs write them, with the text fields
+    named in ``raw`` written as the bytes given."""
     out = b""
-    for name in ("clientId", "topicName", "partitionId", "data", "flag", "checkSum", "sentAddr"):
-        value = fields.get(name, plain[name])
-        if isinstance(value, bytes) and name in numbers:
-            out += bytes([numbers[name] << 3 | 2, len(value)]) + value
-        else:
-            out += broker_pb2.SendMessageRequestP2B(**{name: value}).SerializePartialToString()  # type: ignore[arg-type]
-    if isinstance(fields.get("msgType"), bytes):
-        value = fields["msgType"]
-        assert isinstance(value, bytes)
-        out += bytes([numbers["msgType"] << 3 | 2, len(value)]) + value
+    for field in PLAIN.DESCRIPTOR.fields:
+        if field.name in raw:
+            value = raw[field.name]
+            out += bytes([field.number << 3 | 2, len(value)]) + value  # tag, length
+        elif PLAIN.HasField(field.name):
+            one = broker_pb2.SendMessageRequestP2B()
+            setattr(one, field.name, getattr(PLAIN, field.name))
+            out += one.SerializePartialToString()
     return out
 
 
