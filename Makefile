@@ -12,7 +12,7 @@ COMPILE := $(BIN)/python -m compileall -q src >/dev/null
 CHROMIUM := /usr/bin/chromium
 PROMTOOL := /usr/bin/promtool
 
-.PHONY: serve test lint typecheck unit bench example-spark clean
+.PHONY: serve test lint typecheck unit bench example-spark proto clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -57,6 +57,12 @@ $(PROMTOOL):
 # The Spark example pipeline (docs/spark.md): its own broker, clicks in, counts out.
 example-spark: $(STAMP)
 	$(BIN)/python examples/spark_tag_counts.py $(ARGS)
+
+# TubeMQ's messages (docs/tubemq.md): the *_pb2 modules are committed beside their .proto
+# files; after editing a .proto, regenerate them (the unit suite checks they match).
+PROTO_DIR := src/trionsq/protocol/tubemq_proto
+proto: $(STAMP)
+	$(BIN)/python -m grpc_tools.protoc -I src --python_out=src --pyi_out=src $(PROTO_DIR)/*.proto
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/protocol.py

@@ -1,7 +1,7 @@
-/* trionsq._speedups: optional C versions of the two per-message loops of the
- * consume path (issue 19). Each function has a pure-Python twin with the same
- * contract, used when this module is absent (see trionsq/speedups.py), and the
- * tests hold the two equal on the same inputs.
+/* trionsq._speedups: optional C versions of per-message loops: the consume path's
+ * (issue 19) and TubeMQ's frames and SendMessage runs (issue 36). Each function has
+ * a pure-Python twin with the same contract, used when this module is absent (see
+ * trionsq/speedups.py), and the tests hold the two equal on the same inputs.
  *
  *   decode_run     - records of a segment buffer into Record objects
  *                    (twin: trionsq.queues.record_codec._decode_run)
@@ -9,6 +9,10 @@
  *                    (twin: trionsq.server.outbound._hex_id_frames_py)
  *   encode_plain   - an MPUB batch (no ext, no delay) into log bytes and Records
  *                    (twin: trionsq.queues.record_codec._encode_plain_py)
+ *   tubemq_frames  - TubeMQ's whole one-block frames of a read into Frame tuples
+ *                    (twin: trionsq.protocol.tubemq._split_frames_py)
+ *   tubemq_send_run - the frames of a run of SendMessage calls: serialNos and bodies
+ *                    (twin: trionsq.protocol.tubemq_sends._send_run_py)
  *
  * The record layout is record.py's: size u32, crc32 u32 over everything after it,
  * timestamp i64, internal id u64, trace id u64, flags u8, ext version u8, then
@@ -503,6 +507,187 @@ done:
     return result;
 }
 
+/* ---- TubeMQ (issue 36): [token u32][serialNo u32][listSize u32] then [len i32][bytes] */
+
+#define TUBEMQ_BEGIN_TOKEN 0xFF7FF4FEu
+#define TUBEMQ_ONE_BLOCK 16
+
+/* A Frame (a NamedTuple: a tuple subtype with no fields of its own) of two items;
+ * steals both references. */
+static PyObject *tuple_of(PyTypeObject *type, PyObject *first, PyObject *second)
+{
+    PyObject *made = NULL;
+    if (first != NULL && second != NULL)
+        made = type->tp_alloc(type, 2);
+    if (made == NULL) {
+        Py_XDECREF(first);
+        Py_XDECREF(second);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(made, 0, first);
+    PyTuple_SET_ITEM(made, 1, second);
+    return made;
+}
+
+static int is_pair_type(PyObject *type)
+{
+    if (!PyType_Check(type) || !PyType_IsSubtype((PyTypeObject *)type, &PyTuple_Type) ||
+        ((PyTypeObject *)type)->tp_basicsize != PyTuple_Type.tp_basicsize) {
+        PyErr_SetString(PyExc_TypeError, "make must be a tuple subtype with no fields");
+        return 0;
+    }
+    return 1;
+}
+
+PyDoc_STRVAR(tubemq_frames_doc,
+"tubemq_frames(buffer, pos, limit, longest, make, out) -> pos\n\n"
+"Append make((serialNo, payload)) to the list out, until it holds limit, for\n"
+"each frame from buffer[pos:] on that is whole and of one block of at most\n"
+"longest bytes; return where they end.");
+
+static PyObject *tubemq_frames(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "tubemq_frames takes 6 arguments");
+        return NULL;
+    }
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    Py_ssize_t limit = PyLong_AsSsize_t(args[2]);
+    Py_ssize_t longest = PyLong_AsSsize_t(args[3]);
+    PyObject *make = args[4], *out = args[5];
+    if (PyErr_Occurred() || !is_pair_type(make))
+        return NULL;
+    if (!PyBytes_Check(args[0]) || !PyList_Check(out)) {
+        PyErr_SetString(PyExc_TypeError, "buffer must be bytes and out a list");
+        return NULL;
+    }
+    const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+    Py_ssize_t end = PyBytes_GET_SIZE(args[0]);
+    if (pos < 0)
+        pos = end;
+    while (end - pos >= TUBEMQ_ONE_BLOCK && PyList_GET_SIZE(out) < limit) {
+        const unsigned char *head = b + pos;
+        int32_t length = (int32_t)be32(head + 12);
+        Py_ssize_t start = pos + TUBEMQ_ONE_BLOCK;
+        if (be32(head) != TUBEMQ_BEGIN_TOKEN || be32(head + 8) != 1 || length < 0 ||
+            length > longest || end - start < length)
+            break;
+        PyObject *frame = tuple_of(
+            (PyTypeObject *)make, PyLong_FromUnsignedLong(be32(head + 4)),
+            PyBytes_FromStringAndSize((const char *)b + start, length));
+        if (frame == NULL || PyList_Append(out, frame) < 0) {
+            Py_XDECREF(frame);
+            return NULL;
+        }
+        Py_DECREF(frame);
+        pos = start + length;
+    }
+    return PyLong_FromSsize_t(pos);
+}
+
+PyDoc_STRVAR(tubemq_send_run_doc,
+"tubemq_send_run(frames, start, make, prefix, method_first, leads, lead_for, tag)\n"
+"-> (end, serials, joined)\n\n"
+"From frames[start] on (a list), the frames of type make whose payload is prefix,\n"
+"then the length prefix of a body filling the rest (leads[room], else\n"
+"lead_for(room); None: none fits), then a body starting with method_first: where\n"
+"they end, their serialNos, and tag + the rest of each payload, joined.");
+
+/* 1: the payload is one of the run, 0: it is not, -1: an error is set. */
+static int in_send_run(PyObject *payload, PyObject *prefix, PyObject *method_first,
+                       PyObject *leads, PyObject *lead_for)
+{
+    Py_ssize_t at = PyBytes_GET_SIZE(prefix), size = PyBytes_GET_SIZE(payload);
+    if (size < at)
+        return 0;
+    PyObject *room = PyLong_FromSsize_t(size - at);
+    if (room == NULL)
+        return -1;
+    PyObject *lead = PyDict_GetItemWithError(leads, room); /* borrowed */
+    if (lead != NULL) {
+        Py_INCREF(lead);
+    } else if (!PyErr_Occurred()) {
+        lead = PyObject_CallOneArg(lead_for, room);
+    }
+    Py_DECREF(room);
+    if (lead == NULL)
+        return -1;
+    int found = 0;
+    if (PyBytes_Check(lead)) {
+        const char *p = PyBytes_AS_STRING(payload);
+        Py_ssize_t lead_size = PyBytes_GET_SIZE(lead);
+        Py_ssize_t method_size = PyBytes_GET_SIZE(method_first);
+        found = at + lead_size + method_size <= size &&
+                memcmp(p, PyBytes_AS_STRING(prefix), (size_t)at) == 0 &&
+                memcmp(p + at, PyBytes_AS_STRING(lead), (size_t)lead_size) == 0 &&
+                memcmp(p + at + lead_size, PyBytes_AS_STRING(method_first),
+                       (size_t)method_size) == 0;
+    } else if (lead != Py_None) {
+        PyErr_SetString(PyExc_TypeError, "a length prefix must be bytes or None");
+        found = -1;
+    }
+    Py_DECREF(lead);
+    return found;
+}
+
+static PyObject *tubemq_send_run(PyObject *Py_UNUSED(self), PyObject *const *args,
+                                 Py_ssize_t nargs)
+{
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "tubemq_send_run takes 8 arguments");
+        return NULL;
+    }
+    PyObject *frames = args[0], *make = args[2], *prefix = args[3], *method_first = args[4];
+    PyObject *leads = args[5], *lead_for = args[6], *tag = args[7];
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    if (start == -1 && PyErr_Occurred())
+        return NULL;
+    if (!PyList_Check(frames) || !PyBytes_Check(prefix) || !PyBytes_Check(method_first) ||
+        !PyDict_Check(leads) || !PyBytes_Check(tag)) {
+        PyErr_SetString(PyExc_TypeError, "tubemq_send_run: bad argument types");
+        return NULL;
+    }
+    if (start < 0)
+        start = 0;
+    Py_ssize_t at = PyBytes_GET_SIZE(prefix), tag_size = PyBytes_GET_SIZE(tag);
+    Py_ssize_t end = start, total = 0;
+    PyObject *serials = PyList_New(0), *joined = NULL, *result = NULL;
+    if (serials == NULL)
+        return NULL;
+    for (; end < PyList_GET_SIZE(frames); end++) {
+        PyObject *frame = PyList_GET_ITEM(frames, end);
+        if ((PyObject *)Py_TYPE(frame) != make || PyTuple_GET_SIZE(frame) != 2)
+            break;
+        PyObject *payload = PyTuple_GET_ITEM(frame, 1);
+        if (!PyBytes_Check(payload))
+            break;
+        int found = in_send_run(payload, prefix, method_first, leads, lead_for);
+        if (found < 0)
+            goto done;
+        if (!found || PyList_Append(serials, PyTuple_GET_ITEM(frame, 0)) < 0)
+            break;
+        total += tag_size + PyBytes_GET_SIZE(payload) - at;
+    }
+    if (PyErr_Occurred())
+        goto done;
+    joined = PyBytes_FromStringAndSize(NULL, total);
+    if (joined == NULL)
+        goto done;
+    char *into = PyBytes_AS_STRING(joined);
+    for (Py_ssize_t i = start; i < end; i++) { /* frames is not changed meanwhile */
+        PyObject *payload = PyTuple_GET_ITEM(PyList_GET_ITEM(frames, i), 1);
+        Py_ssize_t rest = PyBytes_GET_SIZE(payload) - at;
+        memcpy(into, PyBytes_AS_STRING(tag), (size_t)tag_size);
+        memcpy(into + tag_size, PyBytes_AS_STRING(payload) + at, (size_t)rest);
+        into += tag_size + rest;
+    }
+    result = Py_BuildValue("nOO", end, serials, joined);
+done:
+    Py_DECREF(serials);
+    Py_XDECREF(joined);
+    return result;
+}
+
 static PyObject *crc32_py(PyObject *Py_UNUSED(self), PyObject *arg)
 {
     Py_buffer view;
@@ -517,13 +702,17 @@ static PyMethodDef methods[] = {
     {"decode_run", (PyCFunction)(void (*)(void))decode_run, METH_FASTCALL, decode_run_doc},
     {"hex_id_frames", hex_id_frames, METH_O, hex_id_frames_doc},
     {"encode_plain", (PyCFunction)(void (*)(void))encode_plain, METH_FASTCALL, encode_plain_doc},
+    {"tubemq_frames", (PyCFunction)(void (*)(void))tubemq_frames, METH_FASTCALL,
+     tubemq_frames_doc},
+    {"tubemq_send_run", (PyCFunction)(void (*)(void))tubemq_send_run, METH_FASTCALL,
+     tubemq_send_run_doc},
     {"crc32", crc32_py, METH_O, "zlib's CRC-32 of a bytes-like object (for the tests)."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "trionsq._speedups",
-    "Optional C loops of the consume path; see trionsq.speedups.", -1, methods,
+    "Optional C loops of the consume path and TubeMQ's; see trionsq.speedups.", -1, methods,
     NULL, NULL, NULL, NULL,
 };
 

@@ -34,6 +34,7 @@ __all__ = [
     "TlsRequired",
     "default_node_id",
     "split_host_port",
+    "with_default_port",
 ]
 
 LOG_LEVELS: Final = ("debug", "info", "warn", "error", "fatal")
@@ -75,6 +76,26 @@ def split_host_port(address: str) -> tuple[str, int]:
     if not colon or not port.isdigit() or int(port) > 65535:
         raise ValueError(f"{address!r} is not <addr>:<port>")
     return host.strip("[]") or "0.0.0.0", int(port)  # noqa: S104 - nsqd's default
+
+
+TUBEMQ_MASTER_PORT: Final = 8715
+"""TubeMQ's default master port, for ``--tubemq-master-address`` without one."""
+TUBEMQ_BROKER_PORT: Final = 8123
+"""TubeMQ's default broker port, for ``--tubemq-broker-address`` without one."""
+
+
+def with_default_port(address: str, port: int) -> tuple[str, int]:
+    """``host[:port]`` (``[v6][:port]`` too) to a pair, ``port`` when none is given; an
+    empty host means every interface.
+
+    Raises:
+        ValueError: a port that is not a number in [0, 65535].
+    """
+    host, colon, _ = address.rpartition(":")
+    bracketed_without_port = address.startswith("[") and address.endswith("]")
+    if not colon or bracketed_without_port or (host.count(":") and not host.startswith("[")):
+        return address.strip("[]") or "0.0.0.0", port  # noqa: S104 - every interface
+    return split_host_port(address)
 
 
 class Listeners:
@@ -142,6 +163,12 @@ class NsqdConfig(Listeners):
     """trionsq's own: a message past its TTL goes to its channel's dead-letter topic
     (with ``##dead_reason: ttl``) when the channel has a dead-letter bound, instead of
     being dropped. docs/extensions.md, "Message TTL"."""
+    tubemq_master_address: str = ""
+    """trionsq's own: ``<addr>[:<port>]`` of TubeMQ's master service (port 8715 when
+    none is given); empty: off. docs/tubemq.md."""
+    tubemq_broker_address: str = ""
+    """trionsq's own: ``<addr>[:<port>]`` of TubeMQ's broker service (port 8123 when
+    none is given); empty: off. Set both or neither."""
     group_rebalance_delay: float = 1.0
     """trionsq's own: how long a consumer group's membership must stay unchanged
     before its partitions are dealt again (joins and departures within it count as
@@ -267,6 +294,20 @@ class NsqdConfig(Listeners):
         return split_host_port(self.https_address)
 
     @property
+    def tubemq_master_host_port(self) -> tuple[str, int]:
+        """``tubemq_master_address`` split, TubeMQ's master port when it has none."""
+        return with_default_port(self.tubemq_master_address, TUBEMQ_MASTER_PORT)
+
+    @property
+    def tubemq_broker_host_port(self) -> tuple[str, int]:
+        """``tubemq_broker_address`` split, TubeMQ's broker port when it has none."""
+        return with_default_port(self.tubemq_broker_address, TUBEMQ_BROKER_PORT)
+
+    @property
+    def tubemq_enabled(self) -> bool:
+        return bool(self.tubemq_master_address and self.tubemq_broker_address)
+
+    @property
     def tls_enabled(self) -> bool:
         """A certificate is configured: IDENTIFY may offer TLS and HTTPS listens."""
         return bool(self.tls_cert and self.tls_key)
@@ -297,6 +338,7 @@ class NsqdConfig(Listeners):
                 raise ConfigError(
                     f"--{flag} must be <addr>:<port> with a port in [0,65535], got {address!r}"
                 ) from None
+        self._validate_tubemq()
         if not 0 <= self.node_id < 1024:
             raise ConfigError(f"--node-id must be in [0,1024), got {self.node_id}")
         if not 1 <= self.max_deflate_level <= 9:
@@ -350,6 +392,22 @@ class NsqdConfig(Listeners):
                     "--admin-allowed-origins must be <scheme>://<host>[:<port>] or *,"
                     f" got {origin!r}"
                 )
+
+    def _validate_tubemq(self) -> None:
+        if bool(self.tubemq_master_address) != bool(self.tubemq_broker_address):
+            raise ConfigError(
+                "--tubemq-master-address and --tubemq-broker-address must be given together"
+            )
+        for flag, address, port in (
+            ("tubemq-master-address", self.tubemq_master_address, TUBEMQ_MASTER_PORT),
+            ("tubemq-broker-address", self.tubemq_broker_address, TUBEMQ_BROKER_PORT),
+        ):
+            try:
+                with_default_port(address, port)
+            except ValueError:
+                raise ConfigError(
+                    f"--{flag} must be <addr>[:<port>] with a port in [0,65535], got {address!r}"
+                ) from None
 
     def _validate_tls(self) -> None:
         if bool(self.tls_cert) != bool(self.tls_key):

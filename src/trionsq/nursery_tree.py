@@ -21,6 +21,11 @@ below)::
     │   ├── TCP listener (listen.serve_connections) -> per connection nursery   server/tcp.py
     │       ├── reader task            bytes -> protocol events -> broker; writes replies
     │       └── messagePump task       message batches + heartbeats -> socket
+    │   ├── TubeMQ (with --tubemq-*-address): timer, leases and waiting pulls   tubemq/node.py
+    │   ├── TubeMQ master listener -> per connection task (the reader)   tubemq/connection.py
+    │   │   └── writer        replies answered after their call was read
+    │   ├── TubeMQ broker listener -> per connection task (the reader)
+    │   │   └── writer        pull replies the router completed
     │   ├── HTTP listener (serve_connections) -> per connection task: h11 loop   http/
     │   │   └── an /admin/stream upgrade: admin stream nursery   server/admin_stream.py
     │   │       ├── frame reader   trio-websocket: bytes -> frames, pings, close
@@ -111,6 +116,10 @@ class BoundAddresses:
     """None while the HTTP listener is disabled (``http_address=""``)."""
     https: tuple[str, int] | None = None
     """None unless a TLS certificate is configured."""
+    tubemq_master: tuple[str, int] | None = None
+    """TubeMQ's master service; None unless ``--tubemq-*-address`` are set."""
+    tubemq_broker: tuple[str, int] | None = None
+    """TubeMQ's broker service; None unless ``--tubemq-*-address`` are set."""
 
 
 async def serve_nsqd(
@@ -176,6 +185,11 @@ async def serve_nsqd(
         await broker_nursery.start(
             functools.partial(serve_connections, handle_tcp, tcp_listeners, name=CONNECTION_TASK)
         )
+        tubemq = None
+        if config.tubemq_enabled:
+            from .tubemq.serve import start_tubemq
+
+            tubemq = await start_tubemq(broker, config, client_ids, broker_nursery)
         # one set of runtime options for HTTP and HTTPS, as nsqd has one
         runtime = RuntimeOptions(
             config.log_level, config.lookupd_tcp_addresses, lookupd_changed=peers.set_addresses
@@ -201,7 +215,16 @@ async def serve_nsqd(
         await _start_http(broker_nursery, api, http_listeners, https_listeners, tls_context, gate)
         if crash_points.ARMED:
             crash_points.arm()
-        task_status.started(BoundAddresses(tcp=tcp, broker=broker, http=http, https=https))
+        task_status.started(
+            BoundAddresses(
+                tcp=tcp,
+                broker=broker,
+                http=http,
+                https=https,
+                tubemq_master=tubemq.master if tubemq else None,
+                tubemq_broker=tubemq.broker if tubemq else None,
+            )
+        )
 
 
 def _descriptor_budget(config: NsqdConfig) -> DescriptorBudget:
@@ -329,6 +352,13 @@ TREE: Final = (
     ("dead letter mover", "broker nursery"),
     ("ttl timers", "broker nursery"),
     ("group rebalance", "broker nursery"),
+    ("tubemq timer", "broker nursery"),
+    ("tubemq master listener", "broker nursery"),
+    ("tubemq master connection", "tubemq master listener"),
+    ("tubemq master connection writer", "tubemq master connection"),
+    ("tubemq broker listener", "broker nursery"),
+    ("tubemq broker connection", "tubemq broker listener"),
+    ("tubemq broker connection writer", "tubemq broker connection"),
     ("http listener", "broker nursery"),
     ("http connection", "http listener"),
     ("https listener", "broker nursery"),
@@ -360,6 +390,13 @@ TASKS: Final = {
     "dead letter mover": "DeadLetterMover.run",
     "ttl timers": "Broker.run_ttl_timers",
     "group rebalance": "GroupCoordinator._rebalance_after",
+    "tubemq timer": "TubeNode.run",
+    "tubemq master listener": "serve_connections",
+    "tubemq master connection": "TubeConnection.run",
+    "tubemq master connection writer": "TubeConnection._write_late",
+    "tubemq broker listener": "serve_connections",
+    "tubemq broker connection": "TubeConnection.run",
+    "tubemq broker connection writer": "TubeConnection._write_late",
     "http listener": "serve_connections",
     "http connection": "_run_connection",
     "https listener": "serve_connections",

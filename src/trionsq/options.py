@@ -169,6 +169,8 @@ NSQD_FLAGS: Final[tuple[FlagSpec, ...]] = (
     _flag("retention", DUR, "how long consumed log segments are kept (0: deleted once every channel is done)"),
     _flag("shutdown-grace", DUR, "at SIGINT/SIGTERM, time consumers get to finish the messages they hold (a second signal stops at once)"),
     _flag("trace-log", BOOL, "log each traced message at publish and at each delivery (Youzan's trace log)"),
+    _flag("tubemq-master-address", STR, "<addr>[:<port>] for TubeMQ SDKs' master calls (port 8715 if none; empty: off; needs -tubemq-broker-address)"),
+    _flag("tubemq-broker-address", STR, "<addr>[:<port>] for TubeMQ SDKs' broker calls (port 8123 if none; empty: off)"),
     _flag("group-rebalance-delay", DUR, "time a consumer group's membership must be still before its partitions are dealt again"),
     _flag("idempotency-window", INT, "##idempotency_key values each partition remembers to store each at most once (0: off)"),
     _flag("ttl-dead-letter", BOOL, "send messages past their TTL to their channel's dead-letter topic, when it has a max_attempts bound"),

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from .raw import Clients
+from .tubemq import TubeClients
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -16,6 +17,16 @@ if TYPE_CHECKING:
 async def clients() -> AsyncIterator[Clients]:
     """Raw protocol clients, all closed at teardown."""
     opened = Clients()
+    try:
+        yield opened
+    finally:
+        await opened.close_all()
+
+
+@pytest.fixture
+async def tube_clients() -> AsyncIterator[TubeClients]:
+    """TubeMQ RPC clients (trionsq.tubemq.client), all closed at teardown."""
+    opened = TubeClients()
     try:
         yield opened
     finally:

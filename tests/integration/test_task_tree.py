@@ -18,6 +18,7 @@ from trionsq.nursery_tree import CLIENT_TASKS, CLIENT_TREE, TASKS, TREE
 from trionsq.protocol import IdentifyRequest, Rdy, Sub
 from trionsq.protocol.client import encode_identify
 from trionsq.testing import ProtocolClient, wait_until
+from trionsq.tubemq.client import open_client
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -86,6 +87,8 @@ async def test_every_task_of_a_running_broker_is_where_tree_says(
         lookupd_tcp_addresses=[f"127.0.0.1:{lookupd.tcp[1]}"],
         statsd_address="127.0.0.1:8125",  # its task runs; the first push is a minute away
         group_rebalance_delay=60.0,  # a group member's join waits in its task meanwhile
+        tubemq_master_address="127.0.0.1:0",
+        tubemq_broker_address="127.0.0.1:0",
     )
     broker: BoundAddresses = await nursery.start(serve_nsqd, config)
     consumer = await ProtocolClient.connect(broker.tcp)
@@ -105,6 +108,10 @@ async def test_every_task_of_a_running_broker_is_where_tree_says(
         b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
     )
     assert b"101 Switching Protocols" in await admin.receive_some(1000)
+    tube_master = await open_client(broker.tubemq_master)  # type: ignore[arg-type]
+    tube_broker = await open_client(broker.tubemq_broker)  # type: ignore[arg-type]
+    await tube_master.register_producer("p", ["t"])
+    await tube_broker.send_message("p", "t", 0, b"m")
     top = trio.lowlevel.current_root_task()
     assert top is not None
     root = find(top, "serve_nsqd")
@@ -123,7 +130,14 @@ async def test_every_task_of_a_running_broker_is_where_tree_says(
     seen_names = {qualname(root)} | {child for child, _ in seen}
     missing = {node for node, name in TASKS.items() if name not in seen_names}
     assert missing <= NOT_RUNNING_HERE
-    for stream in (consumer.stream, member.stream, http, admin):
+    for stream in (
+        consumer.stream,
+        member.stream,
+        http,
+        admin,
+        tube_master.stream,
+        tube_broker.stream,
+    ):
         await stream.aclose()
 
 

@@ -179,6 +179,14 @@ def test_client_auth_policy_implies_tls_required() -> None:
         (["-tcp-address", "localhost"], "--tcp-address must be <addr>:<port>"),
         (["-http-address", "127.0.0.1:70000"], "--http-address must be <addr>:<port>"),
         (["-max-open-files", "-1"], "--max-open-files must be 0 or more, got -1"),
+        (
+            ["-tubemq-master-address", "127.0.0.1"],
+            "--tubemq-master-address and --tubemq-broker-address must be given together",
+        ),
+        (
+            ["-tubemq-master-address", "h:99999", "-tubemq-broker-address", "h"],
+            "--tubemq-master-address must be <addr>[:<port>]",
+        ),
     ],
 )
 def test_startup_validation(argv: list[str], message: str) -> None:
@@ -186,6 +194,20 @@ def test_startup_validation(argv: list[str], message: str) -> None:
         config_from(argv)
     assert message in str(caught.value)
     assert "\n" not in str(caught.value)
+
+
+def test_tubemq_listeners_take_tubemqs_default_ports() -> None:
+    off = config_from([])
+    assert not off.tubemq_enabled
+    on = config_from(["-tubemq-master-address", "10.0.0.1", "-tubemq-broker-address", "[::1]"])
+    assert on.tubemq_enabled
+    assert on.tubemq_master_host_port == ("10.0.0.1", 8715)
+    assert on.tubemq_broker_host_port == ("::1", 8123)
+    ports = config_from(["-tubemq-master-address=:0", "-tubemq-broker-address=h:9"])
+    assert (ports.tubemq_master_host_port, ports.tubemq_broker_host_port) == (
+        ("0.0.0.0", 0),  # noqa: S104 - what an empty host means
+        ("h", 9),
+    )
 
 
 def test_http_may_be_disabled() -> None:

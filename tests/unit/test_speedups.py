@@ -20,6 +20,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trionsq.broker.channel import Delivery
+from trionsq.protocol import tubemq, tubemq_sends
+from trionsq.protocol.tubemq_proto import rpc_pb2
 from trionsq.queues.record import Record, encode_record, record_size
 from trionsq.queues.record_codec import _decode_run_py, _encode_plain_py
 from trionsq.server.outbound import _hex_id_frames_py
@@ -233,3 +235,123 @@ def test_hex_id_frames_refuses_what_no_frame_can_carry() -> None:
         compiled.hex_id_frames([Delivery(Record(0, 0, 1, 5, "text"), 1)])  # type: ignore[arg-type]
     with pytest.raises(AttributeError):
         compiled.hex_id_frames([object()])
+
+
+# ---- TubeMQ (issue 36): frames of a read, and the frames of a run of SendMessage calls
+
+_SEND = tubemq_sends._METHOD_FIRST
+_PREFIX = tubemq._delimited(rpc_pb2.RpcConnHeader(flag=0)) + tubemq._delimited(
+    rpc_pb2.RequestHeader(serviceType=3, protocolVer=2)
+)
+
+
+@st.composite
+def _tubemq_stream(draw: st.DrawFn) -> bytes:
+    """Frames as clients write them, some cut, some of several blocks, some broken."""
+    parts = []
+    for _ in range(draw(st.integers(0, 6))):
+        serial = draw(st.integers(0, 2**32 - 1))
+        payload = draw(st.binary(max_size=300))
+        kind = draw(st.sampled_from(["one", "one", "blocks", "token", "long"]))
+        frame = tubemq.encode_frame(serial, payload)
+        if kind == "blocks":
+            frame = struct.pack(">IIIi", tubemq.BEGIN_TOKEN, serial, 2, 1) + b"x"
+            frame += struct.pack(">i", len(payload)) + payload
+        elif kind == "token":
+            frame = b"\x00" + frame[1:]
+        elif kind == "long":
+            frame = frame[:12] + struct.pack(">i", 10_000) + frame[16:]
+        parts.append(frame)
+    data = b"".join(parts)
+    return data[: draw(st.integers(0, len(data)))]
+
+
+@given(
+    _tubemq_stream(),
+    st.integers(-3, 400),
+    st.integers(0, 8),
+    st.integers(0, 300),
+    st.integers(0, 3),
+)
+def test_tubemq_frames_twins_agree(
+    buffer: bytes, pos: int, limit: int, longest: int, already: int
+) -> None:
+    outs: list[list[tubemq.Frame | tubemq.FrameError]] = [
+        [tubemq.FrameError("x")] * already for _ in range(2)
+    ]
+    if pos < 0:  # the Python twin is never called so: compare from the start
+        pos = 0
+    ends = [
+        _compiled().tubemq_frames(buffer, pos, limit, longest, tubemq.Frame, outs[0]),
+        tubemq._split_frames_py(buffer, pos, limit, longest, tubemq.Frame, outs[1]),
+    ]
+    assert ends[0] == ends[1]
+    assert outs[0] == outs[1]
+    assert [type(frame) for frame in outs[0]] == [type(frame) for frame in outs[1]]
+
+
+def test_tubemq_frames_needs_a_tuple_type_and_bytes() -> None:
+    with pytest.raises(TypeError):
+        _compiled().tubemq_frames(b"", 0, 1, 1, dict, [])
+    with pytest.raises(TypeError):
+        _compiled().tubemq_frames(bytearray(), 0, 1, 1, tubemq.Frame, [])
+
+
+@st.composite
+def _send_frames(draw: st.DrawFn) -> list[tubemq.Frame | tubemq.FrameError]:
+    """Payloads that are SendMessage calls behind _PREFIX, and others like them."""
+    frames: list[tubemq.Frame | tubemq.FrameError] = []
+    for serial in range(draw(st.integers(0, 6))):
+        body = _SEND + draw(st.binary(max_size=200))
+        payload = _PREFIX + tubemq._varint_bytes(len(body)) + body
+        kind = draw(st.sampled_from(["call", "call", "cut", "longer", "other", "prefix"]))
+        if kind == "cut":
+            payload = payload[: draw(st.integers(0, len(payload)))]
+        elif kind == "longer":
+            payload += b"\x00"
+        elif kind == "other":
+            payload = payload.replace(_SEND, b"\x08\x11", 1)
+        elif kind == "prefix":
+            payload = b"\x02" + payload[1:]
+        frames.append(tubemq.Frame(serial, payload))
+    if draw(st.booleans()):
+        frames.append(tubemq.FrameError("the end"))
+    return frames
+
+
+@given(_send_frames(), st.integers(0, 6))
+def test_tubemq_send_run_twins_agree(
+    frames: list[tubemq.Frame | tubemq.FrameError], start: int
+) -> None:
+    start = min(start, len(frames))
+    results = []
+    for run in (_compiled().tubemq_send_run, tubemq_sends._send_run_py):
+        leads: dict[int, bytes | None] = {}
+
+        def lead_for(room: int, leads: dict[int, bytes | None] = leads) -> bytes | None:
+            leads[room] = tubemq_sends._lead(room)
+            return leads[room]
+
+        results.append(run(frames, start, tubemq.Frame, _PREFIX, _SEND, leads, lead_for, b"\x0a"))
+    assert results[0] == results[1]
+    end, serials, joined = results[0]
+    run = [frame for frame in frames[start:end] if isinstance(frame, tubemq.Frame)]
+    assert len(run) == end - start
+    assert serials == [frame.serial_no for frame in run]
+    assert joined == b"".join(b"\x0a" + frame.payload[len(_PREFIX) :] for frame in run)
+
+
+def test_tubemq_send_run_passes_on_what_lead_for_raises_or_returns_amiss() -> None:
+    body = _SEND + b"x"
+    frames: list[tubemq.Frame | tubemq.FrameError] = [
+        tubemq.Frame(1, _PREFIX + tubemq._varint_bytes(len(body)) + body)
+    ]
+    for run in (_compiled().tubemq_send_run, tubemq_sends._send_run_py):
+
+        def fails(room: int) -> bytes | None:
+            raise ZeroDivisionError
+
+        with pytest.raises(ZeroDivisionError):
+            run(frames, 0, tubemq.Frame, _PREFIX, _SEND, {}, fails, b"\x0a")
+        with pytest.raises(TypeError):
+            run(frames, 0, tubemq.Frame, _PREFIX, _SEND, {4: 5}, fails, b"\x0a")  # type: ignore[dict-item]

@@ -11,6 +11,7 @@ def test_protocol_imports_without_trio() -> None:
         "import sys\n"
         "import trionsq.protocol, trionsq.protocol.client, trionsq.protocol.lookupd\n"
         "import trionsq.protocol.broker_errors, trionsq.protocol.compression\n"
+        "import trionsq.protocol.tubemq, trionsq.protocol.tubemq_formats\n"
         "bad = sorted(m for m in sys.modules if m == 'trio' or m.startswith('trio.'))\n"
         "print(','.join(bad))\n"
         "sys.exit(1 if bad else 0)\n"
