@@ -189,7 +189,7 @@ async def serve_nsqd(
         if config.tubemq_enabled:
             from .tubemq.serve import start_tubemq
 
-            tubemq = await start_tubemq(broker, config, client_ids, broker_nursery)
+            tubemq = await start_tubemq(broker, config, client_ids, broker_nursery, gate)
         # one set of runtime options for HTTP and HTTPS, as nsqd has one
         runtime = RuntimeOptions(
             config.log_level, config.lookupd_tcp_addresses, lookupd_changed=peers.set_addresses
@@ -392,10 +392,10 @@ TASKS: Final = {
     "group rebalance": "GroupCoordinator._rebalance_after",
     "tubemq timer": "TubeNode.run",
     "tubemq master listener": "serve_connections",
-    "tubemq master connection": "TubeConnection.run",
+    "tubemq master connection": "_run_connection",  # TubeConnection.run: the reader
     "tubemq master connection writer": "TubeConnection._write_late",
     "tubemq broker listener": "serve_connections",
-    "tubemq broker connection": "TubeConnection.run",
+    "tubemq broker connection": "_run_connection",  # TubeConnection.run: the reader
     "tubemq broker connection writer": "TubeConnection._write_late",
     "http listener": "serve_connections",
     "http connection": "_run_connection",

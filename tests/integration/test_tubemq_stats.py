@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import trio
+
 from .raw import http
 from .test_admin_stream import events_until, open_stream, receive
 from .tubemq import TubeConsumer, start_tubemq
 
 if TYPE_CHECKING:
-    import trio
-
     from .tubemq import TubeClients
 
 
@@ -63,3 +63,27 @@ async def test_stats_metrics_and_stream_show_tubemq_clients(
         assert {m["client_id"] for m in gone if m["type"] == "client_disconnected"} == {
             s["client_id"] for s in seats
         }
+
+
+async def test_tubemq_connections_count_in_the_descriptor_budget(
+    nursery: trio.Nursery, tube_clients: TubeClients
+) -> None:
+    """A TubeMQ connection takes a place in the broker's descriptor budget while it is
+    open, as a V2 connection does (docs/storage.md "Descriptors"), and gives it back."""
+    addresses = await start_tubemq(nursery)
+
+    async def connections() -> int:
+        stats = (await http(addresses, "GET", "/stats?format=json&include_mem=true")).json()
+        count: int = stats["descriptors"]["connections"]
+        return count
+
+    before = await connections()
+    master, broker = await tube_clients.pair(addresses)
+    del master, broker
+    assert await connections() == before + 2
+    await tube_clients.close_all()
+    for _ in range(100):
+        if await connections() == before:
+            break
+        await trio.sleep(0.01)
+    assert await connections() == before

@@ -47,8 +47,8 @@ class ConnectionGate:
 
     def admit(self, kind: str) -> bool:
         """Whether a connection just accepted by the ``kind`` listener ("TCP",
-        "HTTP", "HTTPS") may stay; if so, :meth:`closed` when it ends."""
-        if self.budget.admit(http=kind != "TCP"):
+        "HTTP", "HTTPS", "TubeMQ") may stay; if so, :meth:`closed` when it ends."""
+        if self.budget.admit(http=kind in ("HTTP", "HTTPS")):
             return True
         self._unreported += 1
         now = self._clock()
@@ -96,4 +96,5 @@ def reserved_sockets(config: NsqdConfig) -> int:
     lookupd_queries = PRECREATION_QUERIES_AT_ONCE
     auth = MAX_REQUESTS_AT_ONCE if config.auth_http_addresses else 0
     statsd = 1 if config.statsd_address else 0
-    return LISTENER_SOCKETS * listeners + peers + lookupd_queries + auth + statsd
+    tubemq = 2 if config.tubemq_enabled else 0  # the master and the broker service
+    return LISTENER_SOCKETS * (listeners + tubemq) + peers + lookupd_queries + auth + statsd

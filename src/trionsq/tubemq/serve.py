@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
     from ..broker.broker import Broker
     from ..config import NsqdConfig
+    from ..server.admission import ConnectionGate
     from .connection import Answer
 
 __all__ = [
@@ -62,11 +63,24 @@ def _advertised_host(bound: str, config: NsqdConfig) -> str:
     return config.broadcast_address if bound in ("0.0.0.0", "::", "") else bound  # noqa: S104
 
 
+async def _admitted(connection: TubeConnection, gate: ConnectionGate) -> None:
+    """A connection the descriptor budget admitted: it gives its place back at the end."""
+    try:
+        await connection.run()
+    finally:
+        gate.closed()
+
+
 async def start_tubemq(
-    broker: Broker, config: NsqdConfig, client_ids: Iterator[int], nursery: trio.Nursery
+    broker: Broker,
+    config: NsqdConfig,
+    client_ids: Iterator[int],
+    nursery: trio.Nursery,
+    gate: ConnectionGate,
 ) -> TubeAddresses:
     """Open both listeners, start the node's timer and the accept loops in ``nursery``
-    (the broker's), and return the bound addresses once both accept."""
+    (the broker's), and return the bound addresses once both accept. Each connection
+    passes the descriptor budget's ``gate`` first, as the broker's TCP ones do."""
     master_host, master_port = config.tubemq_master_host_port
     broker_host, broker_port = config.tubemq_broker_host_port
     master_listeners = await open_listeners(master_host, master_port)
@@ -97,7 +111,10 @@ async def start_tubemq(
         return encode_reply(call.serial_no, call.method, reply)
 
     def master_connection(stream: trio.SocketStream) -> Awaitable[None]:
-        return TubeConnection(stream, master.services, answer_master, max_payload, _no_turn).run()
+        if not gate.admit("TubeMQ"):
+            return gate.refuse(stream)
+        connection = TubeConnection(stream, master.services, answer_master, max_payload, _no_turn)
+        return _admitted(connection, gate)
 
     sends = broker_service.sends
     # a run of SendMessage calls is answered in one go; with AUTH on, each call is
@@ -105,14 +122,17 @@ async def start_tubemq(
     answer_sends = None if node.auth.enabled else sends.send_calls
 
     def broker_connection(stream: trio.SocketStream) -> Awaitable[None]:
-        return TubeConnection(
+        if not gate.admit("TubeMQ"):
+            return gate.refuse(stream)
+        connection = TubeConnection(
             stream,
             broker_service.services,
             answer_broker,
             max_payload,
             sends.end_turn,
             answer_sends,
-        ).run()
+        )
+        return _admitted(connection, gate)
 
     for handler, listeners, name in (
         (master_connection, master_listeners, MASTER_CONNECTION_TASK),
