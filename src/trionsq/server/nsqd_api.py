@@ -21,7 +21,7 @@ import attrs
 import orjson
 
 from ..broker.dead_letters import dead_topic_name
-from ..broker.health import StorageFault
+from ..broker.health import StorageFault, go_error_text
 from ..broker.offsets import OffsetError
 from ..broker.rate_limits import PublishMode, Rates
 from ..broker.rules import MAX_PARTITION_NUM
@@ -179,7 +179,9 @@ class NsqdHttpApi:
             "/channel/setoffset": {"POST": self._channel_setoffset},
             "/stats": {"GET": self._stats},
             "/metrics": {"GET": self._metrics},
-            **{path: {"POST": handler} for path, handler in post_ignoring_body.items()},
+            **{
+                path: {"POST": self._saved(handler)} for path, handler in post_ignoring_body.items()
+            },
             **static_routes("trionsq", ADMIN_PAGE),
         }
         self.routes.update(PublishApi(broker, config, self._authorize_publish).routes)
@@ -224,6 +226,26 @@ class NsqdHttpApi:
         if request.legacy and request.path in LEGACY_ENDPOINTS:
             return Response.legacy_error(message)
         return Response.error(status, message)
+
+    def _saved(
+        self, handler: Callable[[Request], Awaitable[Response]]
+    ) -> Callable[[Request], Awaitable[Response]]:
+        """An admin endpoint that answers once what it changed is in metadata.json: an
+        answered change (a topic created ext or with partitions, a pause, a bound, a
+        limit, a TTL) survives a kill -9 right after the answer, where the persister
+        would have written it up to a second later."""
+
+        async def handle(request: Request) -> Response:
+            response = await handler(request)
+            storage = self.broker.storage
+            if storage is not None and response.status < 300:
+                try:
+                    await storage.save_metadata_now(self.broker)
+                except OSError as error:
+                    raise StorageFault(go_error_text(error)) from None
+            return response
+
+        return handle
 
     async def dispatch(self, request: Request) -> Response:
         """Route by exact path, then method (httprouter: 404, then 405)."""
