@@ -12,6 +12,9 @@ import httpx
 import pytest
 import trio
 
+from trionsq.protocol import MAGIC_V2, InternalCreateTopic
+from trionsq.protocol.client import ClientConnection, Response, encode_commands
+
 from .test_crash_recovery import start_listening
 
 if TYPE_CHECKING:
@@ -69,3 +72,30 @@ async def test_an_answered_admin_change_survives_kill_9(
         process.send_signal(signal.SIGTERM)
         await process.wait()
     assert {key: seen[key] for key in expected} == expected
+
+
+async def test_a_partition_created_over_tcp_survives_kill_9(tmp_path: Path) -> None:
+    """Youzan's INTERNAL_CREATE_TOPIC is answered OK once metadata.json holds the
+    partitions and the ext flag, as HTTP's /topic/create."""
+    process, ports = await start_listening(tmp_path, "-http-address=127.0.0.1:0")
+    try:
+        codec = ClientConnection()
+        frames: list[object] = []
+        async with await trio.open_tcp_stream("127.0.0.1", ports["TCP"]) as stream:
+            create = InternalCreateTopic("y", 2, ext=True)
+            await stream.send_all(MAGIC_V2 + encode_commands([create]))
+            while not frames:
+                frames = list(codec.receive_data(await stream.receive_some(4096)))
+        assert isinstance(frames[0], Response)
+        assert frames[0].is_ok
+    finally:
+        process.send_signal(signal.SIGKILL)
+        await process.wait()
+    process, ports = await start_listening(tmp_path, "-http-address=127.0.0.1:0")
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{ports['HTTP']}") as http:
+            seen = await observed(http, "y")
+    finally:
+        process.send_signal(signal.SIGTERM)
+        await process.wait()
+    assert (seen["ext"], seen["partitions"]) == (True, 3)

@@ -24,7 +24,7 @@ import trio
 
 from ..broker import trace_log
 from ..broker.channel import Consumer
-from ..broker.health import StorageFault
+from ..broker.health import StorageFault, go_error_text
 from ..broker.offsets import OffsetError
 from ..broker.rate_limits import RateLimit, Rates
 from ..broker.rules import (
@@ -350,6 +350,9 @@ class CommandLayer(PublishCommands):
         if isinstance(event, Auth):
             await self._auth(event)
             return
+        if isinstance(event, InternalCreateTopic):
+            await self._internal_create_topic(event)
+            return
         handler = self._HANDLERS.get(type(event))
         if handler is None:
             verb = _wire_verb(type(event).__name__)
@@ -408,9 +411,9 @@ class CommandLayer(PublishCommands):
                 deflate=settings.deflate,
             )
 
-    def _internal_create_topic(self, event: InternalCreateTopic) -> None:
+    async def _internal_create_topic(self, event: InternalCreateTopic) -> None:
         """Standalone creation of one partition (idempotent; ``ext`` upgrades, never
-        downgrades).
+        downgrades), answered once metadata.json holds it, as HTTP's ``/topic/create``.
 
         Partitions are numbered from 0 with no gaps here: creating partition ``n``
         gives the topic every partition up to ``n`` it does not have yet.
@@ -420,6 +423,14 @@ class CommandLayer(PublishCommands):
             self._reply(error_frame(broker_errors.create_topic_failed(reason)))
             return
         self.broker.topic(event.topic, partitions=event.partition + 1, ext=event.ext)
+        storage = self.broker.storage
+        if storage is not None:
+            try:
+                await storage.save_metadata_now(self.broker)
+            except OSError as error:
+                reason = go_error_text(error)
+                self._reply(error_frame(broker_errors.create_topic_failed(reason)))
+                return
         self._reply(OK_FRAME)
 
     async def _sub(self, event: Sub | SubOrdered | SubAdvanced) -> None:
@@ -571,7 +582,6 @@ class CommandLayer(PublishCommands):
         MpubExt: PublishCommands._mpub_ext,
         PubTrace: PublishCommands._pub_trace,
         MpubTrace: PublishCommands._mpub_trace,
-        InternalCreateTopic: _internal_create_topic,
         Rdy: _rdy,
         Pull: _pull,
         Fin: _fin,
