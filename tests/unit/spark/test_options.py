@@ -50,7 +50,7 @@ def test_the_path_is_the_topic() -> None:
 @pytest.mark.parametrize(
     ("options", "streaming", "message"),
     [
-        ({"nsqd": "h:1"}, False, "'topic': required"),
+        ({"nsqd": "h:1"}, False, "'topic': give exactly one of load()'s path, topic,"),
         ({**BROKER, "lookupd": "h:2"}, False, "'nsqd': give either"),
         ({"nsqd": "nohost", "topic": "t"}, False, "'nsqd': 'nohost' is not a host:port"),
         ({**BROKER, "topic": "bad name"}, False, "'topic': 'bad name' is not a valid"),
