@@ -24,7 +24,13 @@ import trio
 
 from trionsq.descriptors import HTTP_RESERVE
 from trionsq.protocol import Dpub, IdentifyRequest, MpubExt, Pub, PubExt, Rdy, Sub
-from trionsq.protocol.client import ErrorReply, MessageFrame, Response, encode_identify
+from trionsq.protocol.client import (
+    ErrorReply,
+    MessageFrame,
+    Response,
+    encode_commands,
+    encode_identify,
+)
 from trionsq.protocol.commands import ExtMessage
 from trionsq.testing import ProtocolClient
 
@@ -82,6 +88,35 @@ async def replies(client: ProtocolClient, commands: Sequence[Command]) -> list[F
     """Send ``commands`` in one write; their answers (fewer if the broker closed)."""
     await client.send(*commands)
     return await client.read(len(commands))
+
+
+def data_with_topics(tmp_path: Path, count: int, *, ext: bool, max_attempts: int = 0) -> Path:
+    """A data path whose metadata.json (as an earlier run left it) lists ``count``
+    topics, each with the durable channel ``c`` (with that dead-letter bound)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    channel = {"name": "c", "paused": False} | (
+        {"max_attempts": max_attempts} if max_attempts else {}
+    )
+    topics = [
+        {"name": topic_name(n), "partitions": 1, "paused": False, "ext": ext}
+        | {"ordered": False, "channels": [channel]}
+        for n in range(count)
+    ]
+    (data / "metadata.json").write_text(json.dumps({"version": 1, "topics": topics}))
+    return data
+
+
+async def all_acknowledged(broker: BrokerProcess, commands: Sequence[Command]) -> None:
+    """Send ``commands`` on one connection, a hundred per write; each must get OK."""
+    client = await ProtocolClient.connect(broker.tcp)
+    for start in range(0, len(commands), 100):
+        sent = commands[start : start + 100]
+        frames = await replies(client, sent)
+        refused = [f for f in frames if not (isinstance(f, Response) and f.is_ok)]
+        assert len(frames) == len(sent), (broker.open_descriptors(), broker.stderr[-600:])
+        assert not refused, (len(refused), refused[:1], broker.stderr[-600:])
+    await client.aclose()
 
 
 async def publish_one_per_topic(broker: BrokerProcess, count: int) -> list[int]:
@@ -181,26 +216,13 @@ async def test_channels_with_parked_delays_on_520_topics_under_1024_descriptors(
     the budget, the DPUB to the 378th topic failed with EMFILE). The topics and
     channels come from an earlier run's metadata.json, so the start restores 520
     durable channels too."""
-    data = tmp_path / "data"
-    data.mkdir()
     count = 520
-    channel = {"name": "c", "paused": False}
-    topics = [
-        {"name": topic_name(n), "partitions": 1, "paused": False, "ext": False}
-        | {"ordered": False, "channels": [channel]}
-        for n in range(count)
-    ]
-    (data / "metadata.json").write_text(json.dumps({"version": 1, "topics": topics}))
+    data = data_with_topics(tmp_path, count, ext=False)
     async with limited_broker(data) as broker:
-        client = await ProtocolClient.connect(broker.tcp)
         hour = 3_600_000  # parked: due long after the test
-        for start in range(0, count, 130):
-            dpubs = [Dpub(topic_name(n), hour, body_of(n)) for n in range(start, start + 130)]
-            frames = await replies(client, dpubs)
-            refused = [f for f in frames if not (isinstance(f, Response) and f.is_ok)]
-            assert len(frames) == len(dpubs), broker.stderr[-600:]
-            assert not refused, (refused[:1], broker.stderr[-600:])
-        await client.aclose()
+        await all_acknowledged(
+            broker, [Dpub(topic_name(n), hour, body_of(n)) for n in range(count)]
+        )
         assert len(list((data / "channels").glob("*/c.delays"))) == count
         assert await broker.http("GET", "/ping") == (200, b"OK")
         broker.process.send_signal(signal.SIGKILL)
@@ -225,13 +247,12 @@ async def deliver_unfinished(broker: BrokerProcess, topic: str) -> tuple[bytes, 
     """An ext consumer on ``topic``'s channel ``c`` takes its first message and goes
     away without finishing it: its body and attempts (it goes back to the channel)."""
     consumer = await ProtocolClient.connect(broker.tcp)
+    consumer.decoder.extended = True  # only message frames differ
     try:
-        await consumer.stream.send_all(encode_identify(IdentifyRequest(extend_support=True)))
-        (identified,) = await consumer.read(1)
+        identify = encode_identify(IdentifyRequest(extend_support=True))
+        await consumer.stream.send_all(identify + encode_commands([Sub(topic, "c"), Rdy(1)]))
+        identified, subscribed, message = await consumer.read(3)
         assert isinstance(identified, Response), identified
-        consumer.decoder.extended = True
-        await consumer.send(Sub(topic, "c"), Rdy(1))
-        subscribed, message = await consumer.read(2)
         assert isinstance(subscribed, Response), subscribed
         assert isinstance(message, MessageFrame), (message, broker.stderr[-600:])
         return message.message.body, message.message.attempts
@@ -242,9 +263,9 @@ async def deliver_unfinished(broker: BrokerProcess, topic: str) -> tuple[bytes, 
 async def deliver_each_unfinished(
     broker: BrokerProcess, numbers: range
 ) -> dict[int, tuple[bytes, int]]:
-    """:func:`deliver_unfinished` on each topic, eight consumers at a time."""
+    """:func:`deliver_unfinished` on each topic, sixteen consumers at a time."""
     got: dict[int, tuple[bytes, int]] = {}
-    limiter = trio.CapacityLimiter(8)
+    limiter = trio.CapacityLimiter(16)
 
     async def one(number: int) -> None:
         async with limiter:
@@ -263,26 +284,11 @@ async def test_keyed_topics_with_bounded_channels_on_600_topics_under_1024_descr
     channel (with a dead-letter bound) a delivery journal: 1,800 files under 1,024
     descriptors, each reached through the budget. The topics and channels come from
     an earlier run's metadata.json."""
-    data = tmp_path / "data"
-    data.mkdir()
     count = 600
-    channel = {"name": "c", "paused": False, "max_attempts": 5}
-    topics = [
-        {"name": topic_name(n), "partitions": 1, "paused": False, "ext": True}
-        | {"ordered": False, "channels": [channel]}
-        for n in range(count)
-    ]
-    (data / "metadata.json").write_text(json.dumps({"version": 1, "topics": topics}))
+    data = data_with_topics(tmp_path, count, ext=True, max_attempts=5)
     async with limited_broker(data) as broker:
-        producer = await ProtocolClient.connect(broker.tcp)
-        for start in range(0, count, 100):
-            numbers = range(start, start + 100)
-            pubs = [PubExt(topic_name(n), keyed(f"k{n}", body_of(n))) for n in numbers]
-            frames = await replies(producer, pubs)
-            refused = [f for f in frames if not (isinstance(f, Response) and f.is_ok)]
-            assert len(frames) == len(pubs), (broker.open_descriptors(), broker.stderr[-600:])
-            assert not refused, (len(refused), refused[:1], broker.stderr[-600:])
-        await producer.aclose()
+        pubs = [PubExt(topic_name(n), keyed(f"k{n}", body_of(n))) for n in range(count)]
+        await all_acknowledged(broker, pubs)
         got = await deliver_each_unfinished(broker, range(count))
         assert got == {n: (body_of(n), 1) for n in range(count)}
         assert len(list(data.glob("*.keys"))) == count
@@ -298,18 +304,11 @@ async def test_keyed_topics_with_bounded_channels_on_600_topics_under_1024_descr
     # each key is remembered and each delivery counted after a restart under the limit
     async with limited_broker(data) as broker:
         assert broker.open_descriptors() < 200, broker.open_descriptors()
-        producer = await ProtocolClient.connect(broker.tcp)
-        for start in range(0, count, 100):
-            numbers = range(start, start + 100)
-            mpubs = [
-                MpubExt(topic_name(n), (keyed(f"k{n}", b"again"), keyed(f"new{n}", b"new")))
-                for n in numbers
-            ]
-            frames = await replies(producer, mpubs)
-            refused = [f for f in frames if not (isinstance(f, Response) and f.is_ok)]
-            assert len(frames) == len(mpubs), broker.stderr[-600:]
-            assert not refused, (len(refused), refused[:1], broker.stderr[-600:])
-        await producer.aclose()
+        mpubs = [
+            MpubExt(topic_name(n), (keyed(f"k{n}", b"again"), keyed(f"new{n}", b"new")))
+            for n in range(count)
+        ]
+        await all_acknowledged(broker, mpubs)
         depths = {
             topic["topic_name"]: sum(c["depth"] for c in topic["channels"])
             for topic in json.loads(await stats(broker))["topics"]
