@@ -161,7 +161,7 @@ class KeyJournal:
         """Drop every entry (the topic was emptied: its keys are forgotten)."""
         if self._handle is None:
             return
-        os.ftruncate(self._handle.descriptor(), len(MAGIC))
+        os.truncate(self.path, len(MAGIC))  # by name: no descriptor needed (O_APPEND)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.old_path)
         self._end = len(MAGIC)
