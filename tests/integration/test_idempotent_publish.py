@@ -403,6 +403,27 @@ async def test_a_restart_keeps_the_window_of_the_keys(
     assert log.read(1001, 1)[0].body == b"again"
 
 
+async def test_a_key_journal_the_file_system_refuses_fails_the_publish_not_the_connection(
+    clients: Clients, nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """The first keyed publish opens the partition's ``.keys``: when it cannot (here a
+    directory is in its place; under the descriptor budget, no descriptor), the
+    publish gets E_PUB_FAILED naming the file and stores nothing, as a refused append
+    does, and the connection goes on (it was closed without a word before)."""
+    addresses = await start(nursery, NsqdConfig.loopback(data_path=str(tmp_path)))
+    await create(addresses, "t", ext="true")
+    (tmp_path / "t-0.keys").mkdir()
+    producer = await clients.connect(addresses.tcp)
+    await producer.send(PubExt("t", keyed("k", b"refused")))
+    error = await next_frame(producer)
+    assert isinstance(error, ErrorReply), error
+    assert (error.error.text, error.fatal) == ("E_PUB_FAILED t-0.keys: is a directory", False)
+    assert stored(addresses, "t") == []
+    (tmp_path / "t-0.keys").rmdir()
+    await publish(producer, PubExt("t", keyed("k", b"stored")), PubExt("t", keyed("k", b"dup")))
+    assert stored(addresses, "t") == [b"stored"]
+
+
 # ---------------------------------------------------------------- the blocking client
 
 

@@ -342,8 +342,8 @@ class Broker:
         exist (the caller checked it).
 
         Raises:
-            StorageFault: the log refused the write: nothing of the batch is stored,
-                and no key of it is remembered.
+            StorageFault: the log (or the key journal it needs first) refused the
+                write: nothing of the batch is stored, and no key of it is remembered.
         """
         partition = self.topics[topic].partitions[partition_index]
         table = partition.idempotence
@@ -361,7 +361,11 @@ class Broker:
                     source=source,
                 )
                 return Stored.of(stored[0]) if stored else None
-            table = partition.idempotence = idempotence.new_table(partition.log, window)
+            try:  # the key journal's file (a refusal must answer E_PUB_FAILED)
+                table = idempotence.new_table(partition.log, window)
+            except OSError as error:
+                raise self._storage_fault(APPEND, error) from error
+            partition.idempotence = table
         kept, digests = table.split(keys)
         first: Stored | None = None
         first_key = keys[0] if keys else None

@@ -254,7 +254,9 @@ class Storage:
         key = (topic, partition, channel)
         path = state_path(self.directory, topic, partition, channel)
         try:
-            journal, replay = DeliveryJournal.open(path, on_error=self._delays_failed)
+            journal, replay = DeliveryJournal.open(
+                path, on_error=self._delays_failed, files=self.descriptors
+            )
         except OSError as error:
             log.error("storage: cannot read %s: %s", path, go_error_text(error))
             self.health.failed(PERSIST, error)
