@@ -13,7 +13,6 @@ import logging
 import time
 from typing import TYPE_CHECKING, Final, Protocol
 
-import attrs
 import trio
 
 from ..protocol.message import EXT_VERSION_JSON
@@ -29,6 +28,7 @@ from .offsets import OffsetError, resolve_offset
 from .rate_limits import PublishLimit, PublishMode, RateLimit, Rates
 from .subscription import Subscription
 from .topic import Topic
+from .topology import TopologyChange, TopologyListeners, registrations
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -56,19 +56,6 @@ class ConnectedClient(Protocol):
     def statistics(self) -> ClientStatistics:
         """A snapshot of the connection's counters and settings."""
         ...
-
-
-@attrs.frozen
-class TopologyChange:
-    """A topic (``channel`` None) or a channel came to exist or went away.
-
-    What nsqd tells every nsqlookupd (REGISTER/UNREGISTER), ephemeral names included.
-    A channel counts once over a topic's partitions: it exists while any has it.
-    """
-
-    topic: str
-    channel: str | None
-    exists: bool
 
 
 class Broker:
@@ -107,7 +94,7 @@ class Broker:
         self._since_release: dict[str, int] = {}
         self.trace_log: bool = config.trace_log
         """Log traced messages at publish and delivery (Youzan's trace log)."""
-        self._listeners: list[Callable[[TopologyChange], None]] = []
+        self._listeners = TopologyListeners()
         self.events = EventHub()
         """The admin stream's watchers (docs/admin.md): told every change here."""
         self.group_coordinator = GroupCoordinator(self, nursery, self._wake)
@@ -124,12 +111,11 @@ class Broker:
 
         Called synchronously, never on the message path: a listener queues and returns.
         """
-        self._listeners.append(listener)
+        self._listeners.add(listener)
 
     def remove_listener(self, listener: Callable[[TopologyChange], None]) -> None:
         """Stop hearing (a listener that is not there is ignored)."""
-        if listener in self._listeners:
-            self._listeners.remove(listener)
+        self._listeners.remove(listener)
 
     def _announce(self, topic: str, channel: str | None, exists: bool) -> None:
         self._state_changed()
@@ -140,21 +126,11 @@ class Broker:
             else:
                 self.events.emit("channel", f"channel_{state}", topic, channel=channel)
         if self._listeners:
-            change = TopologyChange(topic, channel, exists)
-            for listener in list(self._listeners):
-                listener(change)
+            self._listeners.tell(TopologyChange(topic, channel, exists))
 
     def registrations(self) -> list[tuple[str, str | None]]:
-        """What a lookupd is told on (re)connect: each channel as (topic, channel), and
-        (topic, None) for a topic without channels (a channel registers its topic too)."""
-        found: list[tuple[str, str | None]] = []
-        for name, topic in self.topics.items():
-            channels = dict.fromkeys(c for p in topic.partitions for c in p.channels)
-            if channels:
-                found.extend((name, channel) for channel in channels)
-            else:
-                found.append((name, None))
-        return found
+        """What a lookupd is told on (re)connect (see :func:`.topology.registrations`)."""
+        return registrations(self.topics)
 
     def register_client(
         self, client_id: int, client: ConnectedClient, remote_address: str = ""
