@@ -1,8 +1,10 @@
-"""What a broker tells its lookupds: topics and channels coming to exist and going away.
+"""What a broker tells its lookupds: topics, partitions and channels coming to exist
+and going away.
 
 The broker announces each change to its listeners (the lookupd peers) synchronously,
 never on the message path; a listener queues and returns. On (re)connect a peer
-registers everything at once from :func:`registrations`.
+registers everything at once: nsqd's way from :func:`registrations` (a lookupd that
+knows no partitions), Youzan's nsqd's way from :func:`partition_registrations`.
 """
 
 from __future__ import annotations
@@ -16,20 +18,29 @@ if TYPE_CHECKING:
 
     from .topic import Topic
 
-__all__ = ["TopologyChange", "TopologyListeners", "registrations"]
+__all__ = ["TopologyChange", "TopologyListeners", "partition_registrations", "registrations"]
 
 
 @attrs.frozen
 class TopologyChange:
-    """A topic (``channel`` None) or a channel came to exist or went away.
+    """A topic (``channel`` None) or a channel came to exist or went away, in some of
+    the topic's partitions.
 
-    What nsqd tells every nsqlookupd (REGISTER/UNREGISTER), ephemeral names included.
-    A channel counts once over a topic's partitions: it exists while any has it.
+    What nsqd tells every nsqlookupd (REGISTER/UNREGISTER), ephemeral names included:
+    Youzan's nsqd one command per partition, nsqd 1.3 one per name and only when
+    ``whole``.
     """
 
     topic: str
     channel: str | None
     exists: bool
+    partitions: tuple[int, ...] = (0,)
+    """The partitions that gained or lost the topic or channel (a topic's new
+    partitions, when it grows)."""
+    whole: bool = True
+    """The name itself came or went: a topic created or deleted, a channel in its
+    first partition or out of its last. False when a topic grows or a channel comes
+    to (or leaves) one more partition."""
 
 
 class TopologyListeners:
@@ -64,4 +75,15 @@ def registrations(topics: Mapping[str, Topic]) -> list[tuple[str, str | None]]:
             found.extend((name, channel) for channel in channels)
         else:
             found.append((name, None))
+    return found
+
+
+def partition_registrations(topics: Mapping[str, Topic]) -> list[tuple[str, int, str | None]]:
+    """Youzan's nsqd's registrations on (re)connect: each partition as (topic,
+    partition, None), followed by each of its channels as (topic, partition, channel)."""
+    found: list[tuple[str, int, str | None]] = []
+    for name, topic in topics.items():
+        for partition in topic.partitions:
+            found.append((name, partition.index, None))
+            found.extend((name, partition.index, channel) for channel in partition.channels)
     return found
