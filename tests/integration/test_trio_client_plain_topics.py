@@ -1,0 +1,147 @@
+"""A plain NSQ topic on several brokers, found through trionsq's lookupd (issue 31
+item 1): trionsq.client consumes it from every broker and its producer spreads over
+them, as NSQ clients do, next to trionsq brokers (Youzan's registration form) and a
+broker registered as nsqd 1.3 registers (raw V1 bytes from a test peer, since Go's
+nsqd cannot be installed here); pynsq through the same lookupd reads everything."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+import pytest
+import trio
+
+from trionsq import NsqdConfig
+from trionsq.client import ConsumerSettings, open_consumer, open_producer
+from trionsq.protocol import Mpub
+from trionsq.protocol.lookupd import PeerInfo
+from trionsq.testing import wait_until
+
+from .lookupd_peers import RawPeer
+from .raw import publish, start
+
+if TYPE_CHECKING:
+    from trionsq.client import Consumer
+    from trionsq.lookupd.server import LookupdAddresses
+    from trionsq.nursery_tree import BoundAddresses
+    from trionsq.testing import NsqCluster
+
+    from .raw import Clients
+
+TOPIC: Final = "lk"
+PER_BROKER: Final = 500
+FAST: Final = ConsumerSettings(lookup_interval=0.5)
+PYNSQ: Final = Path(__file__).parent.parent / "e2e" / "clients" / "pynsq_cluster.py"
+
+
+def bodies_of(broker: int) -> list[bytes]:
+    return [b"b%d-%d" % (broker, i) for i in range(PER_BROKER)]
+
+
+def every_body(brokers: int) -> list[bytes]:
+    return sorted(body for broker in range(brokers) for body in bodies_of(broker))
+
+
+async def publish_on(clients: Clients, broker: BoundAddresses, index: int) -> None:
+    """The broker's share, published to it directly (a plain NSQ topic)."""
+    client = await clients.connect(broker.tcp)
+    await publish(client, Mpub(TOPIC, tuple(bodies_of(index))))
+
+
+async def read(consumer: Consumer, count: int) -> list[bytes]:
+    """Up to ``count`` bodies, each finished; fewer when nothing more comes."""
+    received: list[bytes] = []
+    with trio.move_on_after(10):
+        async for message in consumer:
+            received.append(message.body)
+            message.finish()
+            if len(received) == count:
+                break
+    return received
+
+
+def published(broker: BoundAddresses) -> int:
+    return broker.broker.topics[TOPIC].statistics().message_count
+
+
+async def check_the_trio_client(lookupd: str, brokers: list[BoundAddresses]) -> None:
+    """Every message of every broker on one connection each; publishes on each."""
+    async with open_consumer(TOPIC, "trionsq", lookupd=lookupd, settings=FAST) as consumer:
+        connections = consumer.connections
+        received = await read(consumer, PER_BROKER * len(brokers))
+    assert (connections, len(received)) == (len(brokers), PER_BROKER * len(brokers))
+    assert sorted(received) == every_body(len(brokers))
+    async with open_producer(lookupd=lookupd) as producer:
+        for i in range(10 * len(brokers)):
+            await producer.publish(TOPIC, b"p%d" % i)
+    counts = [published(broker) - PER_BROKER for broker in brokers]
+    assert counts == [10] * len(brokers)  # round robin over the producers
+
+
+@pytest.mark.nsq_cluster(brokers=2, lookupds=1)
+async def test_two_trionsq_brokers_are_both_consumed_and_published_to(
+    nsq_cluster: NsqCluster, clients: Clients
+) -> None:
+    for index, broker in enumerate(nsq_cluster.brokers):
+        await broker.broker.create_channel(TOPIC, "trionsq")
+        await publish_on(clients, broker, index)
+    await nsq_cluster.wait_registered()
+    (lookupd,) = nsq_cluster.lookupd_http_addresses
+    await check_the_trio_client(lookupd, nsq_cluster.brokers)
+
+
+async def test_a_trionsq_broker_and_an_nsqd_1_3_are_both_consumed_and_published_to(
+    nursery: trio.Nursery, lookupd: LookupdAddresses, clients: Clients
+) -> None:
+    """The nsqd 1.3 is a broker that registers nothing itself: a test peer IDENTIFYs
+    with its ports and sends what nsqd 1.3 sends for a topic with two channels."""
+    tcp_address = f"{lookupd.tcp[0]}:{lookupd.tcp[1]}"
+    config = NsqdConfig.loopback(lookupd_tcp_addresses=(tcp_address,), broadcast_address="127.0.0.1")
+    trionsq_broker = await start(nursery, config)
+    nsqd = await start(nursery, NsqdConfig.loopback())
+    assert nsqd.http is not None
+    brokers = [trionsq_broker, nsqd]
+    for index, broker in enumerate(brokers):
+        for channel in ("trionsq", "pynsq"):
+            await broker.broker.create_channel(TOPIC, channel)
+        await publish_on(clients, broker, index)
+    peer = await RawPeer.connect(lookupd)
+    try:
+        identity = PeerInfo(
+            version="1.3.0",
+            tcp_port=nsqd.tcp[1],
+            http_port=nsqd.http[1],
+            hostname="go-nsqd",
+            broadcast_address="127.0.0.1",
+        )
+        assert (await peer.identify(identity)).startswith(b"{")
+        await peer.send(b"REGISTER lk trionsq\nREGISTER lk pynsq\n")  # nsqd 1.3's bytes
+        assert [await peer.reply(), await peer.reply()] == [b"OK", b"OK"]
+        registry = lookupd.registry
+        await wait_until(lambda: len(registry.find_producers("topic", TOPIC, "")) == 2, "both")
+        http = f"{lookupd.http[0]}:{lookupd.http[1]}"
+        await check_the_trio_client(http, brokers)
+        summary = await pynsq_reads(http, PER_BROKER * len(brokers))
+    finally:
+        await peer.aclose()
+    assert sorted(summary["bodies"]) == sorted(body.decode() for body in every_body(2))
+    assert summary["connections"] == sorted(f"127.0.0.1:{b.tcp[1]}" for b in brokers)
+
+
+async def pynsq_reads(lookupd: str, count: int) -> dict[str, list[str]]:
+    """pynsq's Reader through the lookupd, channel ``pynsq``, until ``count`` bodies."""
+    with trio.fail_after(60):
+        result = await trio.run_process(
+            [sys.executable, str(PYNSQ), lookupd, TOPIC, "pynsq", str(count)],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    summary: dict[str, list[str]] = json.loads(result.stdout.decode().strip().splitlines()[-1])
+    return summary
