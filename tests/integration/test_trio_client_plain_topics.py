@@ -10,8 +10,9 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
+import httpx
 import pytest
 import trio
 
@@ -100,7 +101,9 @@ async def test_a_trionsq_broker_and_an_nsqd_1_3_are_both_consumed_and_published_
     """The nsqd 1.3 is a broker that registers nothing itself: a test peer IDENTIFYs
     with its ports and sends what nsqd 1.3 sends for a topic with two channels."""
     tcp_address = f"{lookupd.tcp[0]}:{lookupd.tcp[1]}"
-    config = NsqdConfig.loopback(lookupd_tcp_addresses=(tcp_address,), broadcast_address="127.0.0.1")
+    config = NsqdConfig.loopback(
+        lookupd_tcp_addresses=(tcp_address,), broadcast_address="127.0.0.1"
+    )
     trionsq_broker = await start(nursery, config)
     nsqd = await start(nursery, NsqdConfig.loopback())
     assert nsqd.http is not None
@@ -145,3 +148,42 @@ async def pynsq_reads(lookupd: str, count: int) -> dict[str, list[str]]:
     assert result.returncode == 0, result.stderr.decode()[-3000:]
     summary: dict[str, list[str]] = json.loads(result.stdout.decode().strip().splitlines()[-1])
     return summary
+
+
+async def test_the_lookupd_lists_no_partition_for_a_plain_topic_on_several_brokers(
+    lookupd: LookupdAddresses,
+) -> None:
+    """No partition a writer must address: ``partitions`` is empty, as Youzan's lookupd
+    answers for nsqds without partitions, so Youzan's producers spread over
+    ``producers`` and its consumers read each as a plain nsqd. One broker alone keeps
+    its partition 0. The registrations are raw V1 bytes: a trionsq broker's (Youzan's
+    form) and nsqd 1.3's."""
+    trionsq_broker, nsqd = await RawPeer.connect(lookupd), await RawPeer.connect(lookupd)
+    try:
+        for port, peer in ((4150, trionsq_broker), (4250, nsqd)):
+            info = PeerInfo("1.3.0", port, port + 1, "h", "127.0.0.1")
+            assert (await peer.identify(info)).startswith(b"{")
+        await trionsq_broker.send(b"REGISTER lk 0\nREGISTER lk 0 ch\n")
+        assert [await trionsq_broker.reply(), await trionsq_broker.reply()] == [b"OK", b"OK"]
+        alone = await lookup(lookupd, "r")
+        assert [peer["tcp_port"] for peer in alone["partitions"].values()] == [4150]
+        await nsqd.send(b"REGISTER lk\n")
+        assert await nsqd.reply() == b"OK"
+        for access in ("r", "w"):
+            document = await lookup(lookupd, access)
+            assert document["partitions"] == {}, access
+            assert [peer["tcp_port"] for peer in document["producers"]] == [4150, 4250]
+            assert document["meta"]["partition_num"] == 1
+            assert document["channels"] == ["ch"]
+    finally:
+        await trionsq_broker.aclose()
+        await nsqd.aclose()
+
+
+async def lookup(lookupd: LookupdAddresses, access: str) -> dict[str, Any]:
+    host, port = lookupd.http
+    async with httpx.AsyncClient(base_url=f"http://{host}:{port}") as client:
+        answer = await client.get(f"/lookup?topic={TOPIC}&access={access}&metainfo=true")
+    assert answer.status_code == 200, answer.text
+    document: dict[str, Any] = answer.json()
+    return document
