@@ -10,14 +10,14 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 import httpx
 import pytest
 import trio
 
 from trionsq import NsqdConfig
-from trionsq.client import ConsumerSettings, open_consumer, open_producer
+from trionsq.client import ConsumerSettings, Target, open_consumer, open_producer
 from trionsq.protocol import Mpub
 from trionsq.protocol.lookupd import PeerInfo
 from trionsq.testing import wait_until
@@ -69,6 +69,10 @@ def published(broker: BoundAddresses) -> int:
     return broker.broker.topics[TOPIC].statistics().message_count
 
 
+def published_bodies(brokers: int) -> list[bytes]:
+    return [b"p%d" % i for i in range(10 * brokers)]
+
+
 async def check_the_trio_client(lookupd: str, brokers: list[BoundAddresses]) -> None:
     """Every message of every broker on one connection each; publishes on each."""
     async with open_consumer(TOPIC, "trionsq", lookupd=lookupd, settings=FAST) as consumer:
@@ -77,8 +81,8 @@ async def check_the_trio_client(lookupd: str, brokers: list[BoundAddresses]) -> 
     assert (connections, len(received)) == (len(brokers), PER_BROKER * len(brokers))
     assert sorted(received) == every_body(len(brokers))
     async with open_producer(lookupd=lookupd) as producer:
-        for i in range(10 * len(brokers)):
-            await producer.publish(TOPIC, b"p%d" % i)
+        for body in published_bodies(len(brokers)):
+            await producer.publish(TOPIC, body)
     counts = [published(broker) - PER_BROKER for broker in brokers]
     assert counts == [10] * len(brokers)  # round robin over the producers
 
@@ -128,11 +132,49 @@ async def test_a_trionsq_broker_and_an_nsqd_1_3_are_both_consumed_and_published_
         await wait_until(lambda: len(registry.find_producers("topic", TOPIC, "")) == 2, "both")
         http = f"{lookupd.http[0]}:{lookupd.http[1]}"
         await check_the_trio_client(http, brokers)
-        summary = await pynsq_reads(http, PER_BROKER * len(brokers))
+        summary = await pynsq_reads(http, PER_BROKER * len(brokers) + 20)
     finally:
         await peer.aclose()
-    assert sorted(summary["bodies"]) == sorted(body.decode() for body in every_body(2))
+    everything = every_body(2) + published_bodies(2)  # its channel got both, each once
+    assert sorted(summary["bodies"]) == sorted(body.decode() for body in everything)
     assert summary["connections"] == sorted(f"127.0.0.1:{b.tcp[1]}" for b in brokers)
+
+
+async def test_a_partitioned_topic_and_an_nsqd_holding_it_plain_are_all_read(
+    nursery: trio.Nursery, lookupd: LookupdAddresses, clients: Clients
+) -> None:
+    """Three partitions on a trionsq broker, the same topic plain on an nsqd 1.3: the
+    lookupd lists the partitions (one broker leads them) and both brokers as
+    producers; the consumer reads each partition, and the nsqd without one."""
+    tcp_address = f"{lookupd.tcp[0]}:{lookupd.tcp[1]}"
+    config = NsqdConfig.loopback(
+        lookupd_tcp_addresses=(tcp_address,), broadcast_address="127.0.0.1"
+    )
+    trionsq_broker = await start(nursery, config)
+    nsqd = await start(nursery, NsqdConfig.loopback())
+    assert nsqd.http is not None
+    trionsq_broker.broker.topic(TOPIC, partitions=3)
+    for broker in (trionsq_broker, nsqd):
+        await broker.broker.create_channel(TOPIC, "trionsq")
+    await publish_on(clients, trionsq_broker, 0)  # all to partition 0
+    await publish_on(clients, nsqd, 1)
+    peer = await RawPeer.connect(lookupd)
+    try:
+        identity = PeerInfo("1.3.0", nsqd.tcp[1], nsqd.http[1], "go-nsqd", "127.0.0.1")
+        assert (await peer.identify(identity)).startswith(b"{")
+        await peer.send(b"REGISTER lk trionsq\n")
+        assert await peer.reply() == b"OK"
+        registry = lookupd.registry
+        await wait_until(lambda: len(registry.partitions(TOPIC)) == 3, "three partitions")
+        http = f"{lookupd.http[0]}:{lookupd.http[1]}"
+        async with open_consumer(TOPIC, "trionsq", lookupd=http, settings=FAST) as consumer:
+            targets = {link.target for link in consumer.readiness.links}
+            received = await read(consumer, 2 * PER_BROKER)
+    finally:
+        await peer.aclose()
+    leader, plain = f"127.0.0.1:{trionsq_broker.tcp[1]}", f"127.0.0.1:{nsqd.tcp[1]}"
+    assert targets == {Target(leader, 0), Target(leader, 1), Target(leader, 2), Target(plain)}
+    assert sorted(received) == every_body(2)
 
 
 async def pynsq_reads(lookupd: str, count: int) -> dict[str, list[str]]:
@@ -165,12 +207,12 @@ async def test_the_lookupd_lists_no_partition_for_a_plain_topic_on_several_broke
             assert (await peer.identify(info)).startswith(b"{")
         await trionsq_broker.send(b"REGISTER lk 0\nREGISTER lk 0 ch\n")
         assert [await trionsq_broker.reply(), await trionsq_broker.reply()] == [b"OK", b"OK"]
-        alone = await lookup(lookupd, "r")
+        alone = (await lookup(lookupd, "r")).json()
         assert [peer["tcp_port"] for peer in alone["partitions"].values()] == [4150]
         await nsqd.send(b"REGISTER lk\n")
         assert await nsqd.reply() == b"OK"
         for access in ("r", "w"):
-            document = await lookup(lookupd, access)
+            document = (await lookup(lookupd, access)).json()
             assert document["partitions"] == {}, access
             assert [peer["tcp_port"] for peer in document["producers"]] == [4150, 4250]
             assert document["meta"]["partition_num"] == 1
@@ -180,10 +222,10 @@ async def test_the_lookupd_lists_no_partition_for_a_plain_topic_on_several_broke
         await nsqd.aclose()
 
 
-async def lookup(lookupd: LookupdAddresses, access: str) -> dict[str, Any]:
+async def lookup(lookupd: LookupdAddresses, access: str) -> httpx.Response:
+    """Youzan's question (``.json()`` gives the answer)."""
     host, port = lookupd.http
     async with httpx.AsyncClient(base_url=f"http://{host}:{port}") as client:
         answer = await client.get(f"/lookup?topic={TOPIC}&access={access}&metainfo=true")
     assert answer.status_code == 200, answer.text
-    document: dict[str, Any] = answer.json()
-    return document
+    return answer
