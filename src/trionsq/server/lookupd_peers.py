@@ -319,12 +319,13 @@ class LookupdPeer:
         if not info.broadcast_address or not info.http_port:
             return None
         address = join_host_port(info.broadcast_address, info.http_port)
+        config = self._broker.config
         try:
             return await lookupd_json(
                 address,
                 "/info",
-                connect_timeout=self._timing.dial_timeout,
-                request_timeout=self._timing.io_timeout,
+                connect_timeout=config.http_client_connect_timeout,
+                request_timeout=config.http_client_request_timeout,
             )
         except LookupdAnswerError as error:
             log.info("lookupd %s: no /info from %s (%s): nsqd 1.3's form", self, address, error)
