@@ -193,7 +193,7 @@ class LookupdPeer:
         self.info: LookupdInfo | None = None
         """The lookupd's own addresses from its IDENTIFY answer, while connected."""
         self.partitioned = False
-        """This connection registers in Youzan's form (:func:`knows_partitions`)."""
+        """The connection registers in Youzan's form (:func:`knows_partitions`)."""
         self.connections = 0
         """Connections that got through IDENTIFY (tests and logs)."""
         self._broker = broker
@@ -244,6 +244,7 @@ class LookupdPeer:
                     self._queueing = False
                     self._queue.clear()
                     self.info = None
+                    self.partitioned = False
                 if self.connections > connections:
                     failures = 0
                 delay = min(self._timing.backoff_initial * 2.0**failures, self._timing.backoff_max)
