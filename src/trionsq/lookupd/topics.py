@@ -432,11 +432,9 @@ def youzan_lookup(
     topic gives empty lists and no ``meta``.
 
     A topic not managed whose only partition, 0, several brokers registered is a
-    plain NSQ topic on each of them, not one partition with a leader: no partition
-    is listed, as Youzan's lookupd lists nsqds that know no partitions only under
-    ``producers``. Youzan's clients then consume every producer as a plain nsqd and
-    their producers spread over them (with a partition listed, they write to it
-    alone); trionsq.client does the same (issue 31).
+    plain topic on each, not a partition with a leader: none is listed, as Youzan's
+    lookupd lists nsqds without partitions only as producers, so Youzan's clients
+    read and write every producer plainly (issue 31).
     """
     channels = registry.channels(topic)
     live = registry.active_peers(now)
