@@ -32,8 +32,6 @@ from ..version import TRIONSQ_VERSION
 from .memory_stats import memory_statistics
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
-
     from ..broker.broker import Broker
     from ..broker.channel import Channel
     from ..broker.latency import LatencyWindow
@@ -49,7 +47,7 @@ __all__ = [
     "snapshot",
     "stats_document",
     "stats_text",
-    "topic_documents",
+    "topic_document",
 ]
 
 
@@ -265,19 +263,13 @@ def snapshot(
     return StatsSnapshot(topics=tuple(topics), producers=producers)
 
 
-def topic_documents(
-    broker: Broker, names: Iterable[str], *, now: float | None = None
-) -> Iterator[dict[str, object]]:
-    """Each topic of ``names`` that exists, as ``/stats?format=json&include_clients=true``
-    shows it, one at a time: the admin stream builds a snapshot topic by topic, with
-    other work let in between (the topics are read a few moments apart)."""
-    when = time.time() if now is None else now
-    for name in names:
-        found = broker.topics.get(name)
-        if found is not None:
-            shown = _topic_snapshot(broker, found, None, None, True, when)
-            if shown is not None:
-                yield _topic_json(shown)
+def topic_document(broker: Broker, topic: Topic, now: float) -> dict[str, object]:
+    """``topic`` as ``/stats?format=json&include_clients=true`` shows it at ``now`` (Unix
+    seconds): the admin stream builds a snapshot topic by topic, and only the topics
+    whose figures moved (topic_figures.py)."""
+    shown = _topic_snapshot(broker, topic, None, None, True, now)
+    assert shown is not None  # noqa: S101 - None only with a channel filter
+    return _topic_json(shown)
 
 
 def producer_documents(broker: Broker) -> list[dict[str, object]] | None:
@@ -298,7 +290,8 @@ def _topic_snapshot(
     now: float,
 ) -> TopicSnapshot | None:
     """One topic (None: the ``channel`` filter names none of its channels); ``topic``
-    is the request's filter, which narrows its clients' publish counts."""
+    is the request's filter, which narrows its clients' publish counts. What this reads,
+    topic_figures.py reads too (the admin stream rebuilds a topic when it moved)."""
     by_name = _channels_by_name(t)
     if channel:
         if channel not in by_name:

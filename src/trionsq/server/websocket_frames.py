@@ -43,9 +43,11 @@ def _header(first_byte: int, length: int) -> bytes:
     return struct.pack("!BBQ", first_byte, 127, length)
 
 
-def continuation_frame(payload: bytes | memoryview) -> bytes:
-    """The final frame of a fragmented message, carrying ``payload`` (built once)."""
-    return b"".join((_header(_FIN | _CONTINUATION, len(payload)), payload))
+def continuation_frame(*payload: bytes | memoryview) -> bytes:
+    """The final frame of a fragmented message, carrying the parts of ``payload``
+    joined (built once, with one copy of them)."""
+    length = sum(len(part) for part in payload)
+    return b"".join((_header(_FIN | _CONTINUATION, length), *payload))
 
 
 async def send_in_two_frames(ws: WebSocketConnection, head: bytes, tail: bytes) -> None:
