@@ -10,6 +10,9 @@
  *   encode_plain   - an MPUB batch (no ext, no delay) into log bytes and Records
  *                    (twin: trionsq.queues.record_codec._encode_plain_py)
  *
+ * and, in _speedups_publish.c (included below), the loops of keyed publishing
+ * (issue 32): key_digests, read_keyed_parts, encode_ext, keyed_chunks.
+ *
  * The record layout is record.py's: size u32, crc32 u32 over everything after it,
  * timestamp i64, internal id u64, trace id u64, flags u8, ext version u8, then
  * deliver-at i64 if flags & DEFERRED, then ext length u16 + ext if ext version,
@@ -503,6 +506,9 @@ done:
     return result;
 }
 
+/* ---- keyed publishing (issue 32): its own file, one translation unit with this one */
+#include "_speedups_publish.c"
+
 static PyObject *crc32_py(PyObject *Py_UNUSED(self), PyObject *arg)
 {
     Py_buffer view;
@@ -518,6 +524,14 @@ static PyMethodDef methods[] = {
     {"hex_id_frames", hex_id_frames, METH_O, hex_id_frames_doc},
     {"encode_plain", (PyCFunction)(void (*)(void))encode_plain, METH_FASTCALL, encode_plain_doc},
     {"crc32", crc32_py, METH_O, "zlib's CRC-32 of a bytes-like object (for the tests)."},
+    /* keyed publishing (issue 32), _speedups_publish.c */
+    {"key_digests", key_digests, METH_O, key_digests_doc},
+    {"read_keyed_parts", (PyCFunction)(void (*)(void))read_keyed_parts, METH_FASTCALL,
+     read_keyed_parts_doc},
+    {"encode_ext", (PyCFunction)(void (*)(void))encode_ext, METH_FASTCALL, encode_ext_doc},
+    {"keyed_chunks", (PyCFunction)(void (*)(void))keyed_chunks, METH_FASTCALL,
+     keyed_chunks_doc},
+    {"blake2b", blake2b_py, METH_O, "BLAKE2b-128 of a bytes-like object (for the tests)."},
     {NULL, NULL, 0, NULL},
 };
 

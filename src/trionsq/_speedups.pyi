@@ -3,7 +3,10 @@
 from collections.abc import Sequence
 from typing import Final
 
+from typing_extensions import Buffer
+
 from .broker.channel import Delivery
+from .protocol.commands import ExtMessage
 from .queues.record import Record
 
 FIXED_SIZE: Final[int]
@@ -31,3 +34,41 @@ def encode_plain(
 ) -> tuple[bytes, list[Record], list[int]] | None: ...
 def hex_id_frames(deliveries: Sequence[Delivery], /) -> bytes: ...
 def crc32(data: bytes, /) -> int: ...
+
+# keyed publishing (issue 32), _speedups_publish.c
+def key_digests(keys: Sequence[str | None], /) -> list[bytes | None] | None: ...
+def read_keyed_parts(
+    data: bytes,
+    at: int,
+    count: int,
+    budget: int,
+    max_msg: int,
+    make: type[ExtMessage],
+    out: list[ExtMessage],
+    /,
+) -> tuple[int, int, int, bool]: ...
+def encode_ext(
+    bodies: Sequence[bytes],
+    exts: Sequence[bytes],
+    ext_version: int,
+    timestamp: int,
+    first_id: int,
+    offset: int,
+    trace_ids: Sequence[int] | None,
+    make: type[Record],
+    /,
+) -> tuple[bytes, list[Record], list[int]] | None: ...
+def keyed_chunks(
+    offsets: Buffer,
+    data: Buffer,
+    first: int,
+    count: int,
+    wide: bool,
+    prefix: bytes,
+    extra: bytes,
+    seen: dict[bytes, int],
+    partitions: int,
+    batch_size: int,
+    /,
+) -> list[tuple[int, int, bytes]]: ...
+def blake2b(data: Buffer, /) -> bytes: ...
