@@ -27,10 +27,9 @@ what was being sent is sent again, for up to ``brokerRetryTimeout``.
 
 from __future__ import annotations
 
-import hashlib
 import threading
 import uuid
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Final
 
 import orjson
@@ -55,13 +54,15 @@ from ..client.blocking import BlockingProducer, connect_producer
 from ..client.connection import ConnectionClosedError, NsqError
 from ..client.options import ConnectionOptions
 from ..client.partitioning import partition_for_key
+from ..protocol.client import encode_mpub_ext_parts
 from ..protocol.commands import ExtMessage
 from ..protocol.ext_header import DISPATCH_TAG_KEY, IDEMPOTENCY_KEY
 from .broker_http import locate_partitions, retrying, tcp_address
 from .columns import KEY_HEADER
+from .keyed_chunks import idempotency_key, keyed_chunks
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Callable, Iterator, Sequence
 
     import pyarrow as pa
 
@@ -79,6 +80,8 @@ _EXPECTED: Final = {
     "partition": (IntegerType, LongType),
     "idempotency_key": (StringType,),
 }
+Chunk = list[ExtMessage] | tuple[int, bytes]
+"""A batch of messages for one partition, or (how many, their MPUB_EXT parts)."""
 IN_FLIGHT: Final = 4
 """MPUBs a task keeps in flight: enough to keep the broker busy while the next is built."""
 _LOST: Final = (OSError, ConnectionClosedError, trio.BrokenResourceError, trio.ClosedResourceError)
@@ -197,32 +200,57 @@ class _TaskPublisher:
         return producer
 
     def write(self, batches: Iterator[pa.RecordBatch]) -> WriteSummary:
+        """Publish every batch; a batch is turned into messages while the one before
+        it is being sent."""
         try:
+            sending: list[Future[int]] = []
             for batch in batches:
-                self._publish(self._messages(batch))
+                chunks = self._chunks(batch)
+                self._sent(sending)
+                sending = [self.pool.submit(self._send, *chunk) for chunk in chunks]
+            self._sent(sending)
         finally:
             self.pool.shutdown(cancel_futures=True)
             for producer in self.producers.values():
                 producer.close()
         return WriteSummary(self.published)
 
+    def _sent(self, sending: list[Future[int]]) -> None:
+        """Wait for these sends; raises the first refusal."""
+        for future in sending:
+            self.published += future.result()
+
     def _key(self, body: bytes, extra: bytes) -> tuple[str, int]:
         """The row's idempotency key, and the partition it spreads the row to."""
-        fingerprint = hashlib.blake2b(self.prefix + body + extra, digest_size=16).digest()
-        repeat = self.seen.get(fingerprint, 0)
-        self.seen[fingerprint] = repeat + 1
-        text = fingerprint.hex()
-        return (f"{text}.{repeat}" if repeat else text), int.from_bytes(fingerprint[:4], "big")
+        return idempotency_key(self.prefix, body, extra, self.seen)
 
-    def _messages(self, batch: pa.RecordBatch) -> dict[tuple[str, int], list[ExtMessage]]:
+    def _chunks(self, batch: pa.RecordBatch) -> list[tuple[str, int, Chunk]]:
+        """The batch's rows as (topic, partition, chunk) of ``batchSize`` at most."""
         names = ["body" if name == "value" else name for name in batch.schema.names]
         if batch.column(names.index("body")).null_count:
             raise ValueError(
                 "trionsq sink: a row has a null 'body' (nothing of its batch was sent)"
             )
+        size = self.options.batch_size
         if names == ["body"] and self.options.exactly_once:
-            assert self.options.topic is not None  # noqa: S101 - no topic column
-            return self._keyed_bodies(self.options.topic, batch.column(0).to_pylist())
+            name = self.options.topic
+            assert name is not None  # noqa: S101 - no topic column
+            count = self.destinations.get(name).count
+            built = keyed_chunks(batch.column(0), self.prefix, self.seen, count, size)
+            if built is not None:
+                return [(name, partition, (n, parts)) for partition, n, parts in built]
+            messages = self._keyed_bodies(name, batch.column(0).to_pylist())
+        else:
+            messages = self._messages(batch, names)
+        return [
+            (topic, partition, rows[start : start + size])
+            for (topic, partition), rows in messages.items()
+            for start in range(0, len(rows), size)
+        ]
+
+    def _messages(
+        self, batch: pa.RecordBatch, names: list[str]
+    ) -> dict[tuple[str, int], list[ExtMessage]]:
         columns = {name: batch.column(index).to_pylist() for index, name in enumerate(names)}
         rows = batch.num_rows
         none: list[object] = [None] * rows
@@ -284,22 +312,11 @@ class _TaskPublisher:
             out.setdefault((name, spread % count), []).append(ExtMessage(header, body))
         return out
 
-    def _publish(self, messages: dict[tuple[str, int], list[ExtMessage]]) -> None:
-        """Every chunk of ``batch_size`` as one MPUB(_EXT), :data:`IN_FLIGHT` at a time
-        (they are pipelined on each broker's connection); raises the first refusal."""
-        size = self.options.batch_size
-        chunks = [
-            (topic, partition, batch[start : start + size])
-            for (topic, partition), batch in messages.items()
-            for start in range(0, len(batch), size)
-        ]
-        for published in self.pool.map(lambda job: self._send(*job), chunks):
-            self.published += published
-
-    def _send(self, topic: str, partition: int, chunk: list[ExtMessage]) -> int:
-        """One chunk, sent again (on a new connection) while the broker cannot be
-        reached, up to ``brokerRetryTimeout``: a repeat stores nothing twice when the
-        messages carry idempotency keys."""
+    def _send(self, topic: str, partition: int, chunk: Chunk) -> int:
+        """One chunk as one MPUB(_EXT), :data:`IN_FLIGHT` at a time (pipelined on each
+        broker's connection), sent again (on a new connection) while the broker cannot
+        be reached, up to ``brokerRetryTimeout``: a repeat stores nothing twice when
+        the messages carry idempotency keys."""
         destination = self.destinations.get(topic)
         address = destination.brokers.get(partition)
         if address is None:
@@ -307,16 +324,12 @@ class _TaskPublisher:
                 f"trionsq sink: topic {topic!r} has no partition {partition}"
                 f" (it has {destination.count})"
             )
-        plain = all(message.header == b"{}" for message in chunk)
+        publish = _publisher(topic, partition, chunk)
 
         def attempt() -> None:
             producer = self.producer(address)
             try:
-                if plain:
-                    bodies = [message.body for message in chunk]
-                    producer.publish_many(topic, bodies, partition=partition)
-                else:
-                    producer.publish_many_ext(topic, chunk, partition=partition)
+                publish(producer)
             except _LOST as error:
                 self._drop(address, producer)
                 raise ConnectionError(str(error) or type(error).__name__) from error
@@ -325,7 +338,7 @@ class _TaskPublisher:
             retrying(self.options.access, address, attempt)
         except NsqError as error:
             raise _explained(error, topic) from error
-        return len(chunk)
+        return chunk[0] if isinstance(chunk, tuple) else len(chunk)
 
     def _drop(self, address: str, producer: BlockingProducer) -> None:
         """Forget a producer whose connection failed: the next attempt opens another."""
@@ -333,6 +346,18 @@ class _TaskPublisher:
             if self.producers.get(address) is producer:
                 del self.producers[address]
         producer.close()
+
+
+def _publisher(topic: str, partition: int, chunk: Chunk) -> Callable[[BlockingProducer], None]:
+    """How to publish a chunk: parts built in bulk as they are, bodies without
+    headers as an MPUB, other messages as an MPUB_EXT."""
+    if isinstance(chunk, tuple):
+        command = encode_mpub_ext_parts(topic, partition, *chunk)
+        return lambda producer: producer.publish_encoded(topic, partition, command)
+    if all(message.header == b"{}" for message in chunk):
+        bodies = [message.body for message in chunk]
+        return lambda producer: producer.publish_many(topic, bodies, partition=partition)
+    return lambda producer: producer.publish_many_ext(topic, chunk, partition=partition)
 
 
 def _body(value: object) -> bytes:
