@@ -91,20 +91,19 @@ _keyed_chunks: Final[
 
 def keyed_chunks(
     column: pa.Array, prefix: bytes, seen: dict[bytes, int], partitions: int, batch_size: int
-) -> list[KeyedChunk] | None:
-    """The MPUB_EXT parts of a column of bodies written exactly once (None: a column
-    type other than binary or string, which the caller takes row by row)."""
+) -> list[KeyedChunk]:
+    """The MPUB_EXT parts of a column of bodies (binary or string) written exactly once."""
     import pyarrow as pa  # only where the sink runs, with Spark
 
     if not len(column):
         return []
     kind = column.type
-    if pa.types.is_large_string(kind) or pa.types.is_large_binary(kind):
-        wide = True
-    elif pa.types.is_string(kind) or pa.types.is_binary(kind):
+    if pa.types.is_string(kind) or pa.types.is_binary(kind):
         wide = False
-    else:
-        return None
+    else:  # large (64-bit offsets) as they are, any other layout (views) made large
+        if not (pa.types.is_large_string(kind) or pa.types.is_large_binary(kind)):
+            column = column.cast(pa.large_binary())
+        wide = True
     _, offsets, data = column.buffers()
     return _keyed_chunks(
         offsets,

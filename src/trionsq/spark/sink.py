@@ -23,6 +23,9 @@ in another order still yields the same keys. A row with neither ``key`` nor
 ``partition`` goes to the partition its idempotency key hashes to, so a repeat also
 sends it to the same partition. A broker that cannot be reached is retried, and
 what was being sent is sent again, for up to ``brokerRetryTimeout``.
+
+This module is what Spark calls on the driver (the checks, the writers, their
+commit); what a task does with its rows is sink_task.py's.
 """
 
 from __future__ import annotations

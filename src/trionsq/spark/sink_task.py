@@ -38,7 +38,6 @@ if TYPE_CHECKING:
 
 __all__ = ["TaskPublisher"]
 
-_IDEMPOTENCY_BYTES: Final = IDEMPOTENCY_KEY.encode()
 Chunk = list[ExtMessage] | tuple[int, bytes]
 """A batch of messages for one partition, or (how many, their MPUB_EXT parts)."""
 IN_FLIGHT: Final = 4
@@ -113,11 +112,8 @@ class TaskPublisher:
             assert name is not None  # noqa: S101 - no topic column
             count = self.destinations.get(name).count
             built = keyed_chunks(batch.column(0), self.prefix, self.seen, count, size)
-            if built is not None:
-                return [(name, partition, (n, parts)) for partition, n, parts in built]
-            messages = self._keyed_bodies(name, batch.column(0).to_pylist())
-        else:
-            messages = self._messages(batch, names)
+            return [(name, partition, (n, parts)) for partition, n, parts in built]
+        messages = self._messages(batch, names)
         return [
             (topic, partition, rows[start : start + size])
             for (topic, partition), rows in messages.items()
@@ -173,20 +169,6 @@ class TaskPublisher:
             if name is None:
                 raise ValueError("trionsq sink: a row has a null 'topic' and no topic option")
         return self.destinations.get(str(name))
-
-    def _keyed_bodies(
-        self, name: str, bodies: list[bytes | str]
-    ) -> dict[tuple[str, int], list[ExtMessage]]:
-        """The common case, bodies alone, without a dict and a JSON encoder per row."""
-        count = self.destinations.get(name).count
-        out: dict[tuple[str, int], list[ExtMessage]] = {}
-        key = self._key
-        for value in bodies:
-            body = value if isinstance(value, bytes) else value.encode()
-            idempotency, spread = key(body, b"{}")
-            header = b'{"%s":"%s"}' % (_IDEMPOTENCY_BYTES, idempotency.encode())
-            out.setdefault((name, spread % count), []).append(ExtMessage(header, body))
-        return out
 
     def _send(self, topic: str, partition: int, chunk: Chunk) -> int:
         """One chunk as one MPUB(_EXT), :data:`IN_FLIGHT` at a time (pipelined on each
