@@ -75,12 +75,14 @@ command there, a non-fatal one is answered after the body has been skipped."""
 # A body reader yields (bytes wanted, error to send if the stream ends first) and
 # is sent exactly that many bytes; it returns its event, or raises ProtocolError.
 # The EOF error may be a zero-argument factory, so the hot path builds no errors.
-# A negative number -n asks for whatever has arrived, from 1 to n bytes (a bulk
-# reader, publish_readers.py); a reader that took more than its command sets
+# BULK + n asks for whatever has arrived, from 1 to n bytes (a bulk reader,
+# publish_readers.py; as large as no field can be, so the loop that sends exact
+# fields stays as it was); a reader that took more than its command sets
 # ``_unread`` to how many bytes of the last field it sent belong to what follows.
 _EofError = ProtocolError | Callable[[], ProtocolError]
 _Request = tuple[int, _EofError]
 _Reader = Generator[_Request, bytes, Event | None]
+BULK: Final = 1 << 62
 
 
 def _text(raw: bytes) -> str:

@@ -31,6 +31,7 @@ from .parsing import (
     _EOF_YOUZAN_BODY,
     _UINT16,
     _UINT64,
+    BULK,
     CommandArguments,
     _fatal,
     _invalid,
@@ -275,7 +276,7 @@ class PublishReaders(CommandArguments):
         while index < count:
             if bulk and not data and budget > 0:
                 # whatever has come of the batch (never past its declared size)
-                data = yield -budget, _part_size_eof(index)
+                data = yield BULK + budget, _part_size_eof(index)
                 at, taken, budget, unusual = read_keyed_parts(
                     data, 0, count - index, budget, max_msg, ExtMessage, exts
                 )

@@ -55,6 +55,7 @@ from .parsing import (
     _MESSAGE_ID_LENGTH,
     _NO_NAMES,
     _NO_PIECES,
+    BULK,
     ConnectionState,
     Event,
     PublishGate,
@@ -439,14 +440,13 @@ class ServerConnection(PublishReaders):
         try:
             want, self._eof_error = next(reader) if field is None else reader.send(field)
             while True:
-                if want < 0:  # whatever has come, up to -want bytes (at least one)
-                    if pos == end:
-                        break
-                    take = min(-want, end - pos)
-                elif end - pos >= want:
-                    take = want
-                else:
+                while end - pos >= want:
+                    field = data[pos : pos + want]
+                    pos += want
+                    want, self._eof_error = reader.send(field)
+                if want < BULK or pos == end:
                     break
+                take = min(want - BULK, end - pos)  # whatever has come, at most that
                 field = data[pos : pos + take]
                 pos += take
                 want, self._eof_error = reader.send(field)
@@ -472,8 +472,8 @@ class ServerConnection(PublishReaders):
         reader = self._reader
         if reader is None:  # pragma: no cover - receive_data only calls with a reader
             return pos
-        if self._want < 0:  # any bytes will do: nothing was kept
-            take = min(-self._want, end - pos)
+        if self._want >= BULK:  # any bytes will do: nothing was kept
+            take = min(self._want - BULK, end - pos)
             return self._advance(reader, data[pos : pos + take], data, pos + take, end, events)
         take = min(self._want - self._have, end - pos)
         self._pieces.append(memoryview(data)[pos : pos + take])
