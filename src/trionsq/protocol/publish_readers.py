@@ -1,6 +1,7 @@
 """The publish commands of protocol V2 and Youzan's extension (PUB, DPUB, MPUB,
 PUB_EXT, PUB_TRACE, MPUB_EXT, MPUB_TRACE): their arguments, the gate before the body,
-and the generators that read their bodies field by field (spec §4.4-4.7, §8.3).
+and the generators that read their bodies field by field (spec §4.4-4.7, §8.3), but
+for MPUB_EXT parts that carry only an idempotency key, read in bulk (keyed_parts.py).
 
 A base of :class:`~.server.ServerConnection`, apart so the connection's state machine
 and the publish bodies each read in one place.
