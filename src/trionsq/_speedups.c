@@ -10,13 +10,14 @@
  *   encode_plain   - an MPUB batch (no ext, no delay) into log bytes and Records
  *                    (twin: trionsq.queues.record_codec._encode_plain_py)
  *
- * and, in _speedups_publish.c (included below), the loops of keyed publishing
- * (issue 32): key_digests, read_keyed_parts, encode_ext, keyed_chunks.
- *
  * The record layout is record.py's: size u32, crc32 u32 over everything after it,
  * timestamp i64, internal id u64, trace id u64, flags u8, ext version u8, then
  * deliver-at i64 if flags & DEFERRED, then ext length u16 + ext if ext version,
  * then the body; all big-endian.
+ *
+ * Keyed publishing's loops (issue 32: key_digests, read_keyed_parts, encode_ext,
+ * keyed_chunks) are in _speedups_publish.c, included below as a section of this
+ * file (one translation unit: they share crc32_of and the byte helpers).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -363,6 +364,9 @@ static void put_be64(unsigned char *p, uint64_t v)
     put_be32(p + 4, (uint32_t)v);
 }
 
+/* ---- keyed publishing (issue 32): its own file, a section of this one */
+#include "_speedups_publish.c"
+
 PyDoc_STRVAR(encode_plain_doc,
 "encode_plain(bodies, timestamp, first_id, offset, trace_ids, make)\n"
 "-> (data, records, offsets) | None\n\n"
@@ -506,9 +510,6 @@ done:
     return result;
 }
 
-/* ---- keyed publishing (issue 32): its own file, one translation unit with this one */
-#include "_speedups_publish.c"
-
 static PyObject *crc32_py(PyObject *Py_UNUSED(self), PyObject *arg)
 {
     Py_buffer view;
@@ -520,10 +521,6 @@ static PyObject *crc32_py(PyObject *Py_UNUSED(self), PyObject *arg)
 }
 
 static PyMethodDef methods[] = {
-    {"decode_run", (PyCFunction)(void (*)(void))decode_run, METH_FASTCALL, decode_run_doc},
-    {"hex_id_frames", hex_id_frames, METH_O, hex_id_frames_doc},
-    {"encode_plain", (PyCFunction)(void (*)(void))encode_plain, METH_FASTCALL, encode_plain_doc},
-    {"crc32", crc32_py, METH_O, "zlib's CRC-32 of a bytes-like object (for the tests)."},
     /* keyed publishing (issue 32), _speedups_publish.c */
     {"key_digests", key_digests, METH_O, key_digests_doc},
     {"read_keyed_parts", (PyCFunction)(void (*)(void))read_keyed_parts, METH_FASTCALL,
@@ -532,6 +529,11 @@ static PyMethodDef methods[] = {
     {"keyed_chunks", (PyCFunction)(void (*)(void))keyed_chunks, METH_FASTCALL,
      keyed_chunks_doc},
     {"blake2b", blake2b_py, METH_O, "BLAKE2b-128 of a bytes-like object (for the tests)."},
+    /* the consume path's */
+    {"decode_run", (PyCFunction)(void (*)(void))decode_run, METH_FASTCALL, decode_run_doc},
+    {"hex_id_frames", hex_id_frames, METH_O, hex_id_frames_doc},
+    {"encode_plain", (PyCFunction)(void (*)(void))encode_plain, METH_FASTCALL, encode_plain_doc},
+    {"crc32", crc32_py, METH_O, "zlib's CRC-32 of a bytes-like object (for the tests)."},
     {NULL, NULL, 0, NULL},
 };
 

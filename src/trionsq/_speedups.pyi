@@ -12,29 +12,6 @@ from .queues.record import Record
 FIXED_SIZE: Final[int]
 MESSAGE_HEAD: Final[int]
 
-def decode_run(
-    buffer: bytes,
-    at: int,
-    base: int,
-    from_id: int,
-    wanted: int,
-    budget: int,
-    make: type[Record],
-    out: list[Record],
-    /,
-) -> tuple[int, int, int, bool]: ...
-def encode_plain(
-    bodies: Sequence[bytes],
-    timestamp: int,
-    first_id: int,
-    offset: int,
-    trace_ids: Sequence[int] | None,
-    make: type[Record],
-    /,
-) -> tuple[bytes, list[Record], list[int]] | None: ...
-def hex_id_frames(deliveries: Sequence[Delivery], /) -> bytes: ...
-def crc32(data: bytes, /) -> int: ...
-
 # keyed publishing (issue 32), _speedups_publish.c
 def key_digests(keys: Sequence[str | None], /) -> list[bytes | None] | None: ...
 def read_keyed_parts(
@@ -72,3 +49,28 @@ def keyed_chunks(
     /,
 ) -> list[tuple[int, int, bytes]]: ...
 def blake2b(data: Buffer, /) -> bytes: ...
+
+# the consume path's
+
+def decode_run(
+    buffer: bytes,
+    at: int,
+    base: int,
+    from_id: int,
+    wanted: int,
+    budget: int,
+    make: type[Record],
+    out: list[Record],
+    /,
+) -> tuple[int, int, int, bool]: ...
+def encode_plain(
+    bodies: Sequence[bytes],
+    timestamp: int,
+    first_id: int,
+    offset: int,
+    trace_ids: Sequence[int] | None,
+    make: type[Record],
+    /,
+) -> tuple[bytes, list[Record], list[int]] | None: ...
+def hex_id_frames(deliveries: Sequence[Delivery], /) -> bytes: ...
+def crc32(data: bytes, /) -> int: ...
