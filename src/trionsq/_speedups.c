@@ -364,6 +364,63 @@ static void put_be64(unsigned char *p, uint64_t v)
     put_be32(p + 4, (uint32_t)v);
 }
 
+/* The Records of an encoded batch into records (n items) and, into offsets, where
+ * each starts and where the last ends (n + 1): make(offset, size, id, timestamp,
+ * body, trace id, ext_version, ext, 0) with each body object itself, and each ext
+ * (exts NULL: none, the empty bytes). Returns 0, or -1 with an exception set. */
+static int fill_records(PyObject *const *bodies, PyObject *const *exts, PyObject *traces,
+                        Py_ssize_t n, long long timestamp, unsigned long long first_id,
+                        long long offset, long ext_version, PyObject *make, PyObject *records,
+                        PyObject *offsets)
+{
+    PyObject *zero = PyLong_FromLong(0), *empty = PyBytes_FromStringAndSize(NULL, 0);
+    PyObject *stamp = PyLong_FromLongLong(timestamp), *version = PyLong_FromLong(ext_version);
+    long long at = offset;
+    int failed = zero == NULL || empty == NULL || stamp == NULL || version == NULL;
+    for (Py_ssize_t i = 0; i < n && !failed; i++) {
+        Py_ssize_t size = FIXED_SIZE + PyBytes_GET_SIZE(bodies[i]);
+        if (exts != NULL)
+            size += 2 + PyBytes_GET_SIZE(exts[i]);
+        PyObject *start = PyLong_FromLongLong(at);
+        PyObject *call[9] = {
+            start,
+            PyLong_FromSsize_t(size),
+            PyLong_FromUnsignedLongLong(first_id + (unsigned long long)i),
+            stamp,
+            bodies[i],
+            traces == NULL ? zero : PySequence_Fast_GET_ITEM(traces, i),
+            version,
+            exts == NULL ? empty : exts[i],
+            zero,
+        };
+        PyObject *record = NULL;
+        if (call[0] != NULL && call[1] != NULL && call[2] != NULL)
+            record = PyObject_Vectorcall(make, call, 9, NULL);
+        Py_XDECREF(call[1]);
+        Py_XDECREF(call[2]);
+        if (record == NULL) {
+            Py_XDECREF(start);
+            failed = 1;
+            break;
+        }
+        PyList_SET_ITEM(records, i, record);
+        PyList_SET_ITEM(offsets, i, start); /* the list takes the reference */
+        at += size;
+    }
+    if (!failed) {
+        PyObject *end = PyLong_FromLongLong(at);
+        if (end == NULL)
+            failed = 1;
+        else
+            PyList_SET_ITEM(offsets, n, end);
+    }
+    Py_XDECREF(zero);
+    Py_XDECREF(empty);
+    Py_XDECREF(stamp);
+    Py_XDECREF(version);
+    return failed ? -1 : 0;
+}
+
 /* ---- keyed publishing (issue 32): its own file, a section of this one */
 #include "_speedups_publish.c"
 
@@ -453,48 +510,8 @@ static PyObject *encode_plain(PyObject *Py_UNUSED(self), PyObject *const *args, 
     offsets = PyList_New(n + 1);
     if (records == NULL || offsets == NULL)
         goto done;
-    PyObject *zero = PyLong_FromLong(0), *empty = PyBytes_FromStringAndSize(NULL, 0);
-    PyObject *stamp = PyLong_FromLongLong(timestamp);
-    long long at = offset;
-    int failed = zero == NULL || empty == NULL || stamp == NULL;
-    for (Py_ssize_t i = 0; i < n && !failed; i++) {
-        Py_ssize_t size = FIXED_SIZE + PyBytes_GET_SIZE(bodies[i]);
-        PyObject *start = PyLong_FromLongLong(at);
-        PyObject *call[9] = {
-            start,
-            PyLong_FromSsize_t(size),
-            PyLong_FromUnsignedLongLong(first_id + (unsigned long long)i),
-            stamp,
-            bodies[i],
-            traces == NULL ? zero : PySequence_Fast_GET_ITEM(traces, i),
-            zero,
-            empty,
-            zero,
-        };
-        PyObject *record = NULL;
-        if (call[0] != NULL && call[1] != NULL && call[2] != NULL)
-            record = PyObject_Vectorcall(make, call, 9, NULL);
-        Py_XDECREF(call[1]);
-        Py_XDECREF(call[2]);
-        if (record == NULL) {
-            Py_XDECREF(start);
-            failed = 1;
-            break;
-        }
-        PyList_SET_ITEM(records, i, record);
-        PyList_SET_ITEM(offsets, i, start); /* the list takes the reference */
-        at += size;
-    }
-    if (!failed) {
-        PyObject *end = PyLong_FromLongLong(at);
-        if (end == NULL)
-            failed = 1;
-        else
-            PyList_SET_ITEM(offsets, n, end);
-    }
-    Py_XDECREF(zero);
-    Py_XDECREF(empty);
-    Py_XDECREF(stamp);
+    int failed = fill_records(bodies, NULL, traces, n, timestamp, first_id, offset, 0, make,
+                              records, offsets);
     if (!failed)
         result = PyTuple_Pack(3, data, records, offsets);
 done:

@@ -348,19 +348,16 @@ PyDoc_STRVAR(encode_ext_doc,
 "an ext is not exactly bytes, or an ext is longer than its 2-byte length allows\n"
 "(the caller encodes the batch in Python, which tells which).");
 
-typedef struct {
-    PyObject *body, *ext, *trace;
-    uint64_t trace_id;
-} ExtPart;
-
-/* Take each part's objects (new references); 0: done, 1: not for C, -1: error. */
-static int ext_parts(PyObject *bodies, PyObject *exts, PyObject *traces, Py_ssize_t n,
-                     ExtPart *parts, Py_ssize_t *held, Py_ssize_t *total)
+/* Hold each part's body and ext (new references, alive while the GIL is released)
+ * and read its trace id; 0: done, 1: a part for the Python twin, -1: an error. */
+static int ext_parts(PyObject *body_seq, PyObject *ext_seq, PyObject *traces, Py_ssize_t n,
+                     PyObject **bodies, PyObject **exts, uint64_t *trace_ids, Py_ssize_t *held,
+                     Py_ssize_t *total)
 {
     for (; *held < n; (*held)++) {
-        ExtPart *p = &parts[*held];
-        PyObject *body = PySequence_Fast_GET_ITEM(bodies, *held);
-        PyObject *ext = PySequence_Fast_GET_ITEM(exts, *held);
+        Py_ssize_t i = *held;
+        PyObject *body = PySequence_Fast_GET_ITEM(body_seq, i);
+        PyObject *ext = PySequence_Fast_GET_ITEM(ext_seq, i);
         if (!PyBytes_CheckExact(body) || !PyBytes_CheckExact(ext) ||
             PyBytes_GET_SIZE(ext) > 0xFFFF - 1)
             return 1;
@@ -368,94 +365,42 @@ static int ext_parts(PyObject *bodies, PyObject *exts, PyObject *traces, Py_ssiz
             PyErr_SetString(PyExc_OverflowError, "body too large for a record");
             return -1;
         }
-        p->trace = traces == NULL ? NULL : PySequence_Fast_GET_ITEM(traces, *held);
-        p->trace_id = 0;
-        if (p->trace != NULL) {
-            p->trace_id = PyLong_AsUnsignedLongLong(p->trace);
+        trace_ids[i] = 0;
+        if (traces != NULL) {
+            trace_ids[i] = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(traces, i));
             if (PyErr_Occurred())
                 return -1;
         }
-        Py_INCREF(body); /* kept alive while the GIL is released */
+        Py_INCREF(body);
         Py_INCREF(ext);
-        p->body = body;
-        p->ext = ext;
+        bodies[i] = body;
+        exts[i] = ext;
         *total += FIXED_SIZE + 2 + PyBytes_GET_SIZE(ext) + PyBytes_GET_SIZE(body);
     }
     return 0;
 }
 
-static void ext_write(unsigned char *p, const ExtPart *parts, Py_ssize_t n, long long timestamp,
+static void ext_write(unsigned char *p, PyObject *const *bodies, PyObject *const *exts,
+                      const uint64_t *trace_ids, Py_ssize_t n, long long timestamp,
                       uint64_t first_id, unsigned ext_version)
 {
     for (Py_ssize_t i = 0; i < n; i++) {
-        Py_ssize_t body_length = PyBytes_GET_SIZE(parts[i].body);
-        Py_ssize_t ext_length = PyBytes_GET_SIZE(parts[i].ext);
+        Py_ssize_t body_length = PyBytes_GET_SIZE(bodies[i]);
+        Py_ssize_t ext_length = PyBytes_GET_SIZE(exts[i]);
         Py_ssize_t size = FIXED_SIZE + 2 + ext_length + body_length;
         put_be32(p, (uint32_t)(size - 4));
         put_be64(p + 8, (uint64_t)timestamp);
         put_be64(p + 16, first_id + (uint64_t)i);
-        put_be64(p + 24, parts[i].trace_id);
+        put_be64(p + 24, trace_ids[i]);
         p[32] = 0;
         p[33] = (unsigned char)ext_version;
         p[34] = (unsigned char)(ext_length >> 8);
         p[35] = (unsigned char)ext_length;
-        memcpy(p + 36, PyBytes_AS_STRING(parts[i].ext), (size_t)ext_length);
-        memcpy(p + 36 + ext_length, PyBytes_AS_STRING(parts[i].body), (size_t)body_length);
+        memcpy(p + 36, PyBytes_AS_STRING(exts[i]), (size_t)ext_length);
+        memcpy(p + 36 + ext_length, PyBytes_AS_STRING(bodies[i]), (size_t)body_length);
         put_be32(p + 4, crc32_of(p + FIELDS_AT, (size_t)(size - FIELDS_AT)));
         p += size;
     }
-}
-
-/* The records (make(...) over each part's objects) and the offsets, into the lists. */
-static int ext_records(const ExtPart *parts, Py_ssize_t n, long long timestamp,
-                       unsigned long long first_id, long long offset, unsigned ext_version,
-                       PyObject *make, PyObject *records, PyObject *offsets)
-{
-    PyObject *zero = PyLong_FromLong(0), *stamp = PyLong_FromLongLong(timestamp);
-    PyObject *version = PyLong_FromLong((long)ext_version);
-    int failed = zero == NULL || stamp == NULL || version == NULL;
-    long long at = offset;
-    for (Py_ssize_t i = 0; i < n && !failed; i++) {
-        Py_ssize_t size = FIXED_SIZE + 2 + PyBytes_GET_SIZE(parts[i].ext) +
-                          PyBytes_GET_SIZE(parts[i].body);
-        PyObject *start = PyLong_FromLongLong(at);
-        PyObject *trace = parts[i].trace;
-        PyObject *call[9] = {
-            start,
-            PyLong_FromSsize_t(size),
-            PyLong_FromUnsignedLongLong(first_id + (unsigned long long)i),
-            stamp,
-            parts[i].body,
-            trace == NULL ? zero : trace,
-            version,
-            parts[i].ext,
-            zero,
-        };
-        PyObject *record = NULL;
-        if (call[0] != NULL && call[1] != NULL && call[2] != NULL)
-            record = PyObject_Vectorcall(make, call, 9, NULL);
-        Py_XDECREF(call[1]);
-        Py_XDECREF(call[2]);
-        if (record == NULL) {
-            Py_XDECREF(start);
-            failed = 1;
-            break;
-        }
-        PyList_SET_ITEM(records, i, record);
-        PyList_SET_ITEM(offsets, i, start);
-        at += size;
-    }
-    if (!failed) {
-        PyObject *end = PyLong_FromLongLong(at);
-        if (end == NULL)
-            failed = 1;
-        else
-            PyList_SET_ITEM(offsets, n, end);
-    }
-    Py_XDECREF(zero);
-    Py_XDECREF(stamp);
-    Py_XDECREF(version);
-    return failed ? -1 : 0;
 }
 
 static PyObject *encode_ext(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
@@ -464,14 +409,16 @@ static PyObject *encode_ext(PyObject *Py_UNUSED(self), PyObject *const *args, Py
         PyErr_SetString(PyExc_TypeError, "encode_ext takes 8 arguments");
         return NULL;
     }
-    PyObject *bodies = PySequence_Fast(args[0], "bodies must be a sequence");
-    PyObject *exts = bodies == NULL ? NULL : PySequence_Fast(args[1], "exts must be a sequence");
+    PyObject *body_seq = PySequence_Fast(args[0], "bodies must be a sequence");
+    PyObject *ext_seq =
+        body_seq == NULL ? NULL : PySequence_Fast(args[1], "exts must be a sequence");
     PyObject *traces = NULL, *data = NULL, *records = NULL, *offsets = NULL, *result = NULL;
-    ExtPart *parts = NULL;
+    PyObject **bodies = NULL, **exts = NULL;
+    uint64_t *trace_ids = NULL;
     Py_ssize_t n = 0, held = 0, total = 0;
-    if (exts == NULL)
+    if (ext_seq == NULL)
         goto done;
-    n = PySequence_Fast_GET_SIZE(bodies);
+    n = PySequence_Fast_GET_SIZE(body_seq);
     long ext_version = PyLong_AsLong(args[2]);
     long long timestamp = PyLong_AsLongLong(args[3]);
     unsigned long long first_id = PyLong_AsUnsignedLongLong(args[4]);
@@ -482,7 +429,7 @@ static PyObject *encode_ext(PyObject *Py_UNUSED(self), PyObject *const *args, Py
         PyErr_SetString(PyExc_ValueError, "ext_version must be 1..255");
         goto done;
     }
-    if (PySequence_Fast_GET_SIZE(exts) < n) {
+    if (PySequence_Fast_GET_SIZE(ext_seq) < n) {
         PyErr_SetString(PyExc_ValueError, "exts need one entry per body");
         goto done;
     }
@@ -495,15 +442,17 @@ static PyObject *encode_ext(PyObject *Py_UNUSED(self), PyObject *const *args, Py
             goto done;
         }
     }
-    parts = PyMem_Calloc((size_t)(n ? n : 1), sizeof(ExtPart));
-    if (parts == NULL) {
+    bodies = PyMem_Malloc(sizeof(PyObject *) * (size_t)(n ? n : 1));
+    exts = PyMem_Malloc(sizeof(PyObject *) * (size_t)(n ? n : 1));
+    trace_ids = PyMem_Malloc(sizeof(uint64_t) * (size_t)(n ? n : 1));
+    if (bodies == NULL || exts == NULL || trace_ids == NULL) {
         PyErr_NoMemory();
         goto done;
     }
-    int taken = ext_parts(bodies, exts, traces, n, parts, &held, &total);
+    int taken = ext_parts(body_seq, ext_seq, traces, n, bodies, exts, trace_ids, &held, &total);
     if (taken != 0) {
         if (taken > 0) {
-            result = Py_None;
+            result = Py_None; /* the Python twin handles the batch (and says why) */
             Py_INCREF(result);
         }
         goto done;
@@ -513,27 +462,30 @@ static PyObject *encode_ext(PyObject *Py_UNUSED(self), PyObject *const *args, Py
         goto done;
     unsigned char *out = (unsigned char *)PyBytes_AS_STRING(data);
     Py_BEGIN_ALLOW_THREADS
-    ext_write(out, parts, n, timestamp, (uint64_t)first_id, (unsigned)ext_version);
+    ext_write(out, bodies, exts, trace_ids, n, timestamp, (uint64_t)first_id,
+              (unsigned)ext_version);
     Py_END_ALLOW_THREADS
     records = PyList_New(n);
     offsets = PyList_New(n + 1);
     if (records == NULL || offsets == NULL)
         goto done;
-    if (ext_records(parts, n, timestamp, first_id, offset, (unsigned)ext_version, args[7],
-                    records, offsets) == 0)
+    if (fill_records(bodies, exts, traces, n, timestamp, first_id, offset, ext_version,
+                     args[7], records, offsets) == 0)
         result = PyTuple_Pack(3, data, records, offsets);
 done:
     for (Py_ssize_t i = 0; i < held; i++) {
-        Py_DECREF(parts[i].body);
-        Py_DECREF(parts[i].ext);
+        Py_DECREF(bodies[i]);
+        Py_DECREF(exts[i]);
     }
-    PyMem_Free(parts);
+    PyMem_Free(bodies);
+    PyMem_Free(exts);
+    PyMem_Free(trace_ids);
     Py_XDECREF(traces);
     Py_XDECREF(data);
     Py_XDECREF(records);
     Py_XDECREF(offsets);
-    Py_XDECREF(exts);
-    Py_XDECREF(bodies);
+    Py_XDECREF(ext_seq);
+    Py_XDECREF(body_seq);
     return result;
 }
 
