@@ -5,8 +5,9 @@ from typing import Final
 
 from typing_extensions import Buffer
 
+from trionsq.protocol.commands import ExtMessage
+
 from .broker.channel import Delivery
-from .protocol.commands import ExtMessage
 from .queues.record import Record
 
 FIXED_SIZE: Final[int]
