@@ -267,6 +267,10 @@ class BlockingProducer(_Hosted[Producer]):
             partial(self._hosted.publish_many_ext, topic, messages, partition=partition, key=key)
         )
 
+    def publish_encoded(self, topic: str, partition: int, command: bytes) -> None:
+        """A publish encoded already (see :meth:`.Producer.publish_encoded`)."""
+        self._call(partial(self._hosted.publish_encoded, topic, partition, command))
+
     def publish_traced(
         self,
         topic: str,

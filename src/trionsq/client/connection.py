@@ -183,8 +183,9 @@ class Connection:
         self._outgoing += data
         self._has_output.set()
 
-    async def request(self, command: Command) -> Response:
-        """Send a command that gets an answer (PUB, MPUB, SUB, CLS, ...) and wait for it.
+    async def request(self, command: Command | bytes) -> Response:
+        """Send a command that gets an answer (PUB, MPUB, SUB, CLS, ...) and wait for it;
+        ``bytes`` are a command encoded already.
 
         Raises:
             NsqError: the broker answered with an error frame.
@@ -194,7 +195,7 @@ class Connection:
             raise ConnectionClosedError(self.address)
         waiter = _Waiter()
         self._waiters.append(waiter)
-        self._outgoing += encode_command(command)
+        self._outgoing += command if isinstance(command, bytes) else encode_command(command)
         self._has_output.set()
         await waiter.done.wait()
         reply = waiter.reply

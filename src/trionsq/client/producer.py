@@ -179,6 +179,11 @@ class Producer:
             raise ValueError("publish_many_ext needs at least one message")
         await self._request(topic, partition, key, lambda t: MpubExt(topic, batch, t.partition))
 
+    async def publish_encoded(self, topic: str, partition: int, command: bytes) -> None:
+        """A publish to ``partition`` of ``topic`` encoded already (e.g. by
+        :func:`~..protocol.client.encode_mpub_ext_parts`), sent and retried as any."""
+        await self._request(topic, partition, None, lambda _: command)
+
     async def publish_traced(
         self,
         topic: str,
@@ -262,7 +267,7 @@ class Producer:
         topic: str,
         partition: int | None,
         key: bytes | str | None,
-        command: Callable[[Target], Command],
+        command: Callable[[Target], Command | bytes],
         where: list[tuple[Connection, Target]] | None = None,
         *,
         pinned: Target | None = None,
@@ -295,7 +300,7 @@ class Producer:
         topic: str,
         partition: int | None,
         key: bytes | str | None,
-        command: Callable[[Target], Command],
+        command: Callable[[Target], Command | bytes],
         where: list[tuple[Connection, Target]] | None,
         pinned: Target | None,
     ) -> Response:
