@@ -85,12 +85,17 @@ def test_the_old_name_of_the_discovery_error_still_imports_with_a_warning() -> N
         (lambda address: open_consumer("t", "c", "no-port"), "not <addr>:<port>"),
         (
             lambda address: open_consumer(
-                "t", "c", address, settings=ConsumerSettings(ordered=True, start_at=OffsetSpec("count", 1))
+                "t",
+                "c",
+                address,
+                settings=ConsumerSettings(ordered=True, start_at=OffsetSpec("count", 1)),
             ),
             "SUB_ORDERED takes no start offset",
         ),
         (
-            lambda address: open_consumer("t", "c", address, settings=ConsumerSettings(max_in_flight=0)),
+            lambda address: open_consumer(
+                "t", "c", address, settings=ConsumerSettings(max_in_flight=0)
+            ),
             "max_in_flight must be at least 1",
         ),
         (lambda address: open_producer(), "needs nsqd TCP addresses or lookupd"),

@@ -174,7 +174,7 @@ async def test_tls_asked_without_a_context_uses_the_default_one(nsqd: BoundAddre
     """The system's CAs do not know the test CA: the handshake fails, and says why."""
     plain = ConnectionOptions(IdentifyRequest(tls_v1=True, snappy=True))
     async with open_producer(tcp(nsqd), options=plain) as producer:
-        with pytest.raises(trio.BrokenResourceError) as failed:
+        with pytest.raises(client_api.NsqTlsError) as failed:
             await producer.publish("t", b"x")
     assert isinstance(failed.value.__cause__, ssl.SSLCertVerificationError)
 
@@ -204,7 +204,7 @@ async def test_the_certificate_is_checked_against_tls_server_name(
 ) -> None:
     wrong = attrs.evolve(options(pki, "wrong", tls_v1=True), tls_server_name="other.example")
     async with open_producer(tcp(nsqd), options=wrong) as producer:
-        with pytest.raises(trio.BrokenResourceError) as failed:
+        with pytest.raises(client_api.NsqTlsError) as failed:
             await producer.publish("t", b"x")
     assert "other.example" in str(failed.value.__cause__)
     named = attrs.evolve(options(pki, "named", tls_v1=True), tls_server_name="localhost")

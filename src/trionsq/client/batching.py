@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Final
 
 import trio
 
-from .connection import NsqError
+from .errors import NsqConfigError, NsqError
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -47,7 +47,7 @@ class Batcher:
         max_waiting: int,
     ) -> None:
         if max_batch < 1 or max_waiting < max_batch:
-            raise ValueError("need 1 <= max_batch <= max_waiting")
+            raise NsqConfigError("need 1 <= max_batch <= max_waiting")
         self._send = send
         self.max_batch = max_batch
         self.max_waiting = max_waiting

@@ -49,8 +49,8 @@ from typing import TYPE_CHECKING, Final, Generic, NamedTuple, ParamSpec, TypeVar
 
 import trio
 
-from .connection import ConnectionClosedError
 from .consumer import Consumer, open_consumer
+from .errors import ConnectionClosedError
 from .message import MessageFields
 from .producer import Producer, open_producer
 
@@ -84,7 +84,7 @@ _END: Final = None
 
 def _unwrapped(error: BaseException) -> BaseException:
     """The one error inside nested single-error groups (what a nursery wraps a
-    failed start in), so the caller sees the NsqError or OSError itself."""
+    failed start in), so the caller sees the NsqError or NsqConnectionError itself."""
     while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
         error = error.exceptions[0]
     return error

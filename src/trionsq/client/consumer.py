@@ -30,8 +30,9 @@ from ..protocol.identify import (
     MAX_MSGS_PER_SEC,
     MIN_GROUP_SESSION_TIMEOUT_MS,
 )
-from .connection import ConnectionClosedError, NsqError, open_connection
+from .connection import open_connection
 from .discovery import Discovery, Placement, Target
+from .errors import ConnectionClosedError, NsqConfigError, NsqError
 from .groups import single_errors
 from .layers import LOST
 from .message import ClientMessage
@@ -136,21 +137,23 @@ class Consumer:
         nursery: trio.Nursery,
     ) -> None:
         if settings.ordered and settings.start_at is not None:
-            raise ValueError("SUB_ORDERED takes no start offset: set it with /channel/setoffset")
+            raise NsqConfigError(
+                "SUB_ORDERED takes no start offset: set it with /channel/setoffset"
+            )
         if settings.ordered_window < 1:
-            raise ValueError("ordered_window must be at least 1")
+            raise NsqConfigError("ordered_window must be at least 1")
         if settings.ordered and settings.ordered_window > 1:
             identify = attrs.evolve(options.identify, ordered_window=settings.ordered_window)
             options = attrs.evolve(options, identify=identify)
         if settings.dead_letter:
             if not 0 < settings.max_attempts <= MAX_ATTEMPTS_BOUND:
-                raise ValueError(f"dead_letter needs max_attempts of 1 to {MAX_ATTEMPTS_BOUND}")
+                raise NsqConfigError(f"dead_letter needs max_attempts of 1 to {MAX_ATTEMPTS_BOUND}")
             identify = attrs.evolve(options.identify, max_attempts=settings.max_attempts)
             options = attrs.evolve(options, identify=identify)
         if settings.group_member:
             session = settings.group_session_timeout
             if session and not MIN_SESSION <= session <= MAX_SESSION:
-                raise ValueError(
+                raise NsqConfigError(
                     f"group_session_timeout must be 0 or {MIN_SESSION} to {MAX_SESSION}"
                 )
             identify = attrs.evolve(
@@ -162,9 +165,9 @@ class Consumer:
             options = attrs.evolve(options, identify=identify)
         if settings.max_msgs_per_sec or settings.max_bytes_per_sec:
             if not 0 <= settings.max_msgs_per_sec <= MAX_MSGS_PER_SEC:
-                raise ValueError(f"max_msgs_per_sec must be 0 to {MAX_MSGS_PER_SEC}")
+                raise NsqConfigError(f"max_msgs_per_sec must be 0 to {MAX_MSGS_PER_SEC}")
             if not 0 <= settings.max_bytes_per_sec <= MAX_BYTES_PER_SEC:
-                raise ValueError(f"max_bytes_per_sec must be 0 to {MAX_BYTES_PER_SEC}")
+                raise NsqConfigError(f"max_bytes_per_sec must be 0 to {MAX_BYTES_PER_SEC}")
             identify = attrs.evolve(
                 options.identify,
                 max_msgs_per_sec=settings.max_msgs_per_sec,
@@ -255,7 +258,7 @@ class Consumer:
         if not self.settings.pull:
             raise RuntimeError("fetch needs ConsumerSettings(pull=True)")
         if count < 1:
-            raise ValueError("fetch needs a count of at least 1")
+            raise NsqConfigError("fetch needs a count of at least 1")
         with trio.move_on_after(wait):
             while len(self._waiting) < count:
                 self._ask_for(count - len(self._waiting))
@@ -561,8 +564,9 @@ async def open_consumer(
     Raises:
         NsqError: a first SUB to a given nsqd was refused (a bad name, an ordered
             topic subscribed without ``ordered``, ...).
-        OSError: a given nsqd cannot be reached.
-        LookupError_: no lookupd answered.
+        NsqConnectionError: a given nsqd cannot be reached (NsqTlsError: TLS failed).
+        NsqDiscoveryError: no lookupd answered.
+        NsqConfigError: bad settings or addresses.
     """
     chosen = settings or ConsumerSettings()
     if max_in_flight is not None:
@@ -576,7 +580,7 @@ async def open_consumer(
     addresses = [nsqd] if isinstance(nsqd, str) else list(nsqd)
     lookupds = [lookupd] if isinstance(lookupd, str) else list(lookupd)
     if not addresses and not lookupds:
-        raise ValueError("open_consumer needs nsqd TCP addresses or lookupd HTTP addresses")
+        raise NsqConfigError("open_consumer needs nsqd TCP addresses or lookupd HTTP addresses")
     with single_errors():  # a refused first SUB comes out as the NsqError itself
         async with trio.open_nursery() as nursery:
             consumer = Consumer(topic, channel, chosen, options or ConnectionOptions(), nursery)

@@ -11,7 +11,7 @@ tasks publishing one message each cost one round trip per batch.
 Retries follow seed 003's table: a lost connection is opened again and the
 request retried; E_FAILED_ON_NOT_LEADER, E_FAILED_ON_NOT_WRITABLE and
 E_TOPIC_NOT_EXIST look the topic up again first; an error about the message
-itself is raised at once (:class:`~.connection.NsqError`). At-least-once: a
+itself is raised at once (:class:`~.errors.NsqError`). At-least-once: a
 publish whose answer was lost may be stored twice, unless its messages carry a
 ``##idempotency_key`` (ext topics; the broker then stores each key once).
 
@@ -34,8 +34,9 @@ import trio
 from ..protocol.broker_errors import RATE_LIMITED
 from ..protocol.commands import Dpub, Mpub, MpubExt, Pub, PubExt, PubTrace
 from .batching import Batcher
-from .connection import Connection, ConnectionClosedError, NsqError, open_connection
-from .discovery import Discovery, LookupError_, Placement, Target
+from .connection import Connection, open_connection
+from .discovery import Discovery, Placement, Target
+from .errors import ConnectionClosedError, NsqConfigError, NsqDiscoveryError, NsqError
 from .groups import single_errors
 from .options import ConnectionOptions
 from .partitioning import partition_for_key
@@ -176,7 +177,7 @@ class Producer:
         """
         batch = tuple(messages)
         if not batch:
-            raise ValueError("publish_many_ext needs at least one message")
+            raise NsqConfigError("publish_many_ext needs at least one message")
         await self._request(topic, partition, key, lambda t: MpubExt(topic, batch, t.partition))
 
     async def publish_traced(
@@ -239,10 +240,10 @@ class Producer:
             elif not targets:  # upstream: a new topic lives wherever it is first published
                 targets = await self._discoveries[topic].nodes()
         if not targets:
-            raise LookupError_(f"no nsqd to publish {topic!r} to")
+            raise NsqDiscoveryError(f"no nsqd to publish {topic!r} to")
         if key is not None:
             if count is None:
-                raise ValueError(
+                raise NsqConfigError(
                     "publishing by key needs the partition count: use lookupd, "
                     "or ProducerSettings(partition_count=...)"
                 )
@@ -253,7 +254,7 @@ class Producer:
                 return owners[0]
             targets = [Target(t.address, partition) for t in targets if t.partition is None]
             if not targets:
-                raise LookupError_(f"no nsqd leads partition {partition} of {topic!r}")
+                raise NsqDiscoveryError(f"no nsqd leads partition {partition} of {topic!r}")
         turn = self._turns.setdefault(topic, itertools.count())
         return targets[next(turn) % len(targets)]
 
@@ -372,7 +373,7 @@ async def open_producer(
     addresses = [nsqd] if isinstance(nsqd, str) else list(nsqd)
     lookupds = [lookupd] if isinstance(lookupd, str) else list(lookupd)
     if not addresses and not lookupds:
-        raise ValueError("open_producer needs nsqd TCP addresses or lookupd HTTP addresses")
+        raise NsqConfigError("open_producer needs nsqd TCP addresses or lookupd HTTP addresses")
     chosen = settings or ProducerSettings()
     if trace is not None:
         chosen = attrs.evolve(chosen, trace=trace)

@@ -19,6 +19,7 @@ import random
 from typing import TYPE_CHECKING, Final
 
 from ..protocol.commands import Pull, Rdy
+from .errors import NsqConfigError
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -71,7 +72,7 @@ class ReadyControl:
         """``pulling``: the consumer pulls (PULL, :meth:`Consumer.fetch`): no RDY is
         ever sent."""
         if max_in_flight < 1:
-            raise ValueError("max_in_flight must be at least 1")
+            raise NsqConfigError("max_in_flight must be at least 1")
         self.max_in_flight = max_in_flight
         self.backoff_unit = backoff_unit
         self.max_backoff = max_backoff
