@@ -9,16 +9,15 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-import trio
-
 from trionsq import NsqdConfig
-from trionsq.client import open_consumer, open_producer
+from trionsq.client import open_consumer
 from trionsq.testing import wait_until
 
 from .test_trio_client import run_broker, tcp
 
 if TYPE_CHECKING:
     import pytest
+    import trio
 
 
 def client_records(caplog: pytest.LogCaptureFixture, level: int) -> list[str]:

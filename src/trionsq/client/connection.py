@@ -114,6 +114,8 @@ class Connection:
         """We were silent for the session timeout (a process stopped, then resumed):
         the broker closed the connection and gave what we hold to another member, so
         nothing more of it is handled here."""
+        self.lost = False
+        """The connection ended without warning (not after a fatal error frame)."""
         self._on_group_owner = on_group_owner
         self.async_errors = 0
         """E_FIN_FAILED, E_REQ_FAILED and E_TOUCH_FAILED received."""
@@ -322,6 +324,16 @@ class Connection:
         else:
             log.warning("%s: an answer nobody waited for: %r", self.address, reply)
 
+    def _ended(self, error: Exception | None) -> None:
+        """The broker closed the connection (``error`` None) or it was lost: a WARNING,
+        unless that was to be expected (after a fatal error frame, or once fenced)."""
+        if not self._closed_event.is_set():
+            why = "closed by the broker" if error is None else str(error) or repr(error)
+            self.lost = not (self.closed or self.fenced)
+            level = logging.WARNING if self.lost else logging.INFO
+            log.log(level, "%s: connection lost: %s", self.address, why)
+        self._fail_waiters()
+
     def _fail_waiters(self) -> None:
         self.closed = True
         self._closed_event.set()
@@ -381,15 +393,15 @@ async def open_connection(
                         try:
                             await connection._write_forever()
                         except connection._lost as error:  # the reader's set: one meaning
-                            log.info("%s: connection lost: %s", address, error)
-                            connection._fail_waiters()
+                            connection._ended(error)
 
                     async def read() -> None:
                         try:
                             await connection._read_forever()
                         except connection._lost as error:
-                            log.info("%s: connection lost: %s", address, error)
-                        connection._fail_waiters()  # the broker closed it (not our cancel)
+                            connection._ended(error)
+                        else:
+                            connection._ended(None)  # the broker closed it (not our cancel)
 
                     nursery.start_soon(write)
                     nursery.start_soon(read)

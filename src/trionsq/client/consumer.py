@@ -62,6 +62,8 @@ MIN_SESSION: Final = MIN_GROUP_SESSION_TIMEOUT_MS / 1000
 MAX_SESSION: Final = MAX_GROUP_SESSION_TIMEOUT_MS / 1000
 LOST_OR_CLOSED: Final[tuple[type[Exception], ...]] = (*LOST, ConnectionClosedError)
 """A connection that could not be opened or was lost: try again after a backoff."""
+RETRIED: Final[tuple[type[Exception], ...]] = (*LOST_OR_CLOSED, NsqError)
+"""...and a refused SUB (logged): the consumer keeps trying."""
 
 
 @attrs.frozen
@@ -437,24 +439,31 @@ class Consumer:
         subscribed = False
         try:
             while True:
+                failure: Exception | None = None
                 try:
                     await self._subscribed(target, subscribed, first)
                     subscribed, first, backoff = True, None, BACKOFF_FIRST
-                except LOST_OR_CLOSED as error:
+                except RETRIED as error:
                     if first is not None and strict:
                         raise
-                    log.info("%s: consumer connection lost: %s", target.address, error)
-                except NsqError as error:
-                    if first is not None and strict:
-                        raise
-                    log.warning("%s: %s", target.address, error)
+                    failure = error
                 if first is not None:
                     first.started()
                     first = None
                 self.reconnects += 1
                 if self.discovery is not None:
                     self.discovery.refresh()
-                await trio.sleep(backoff * random.uniform(0.5, 1.0))  # noqa: S311 - jitter
+                delay = backoff * random.uniform(0.5, 1.0)  # noqa: S311 - jitter
+                if failure is not None:  # the loss itself was logged by the connection
+                    doing = "reconnect" if subscribed else "subscribe"
+                    log.warning(
+                        "%s: %s failed: %s; next try in %.1fs",
+                        target.address,
+                        doing,
+                        failure,
+                        delay,
+                    )
+                await trio.sleep(delay)
                 backoff = min(backoff * 2, BACKOFF_MAX)
                 if self.discovery is not None and target not in self.discovery.placement.targets:
                     return  # lookupd no longer lists it: go-nsq lets it go too
@@ -482,6 +491,8 @@ class Consumer:
             detail=settings.detail,
         ) as connection:
             await connection.request(self._sub(target, again))
+            if again:
+                log.info("%s: %s/%s: connection back", target.address, self.topic, self.channel)
             link = Link(connection, target, trio.current_time())
             self.readiness.add(link)
             if self.readiness.crowded:

@@ -24,6 +24,7 @@ stored twice. (A throttling limit, the broker's default, only delays the answer.
 from __future__ import annotations
 
 import itertools
+import logging
 import random
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Final
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Producer", "ProducerSettings", "open_producer"]
 
+log = logging.getLogger("trionsq.client")
 ATTEMPTS: Final = 3
 REFRESH_ERRORS: Final = frozenset(
     {"E_FAILED_ON_NOT_LEADER", "E_FAILED_ON_NOT_WRITABLE", "E_TOPIC_NOT_EXIST"}
@@ -108,6 +110,8 @@ class Producer:
         self._turns: dict[str, itertools.count[int]] = {}
         self._discoveries: dict[str, Discovery] = {}
         self._batchers: dict[tuple[str, Target], Batcher] = {}
+        self._lost: set[str] = set()
+        """Addresses whose connection was lost: the next one opened is logged."""
 
     # ---------------------------------------------------------------- publishing
 
@@ -353,8 +357,13 @@ class Producer:
         self, address: str, *, task_status: trio.TaskStatus[Connection] = trio.TASK_STATUS_IGNORED
     ) -> None:
         async with open_connection(address, self._options) as connection:
+            if address in self._lost:
+                self._lost.discard(address)
+                log.info("%s: producer connection back", address)
             task_status.started(connection)
             await connection.wait_closed()
+            if connection.lost:  # logged as a WARNING by the connection
+                self._lost.add(address)
 
 
 @asynccontextmanager
