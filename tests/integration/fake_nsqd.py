@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
-from trionsq.protocol.commands import Cls, Fin, Identify, Nop, Rdy, Req, Sub, Touch
+from trionsq.protocol.commands import Cls, Fin, FinMany, Identify, Nop, Rdy, Req, Sub, Touch
 from trionsq.protocol.errors import ProtocolError
 from trionsq.protocol.frames import CLOSE_WAIT_FRAME, error_frame, response_frame
 from trionsq.protocol.message import encode_message_frame, hex_id
@@ -110,7 +110,9 @@ class FakeNsqd:
             self.log.append(f"{number} closed")  # what it held stays in flight, as in nsqd
             self._wake.set()
 
-    def _apply(self, event: Command | ProtocolError, number: int, state: dict[str, int]) -> bytes:
+    def _apply(
+        self, event: Command | FinMany | ProtocolError, number: int, state: dict[str, int]
+    ) -> bytes:
         if isinstance(event, ProtocolError):
             self.log.append(f"{number} {event.code}")
             return error_frame(event)
@@ -133,7 +135,7 @@ class FakeNsqd:
         elif isinstance(event, Cls):
             state["closing"] = True
             return CLOSE_WAIT_FRAME
-        elif not isinstance(event, Nop | Touch):
+        elif not isinstance(event, Nop | Touch):  # FinMany: only with fin_runs
             raise AssertionError(f"the fake nsqd has no {event!r}")
         return b""
 

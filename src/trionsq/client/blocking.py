@@ -384,7 +384,8 @@ class BlockingConsumer(_Hosted[Consumer]):
 
     def close(self) -> None:
         """Send the answers still pending, close the connections and end the thread;
-        messages received but not taken are redelivered by the broker."""
+        every message received and not answered goes back to the broker (REQ 0: the
+        async consumer's graceful stop), taken or not."""
         super().close()
         self._ready.clear()
 
@@ -469,8 +470,7 @@ class BlockingConsumer(_Hosted[Consumer]):
     async def _pump(self, consumer: Consumer) -> None:
         """Hand the messages over in batches: every message waiting at once."""
         inbox = self._inbox
-        while True:
-            batch = await consumer.next_batch()
+        while batch := await consumer.next_batch():  # none: the consumer is stopping
             inbox.put([BlockingMessage(message, self) for message in batch])
 
     def _closing(self) -> None:
