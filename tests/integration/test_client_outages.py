@@ -143,20 +143,24 @@ class CuttingProxy:
         host, port = self.broker.rsplit(":", 1)
         broker = await trio.open_tcp_stream(host, int(port))
         async with client, broker, trio.open_nursery() as nursery:
+            cutting = False
 
             async def upstream() -> None:
+                nonlocal cutting
                 while data := await client.receive_some(65536):
-                    await broker.send_all(data)
                     if self.armed and self.verb in data:
-                        self.armed = False
+                        self.armed, cutting = False, True
                         self.cuts += 1
-                        await trio.sleep(0.2)  # the broker stores it meanwhile
+                        await broker.send_all(data)
+                        await trio.sleep(0.2)  # the broker stores it and answers: lost
                         nursery.cancel_scope.cancel()
                         return
+                    await broker.send_all(data)
 
             async def downstream() -> None:
                 while data := await broker.receive_some(65536):
-                    await client.send_all(data)
+                    if not cutting:
+                        await client.send_all(data)
 
             nursery.start_soon(upstream)
             nursery.start_soon(downstream)
