@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import random
 from collections import deque
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Final
@@ -41,6 +40,7 @@ from ..protocol.identify import (
     MAX_MSGS_PER_SEC,
     MIN_GROUP_SESSION_TIMEOUT_MS,
 )
+from .backoff import Backoff
 from .connection import open_connection
 from .discovery import Discovery, Placement, Target
 from .errors import ConnectionClosedError, NsqConfigError, NsqError
@@ -545,14 +545,15 @@ class Consumer:
         scope: trio.CancelScope,
         task_status: trio.TaskStatus[None],
     ) -> None:
-        backoff = BACKOFF_FIRST
+        backoff = Backoff(BACKOFF_FIRST, BACKOFF_MAX)
         first: trio.TaskStatus[None] | None = task_status
         subscribed = False
         while True:
             failure: Exception | None = None
             try:
                 await self._subscribed(target, subscribed, first, scope)
-                subscribed, first, backoff = True, None, BACKOFF_FIRST
+                subscribed, first = True, None
+                backoff.reset()
             except RETRIED as error:
                 if first is not None and strict:
                     raise
@@ -565,14 +566,13 @@ class Consumer:
             self.reconnects += 1
             if self.discovery is not None:
                 self.discovery.refresh()
-            delay = backoff * random.uniform(0.5, 1.0)  # noqa: S311 - jitter
+            delay = backoff.delay()
             if failure is not None:  # the loss itself was logged by the connection
                 doing = "reconnect" if subscribed else "subscribe"
                 log.warning(
                     "%s: %s failed: %s; next try in %.1fs", target.address, doing, failure, delay
                 )
             await trio.sleep(delay)
-            backoff = min(backoff * 2, BACKOFF_MAX)
             if self.discovery is not None and target not in self.discovery.placement.targets:
                 return  # lookupd no longer lists it: go-nsq lets it go too
 
