@@ -12,7 +12,7 @@ is sent again one message at a time, so only the bad one fails.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 import trio
 
@@ -21,19 +21,30 @@ from .errors import NsqConfigError, NsqError
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-__all__ = ["Batcher"]
+__all__ = ["Batcher", "Slot"]
 
 MESSAGE_ERRORS: Final = frozenset({"E_BAD_MESSAGE", "E_BAD_BODY"})
 
 
+class Slot(Protocol):
+    """Who hears how one queued body's publish ended."""
+
+    def settle(self, error: BaseException | None) -> None:
+        """Stored (None), or not: ``error``. Called once, in the Trio thread."""
+
+
 class _Slot:
-    """One publish's outcome."""
+    """One awaiting task's publish: the outcome it waits for."""
 
     __slots__ = ("done", "error")
 
     def __init__(self) -> None:
         self.done = trio.Event()
         self.error: BaseException | None = None
+
+    def settle(self, error: BaseException | None) -> None:
+        self.error = error
+        self.done.set()
 
 
 class Batcher:
@@ -58,7 +69,7 @@ class Batcher:
         self.peak_waiting = 0
         """The most bodies that ever waited at once (never over ``max_waiting``)."""
         self._bodies: deque[bytes] = deque()
-        self._slots: deque[_Slot] = deque()
+        self._slots: deque[Slot] = deque()
         self._work = trio.Event()
         self._room = trio.Event()
 
@@ -66,15 +77,29 @@ class Batcher:
     def waiting(self) -> int:
         return len(self._bodies)
 
-    async def publish(self, body: bytes) -> None:
-        """Queue ``body`` and return once the broker stored it (or raise its error)."""
-        while len(self._bodies) >= self.max_waiting:
+    @property
+    def full(self) -> bool:
+        """``max_waiting`` bodies wait: :meth:`put_nowait` must wait for room first."""
+        return len(self._bodies) >= self.max_waiting
+
+    async def wait_for_room(self) -> None:
+        """Until fewer than ``max_waiting`` bodies wait."""
+        while self.full:
             await self._room.wait()
-        slot = _Slot()
+
+    def put_nowait(self, body: bytes, slot: Slot) -> None:
+        """Queue ``body``; ``slot`` hears how it went. The caller made sure it is not
+        :attr:`full` (bounded memory is the point)."""
         self._bodies.append(body)
         self._slots.append(slot)
         self.peak_waiting = max(self.peak_waiting, len(self._bodies))
         self._work.set()
+
+    async def publish(self, body: bytes) -> None:
+        """Queue ``body`` and return once the broker stored it (or raise its error)."""
+        await self.wait_for_room()
+        slot = _Slot()
+        self.put_nowait(body, slot)
         await slot.done.wait()
         if slot.error is not None:
             raise slot.error
@@ -93,7 +118,7 @@ class Batcher:
                 self._room = trio.Event()
                 await self._send_batch(batch, taken)
 
-    async def _send_batch(self, batch: tuple[bytes, ...], slots: list[_Slot]) -> None:
+    async def _send_batch(self, batch: tuple[bytes, ...], slots: list[Slot]) -> None:
         self.batches += 1
         try:
             await self._send(batch)
@@ -110,7 +135,6 @@ class Batcher:
             _settle(slots, None)
 
 
-def _settle(slots: list[_Slot], error: BaseException | None) -> None:
+def _settle(slots: list[Slot], error: BaseException | None) -> None:
     for slot in slots:
-        slot.error = error
-        slot.done.set()
+        slot.settle(error)

@@ -166,11 +166,17 @@ class Producer:
         if not self.settings.batching:
             await self._request(topic, partition, key, lambda t: Pub(topic, body, t.partition))
             return
+        batcher = await self.batcher_for(topic, partition, key)
+        await batcher.publish(body)
+
+    async def batcher_for(
+        self, topic: str, partition: int | None = None, key: bytes | str | None = None
+    ) -> Batcher:
+        """The queue gathering single publishes for where ``topic`` (``partition``,
+        ``key``) goes next (for the blocking producer's threads)."""
         target = await self._target(topic, partition, key)
         batcher = self._batchers.get((topic, target))
-        if batcher is None:
-            batcher = self._batcher(topic, target)
-        await batcher.publish(body)
+        return batcher if batcher is not None else self._batcher(topic, target)
 
     async def publish_many(
         self,
