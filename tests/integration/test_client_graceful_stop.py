@@ -142,3 +142,26 @@ async def test_a_break_against_trionsq_requeues_and_says_cls(nsqd: BoundAddresse
     assert channel.requeue_count >= 99  # REQ'd (one more came after the FIN: 100)
     assert channel.finish_count == 1
     assert channel.depth == 299
+
+
+async def test_idle_handlers_stop_at_once(
+    nsqd: BoundAddresses, clock: trio.testing.MockClock
+) -> None:
+    """Eight handler tasks wait for messages at once: every one of them hears the
+    stop (each used to renew the shared wake-up event, stranding the others on an
+    event nobody set: they never got another message, and the stop waited for the
+    whole drain_timeout)."""
+    async with open_producer(tcp(nsqd)) as producer:
+        await producer.publish_many("idle", [b"a", b"b", b"c"])
+    handled: list[bytes] = []
+
+    async def handler(message: ClientMessage) -> None:
+        handled.append(message.body)
+
+    settings = ConsumerSettings(drain_timeout=30.0)
+    async with open_consumer("idle", "c", tcp(nsqd), settings=settings) as consumer:
+        with trio.move_on_after(1) as handling:
+            await consumer.handle(handler, concurrency=8)
+        stopped_at = trio.current_time()
+    assert sorted(handled) == [b"a", b"b", b"c"]
+    assert stopped_at - handling.deadline < 0.1

@@ -292,8 +292,7 @@ class Consumer:
         with trio.move_on_after(wait):
             while len(self._waiting) < count:
                 self._ask_for(count - len(self._waiting))
-                await self._arrived.wait()
-                self._arrived = trio.Event()
+                await self._wait_arrival()
         taken = [self._waiting.popleft() for _ in range(min(count, len(self._waiting)))]
         if self.settings.group_member:
             taken = [message for message in taken if not self._fenced(message)]
@@ -313,7 +312,15 @@ class Consumer:
         while not self._waiting:
             if self.stopping:
                 raise StopAsyncIteration
-            await self._arrived.wait()
+            await self._wait_arrival()
+
+    async def _wait_arrival(self) -> None:
+        """Until messages arrive (or the consumer stops). Several tasks may wait at
+        once (handler mode): the first to wake renews the event, the others then
+        wait on the new one too, so none is left on an event nobody sets."""
+        arrived = self._arrived
+        await arrived.wait()
+        if self._arrived is arrived:
             self._arrived = trio.Event()
 
     # --------------------------------------------------------------- stopping
