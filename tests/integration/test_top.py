@@ -354,6 +354,7 @@ def test_top_once_shows_rates_from_two_snapshots(nsqd_thread: BoundAddresses) ->
 
     def publish_until_stopped() -> None:
         with httpx.Client(base_url=url) as http:
+            http.post("/topic/create", params={"topic": "busy"}).raise_for_status()
             http.post("/channel/create", params={"topic": "busy", "channel": "c"})
             while not stop.is_set():
                 http.post("/mpub", params={"topic": "busy"}, content=b"a\nb\nc\nd")

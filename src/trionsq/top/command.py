@@ -1,5 +1,5 @@
-"""The ``trionsq top`` command: follow until Ctrl-C, or print one view (``--once``),
-and the exit codes."""
+"""The ``trionsq top`` command: follow until ``q`` or Ctrl-C, or print one view
+(``--once``: after two snapshots, so its rates are measured), and the exit codes."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import trio
 from rich.console import Console
 
+from .keys import quit_on_key
 from .state import Sort
 from .stream import CONNECT_TIMEOUT, CannotConnect, StreamClosed, follow, stream_url, without_query
 from .view import render
@@ -29,7 +30,8 @@ async def _run(
     once: bool,
     once_timeout: float,
 ) -> int:
-    """Follow until Ctrl-C (0) or a close (1); ``once``: print the first snapshot (0)."""
+    """Follow until ``q`` or Ctrl-C (0) or a close (1); ``once``: print the view once a
+    second snapshot came (0): the broker's rates are the change between two."""
     status = 0
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
@@ -38,13 +40,14 @@ async def _run(
                 if once:
                     with trio.move_on_after(once_timeout) as waited:
                         state = await follow(
-                            url, console=None, auth_secret=auth_secret, max_snapshots=1
+                            url, console=None, auth_secret=auth_secret, max_snapshots=2
                         )
                         console.print(render(state, console.width, sort=sort))
                     if waited.cancelled_caught:
                         _fail(f"no snapshot from {without_query(url)} within {once_timeout:g}s")
                         status = 1
                 else:
+                    nursery.start_soon(quit_on_key, nursery.cancel_scope)
                     await follow(url, console=console, sort=sort, auth_secret=auth_secret)
             except (CannotConnect, StreamClosed) as error:
                 _fail(str(error))
@@ -74,7 +77,8 @@ def main(
     sort: Sort = Sort.DEPTH,
     once: bool = False,
 ) -> int:
-    """``trionsq top``: the exit status (0: Ctrl-C, or ``once`` printed; 1: no stream)."""
+    """``trionsq top``: the exit status (0: ``q``, Ctrl-C, or ``once`` printed; 1: no
+    stream)."""
     try:
         url = stream_url(http_address, topics=topics, snapshot_interval_ms=interval_ms)
     except ValueError as error:
@@ -89,7 +93,7 @@ def main(
                 sort=sort,
                 auth_secret=auth_secret,
                 once=once,
-                once_timeout=max(5.0, 3 * interval + CONNECT_TIMEOUT),
+                once_timeout=max(5.0, 4 * interval + CONNECT_TIMEOUT),
             )
         )
     except KeyboardInterrupt:  # Ctrl-C before the signal receiver was in place
