@@ -93,6 +93,8 @@ async def test_the_example_runs_as_is(
         code = example.code
         for default, actual in places.items():
             code = code.replace(default, actual)
+        left = [port for port in (":4150", ":4151", ":4160", ":4161") if port in code]
+        assert not left, f"{example.name}: write nsqd's addresses as 127.0.0.1{left[0]}"
         suffix = ".sh" if example.language != "python" else ".py"
         script = tmp_path / (
             f"test_example{suffix}" if "pytest" in example.needs else f"example{suffix}"
