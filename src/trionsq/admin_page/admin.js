@@ -8,6 +8,7 @@
 // replies are shown.
 
 import { $, HISTORY_MS, clock, h, hostPort, setText, show } from "./admin_dom.js";
+import { mergeTopics, newChannel, newTopic, topicFromStats } from "./admin_model.js";
 import { BrokerView, OPS, TopicView, bind } from "./admin_views.js";
 
 const SAMPLE_MS = 1000; // one sparkline point per second
@@ -25,49 +26,6 @@ const CLOSE_REASONS = {
 };
 
 // ------------------------------------------------------------------ the model
-
-// Per broker, from its snapshots and events. Names follow /stats where they can.
-function newTopic(name) {
-  return { name, depth: 0, message_count: 0, message_rate: 0, paused: false, partitions: 1, channels: new Map() };
-}
-
-function newChannel(name) {
-  return {
-    name,
-    depth: 0,
-    in_flight_count: 0,
-    deferred_count: 0,
-    message_count: 0,
-    finish_count: 0,
-    requeue_count: 0,
-    timeout_count: 0,
-    message_rate: 0,
-    finish_rate: 0,
-    requeue_rate: 0,
-    timeout_rate: 0,
-    paused: false,
-    clients: new Map(),
-  };
-}
-
-function topicFromStats(stats) {
-  const topic = newTopic(stats.topic_name);
-  topic.depth = stats.depth || 0;
-  topic.message_count = stats.message_count || 0;
-  topic.message_rate = stats.message_rate || 0;
-  topic.paused = Boolean(stats.paused);
-  topic.partitions = Array.isArray(stats.partitions) ? Math.max(1, stats.partitions.length) : 1;
-  for (const c of stats.channels || []) {
-    const channel = newChannel(c.channel_name);
-    for (const key of Object.keys(channel)) {
-      if (key !== "name" && key !== "clients" && key in c) channel[key] = c[key];
-    }
-    channel.paused = Boolean(c.paused);
-    for (const client of c.clients || []) channel.clients.set(String(client.client_id), client);
-    topic.channels.set(channel.name, channel);
-  }
-  return topic;
-}
 
 const page = {
   mode: null, // "broker" or "cluster"
@@ -487,45 +445,6 @@ function setupAuth() {
   });
 }
 
-// ------------------------------------------------------------------ merging brokers
-
-const byName = (map) => new Map([...map.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
-
-function mergeTopics() {
-  const merged = new Map();
-  for (const broker of page.brokers.values()) {
-    for (const topic of broker.topics.values()) {
-      let m = merged.get(topic.name);
-      if (!m) {
-        m = { name: topic.name, on: [], depth: 0, message_count: 0, message_rate: 0, partitions: 0, paused: 0, channels: new Map() };
-        merged.set(topic.name, m);
-      }
-      m.on.push({ broker, topic });
-      m.depth += topic.depth;
-      m.message_count += topic.message_count;
-      m.message_rate += topic.message_rate;
-      m.partitions += topic.partitions;
-      if (topic.paused) m.paused += 1;
-      for (const channel of topic.channels.values()) {
-        let c = m.channels.get(channel.name);
-        if (!c) {
-          c = { ...newChannel(channel.name), on: [], paused: 0, consumers: [] };
-          delete c.clients;
-          m.channels.set(channel.name, c);
-        }
-        c.on.push({ broker, channel });
-        for (const key of ["depth", "in_flight_count", "deferred_count", "message_count", "finish_count", "requeue_count", "timeout_count", "message_rate", "finish_rate", "requeue_rate", "timeout_rate"]) {
-          c[key] += channel[key] || 0;
-        }
-        if (channel.paused) c.paused += 1;
-        for (const client of channel.clients.values()) c.consumers.push({ broker, client });
-      }
-    }
-  }
-  for (const m of merged.values()) m.channels = byName(m.channels);
-  return byName(merged);
-}
-
 // ------------------------------------------------------------------ sparklines
 
 function record(now) {
@@ -559,7 +478,7 @@ function changed() {
 }
 
 function render(now) {
-  page.merged = mergeTopics();
+  page.merged = mergeTopics(page.brokers.values());
   renderBrokers(now);
   const box = $("topics");
   for (const m of page.merged.values()) {
@@ -626,7 +545,7 @@ function renderOverall() {
 
 function tick() {
   const now = Date.now();
-  page.merged = mergeTopics();
+  page.merged = mergeTopics(page.brokers.values());
   record(now);
   render(now);
   for (const view of views.topics.values()) view.draw(now);

@@ -66,6 +66,7 @@ ADMIN_PAGE: Final = {
     "/admin/admin.js": "admin_page/admin.js",
     "/admin/admin_dom.js": "admin_page/admin_dom.js",
     "/admin/admin_views.js": "admin_page/admin_views.js",
+    "/admin/admin_model.js": "admin_page/admin_model.js",
     "/admin/admin.css": "admin_page/admin.css",
 }
 """The admin page, as brokers serve it: here it finds the brokers through /nodes."""
