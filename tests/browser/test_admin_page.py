@@ -242,17 +242,19 @@ async def run_go_nsqd(
 
 @pytest.mark.nsq_cluster(brokers=1, lookupds=1)
 async def test_lookupd_page_polls_a_go_nsqd_that_has_no_stream(
-    nsq_cluster: NsqCluster, nursery: trio.Nursery
+    nsq_cluster: NsqCluster, nursery: trio.Nursery, tmp_path: Path
 ) -> None:
     """Go nsqd has no /admin/stream: the page shows it from its /stats (through the
     lookupd, polled) instead of "cannot connect" for ever, with rates from the change
     between two answers, read-only; when it goes, the event log says so."""
     go, stop = await nursery.start(run_go_nsqd, nsq_cluster.lookupds[0])
     await nsq_cluster.wait_registered()
-    await trio.to_thread.run_sync(drive_go_nsqd_page, nsq_cluster, go, stop)
+    await trio.to_thread.run_sync(drive_go_nsqd_page, nsq_cluster, go, stop, tmp_path)
 
 
-def drive_go_nsqd_page(cluster: NsqCluster, go: FakeGoNsqd, stop: trio.CancelScope) -> None:
+def drive_go_nsqd_page(
+    cluster: NsqCluster, go: FakeGoNsqd, stop: trio.CancelScope, tmp_path: Path
+) -> None:
     lookupd = cluster.lookupds[0].http
     trionsq = f"127.0.0.1:{http_of(cluster.brokers[0])[1]}"
     with browser_page() as page:
@@ -267,6 +269,8 @@ def drive_go_nsqd_page(cluster: NsqCluster, go: FakeGoNsqd, stop: trio.CancelSco
         rate = page.get_by_test_id(f"topic-broker-rate-gotopic@{go.key}")
         expect(rate).not_to_have_text("0")  # 100 messages more at each answer
         expect(page.get_by_test_id("channel-depth-gotopic/c")).to_have_text("7")
+        page.screenshot(path=tmp_path / "admin_go_nsqd.png", full_page=True)
+        print(f"\nGo nsqd page screenshot: {tmp_path / 'admin_go_nsqd.png'}")  # noqa: T201
 
         trio.from_thread.run_sync(stop.cancel)  # it stops answering and leaves lookupd
         expect(page.get_by_test_id(f"broker-status-{go.key}")).not_to_have_text("polled")

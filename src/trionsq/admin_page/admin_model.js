@@ -81,3 +81,30 @@ export function mergeTopics(brokers) {
   for (const m of merged.values()) m.channels = byName(m.channels);
   return byName(merged);
 }
+
+// A broker without an admin stream (Go nsqd) is polled for its /stats: rates are the
+// change of each counter since the previous answer (per second), as the stream's
+// snapshots give them. A channel's finishes are its clients' (nsqd counts them there).
+export function topicsFromPolls(stats, previous, seconds) {
+  const topics = new Map((stats.topics || []).map((t) => [t.topic_name, topicFromStats(t)]));
+  const perSecond = (now, before) => (seconds > 0 && now >= before ? (now - before) / seconds : 0);
+  for (const topic of topics.values()) {
+    for (const channel of topic.channels.values()) {
+      if (!channel.finish_count) {
+        channel.finish_count = [...channel.clients.values()].reduce((sum, c) => sum + (c.finish_count || 0), 0);
+      }
+    }
+    const was = previous && previous.get(topic.name);
+    if (!was) continue;
+    topic.message_rate = perSecond(topic.message_count, was.message_count);
+    for (const channel of topic.channels.values()) {
+      const then = was.channels.get(channel.name);
+      if (!then) continue;
+      channel.message_rate = perSecond(channel.message_count, then.message_count);
+      channel.finish_rate = perSecond(channel.finish_count, then.finish_count);
+      channel.requeue_rate = perSecond(channel.requeue_count, then.requeue_count);
+      channel.timeout_rate = perSecond(channel.timeout_count, then.timeout_count);
+    }
+  }
+  return topics;
+}
