@@ -6,7 +6,6 @@ every one. TLS failures are in test_trio_client_tls.py (they need a certificate)
 from __future__ import annotations
 
 import re
-import socket
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,6 +17,8 @@ from trionsq.client import ConsumerSettings, ProducerSettings, open_consumer, op
 from trionsq.http.client import HttpClientError
 from trionsq.protocol.commands import OffsetSpec
 
+from .test_client_blocking import free_port
+
 if TYPE_CHECKING:
     from trionsq.nursery_tree import BoundAddresses
 
@@ -26,13 +27,6 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "client.md"
 
 def tcp(addresses: BoundAddresses) -> str:
     return f"{addresses.tcp[0]}:{addresses.tcp[1]}"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
 
 
 async def test_an_unreachable_broker_is_a_connection_error_with_the_os_error_as_cause() -> None:

@@ -27,7 +27,7 @@ from trionsq.protocol.commands import ExtMessage
 from trionsq.protocol.identify import IdentifyRequest
 from trionsq.testing import wait_until
 
-from .test_client_errors import free_port
+from .test_client_blocking import free_port
 from .test_trio_client import run_broker, tcp
 
 if TYPE_CHECKING:

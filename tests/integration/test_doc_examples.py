@@ -9,7 +9,6 @@ reader uses. docs/spark.md's examples run in tests/spark/test_doc_examples_spark
 from __future__ import annotations
 
 import os
-import socket
 import sys
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -24,6 +23,7 @@ from trionsq.testing import open_nsq_cluster
 
 from ..auth_server import grant, start_auth_server
 from ..doc_examples import DOCS, NEEDS, Example, all_examples
+from .test_client_blocking import free_port
 
 BIN: Final = Path(sys.executable).parent
 EXAMPLES: Final = all_examples()
@@ -34,13 +34,6 @@ TIMEOUT: Final = 60.0
 def address(pair: tuple[str, int] | None) -> str:
     assert pair is not None
     return f"{pair[0]}:{pair[1]}"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
 
 
 async def environment(
