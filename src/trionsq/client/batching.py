@@ -1,6 +1,7 @@
 """Many publishers, one MPUB: concurrent single publishes to one topic and
-partition wait in a bounded queue while the previous batch is out, then leave
-together, up to ``max_batch`` bodies per MPUB.
+partition wait in a bounded queue while the previous batches are out (at most
+``batches_out`` at once, pipelined on the connection), then leave together, up to
+``max_batch`` bodies per MPUB.
 
 A lone publish goes at once (as a PUB), so batching adds no latency when idle;
 under load the batch grows with the round trip. Memory is bounded: past
@@ -56,12 +57,16 @@ class Batcher:
         *,
         max_batch: int,
         max_waiting: int,
+        batches_out: int = 1,
     ) -> None:
         if max_batch < 1 or max_waiting < max_batch:
             raise NsqConfigError("need 1 <= max_batch <= max_waiting")
+        if batches_out < 1:
+            raise NsqConfigError("need batches_out >= 1")
         self._send = send
         self.max_batch = max_batch
         self.max_waiting = max_waiting
+        self.batches_out = batches_out
         self.batches = 0
         """MPUBs (or PUBs) sent: published / batches is the mean batch."""
         self.split_batches = 0
@@ -105,18 +110,30 @@ class Batcher:
             raise slot.error
 
     async def run(self) -> None:
-        """Send what waits, a batch at a time, for as long as the producer is open."""
+        """Send what waits, a batch at a time and at most ``batches_out`` batches at
+        once, for as long as the producer is open."""
         bodies, slots = self._bodies, self._slots
-        while True:
-            await self._work.wait()
-            self._work = trio.Event()
-            while bodies:
-                count = min(len(bodies), self.max_batch)
-                batch = tuple(bodies.popleft() for _ in range(count))
-                taken = [slots.popleft() for _ in range(count)]
-                self._room.set()
-                self._room = trio.Event()
-                await self._send_batch(batch, taken)
+        out = trio.Semaphore(self.batches_out)
+        async with trio.open_nursery() as sending:
+            while True:
+                await self._work.wait()
+                self._work = trio.Event()
+                while bodies:
+                    await out.acquire()
+                    count = min(len(bodies), self.max_batch)
+                    batch = tuple(bodies.popleft() for _ in range(count))
+                    taken = [slots.popleft() for _ in range(count)]
+                    self._room.set()
+                    self._room = trio.Event()
+                    sending.start_soon(self._send_then_release, batch, taken, out)
+
+    async def _send_then_release(
+        self, batch: tuple[bytes, ...], slots: list[Slot], out: trio.Semaphore
+    ) -> None:
+        try:
+            await self._send_batch(batch, slots)
+        finally:
+            out.release()
 
     async def _send_batch(self, batch: tuple[bytes, ...], slots: list[Slot]) -> None:
         self.batches += 1

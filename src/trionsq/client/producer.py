@@ -8,7 +8,7 @@ further: those for the same topic and partition wait in a bounded queue
 (:mod:`.batching`) while one MPUB is out, and leave together in the next, so many
 tasks publishing one message each cost one round trip per batch.
 
-Retries follow seed 003's table: a lost connection is opened again and the
+Retries follow Youzan's smart clients: a lost connection is opened again and the
 request retried; E_FAILED_ON_NOT_LEADER, E_FAILED_ON_NOT_WRITABLE and
 E_TOPIC_NOT_EXIST look the topic up again first; an error about the message
 itself is raised at once (:class:`~.errors.NsqError`). At-least-once: a
@@ -93,6 +93,13 @@ class ProducerSettings:
     """Most bodies in one gathered MPUB."""
     max_waiting: int = 10_000
     """Bodies that may wait per topic and partition; more publishers wait for room."""
+    batches_out: int = 2
+    """Gathered MPUBs per topic and partition out at once (pipelined on the
+    connection): with 2, the publishers that came while one batch was out leave at
+    once instead of after its answer. Blocking publishes from 64 threads, 1 against 2
+    in alternating rounds on a shared 2-core machine: 19.8k/23.3k/35.1k against
+    25.0k/25.7k/39.0k msg/s, 19-27 against 17-22 us of CPU a message; 64 tasks: the
+    same either way (their batch is every task)."""
     connections_per_nsqd: int = 1
     lookup_interval: float = 60.0
     partition_count: int | None = None
@@ -262,7 +269,12 @@ class Producer:
             )
             await self._request(topic, target.partition, None, lambda _: command, pinned=target)
 
-        batcher = Batcher(send, max_batch=settings.max_batch, max_waiting=settings.max_waiting)
+        batcher = Batcher(
+            send,
+            max_batch=settings.max_batch,
+            max_waiting=settings.max_waiting,
+            batches_out=settings.batches_out,
+        )
         self._batchers[(topic, target)] = batcher
         self._nursery.start_soon(batcher.run)
         return batcher

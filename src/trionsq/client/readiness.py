@@ -128,8 +128,7 @@ class ReadyControl:
     def close(self) -> None:
         """The consumer is stopping: RDY 0 on every link, and no more RDY after."""
         self.closing = True
-        for link in self.links:
-            link.set_rdy(0)
+        self.rebalance()
 
     def redistribute(self, now: float, idle: float) -> None:
         """Crowded: links idle for ``idle`` seconds give their RDY 1 to waiting ones."""
