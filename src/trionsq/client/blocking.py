@@ -32,8 +32,11 @@ with the load): consuming and finishing 300,000 with ``max_in_flight=2500``,
 ~4.4 us of CPU per message against its ~3.5 (0.3 us in the user's thread); MPUB
 of 200 from one thread 190-290k msg/s (async 235-320k); one PUB per call 2.5-2.7k
 msg/s from one thread (async, awaiting each: 3.5-4.9k) and 6-13k from 8 threads
-(async, 8 tasks: 23k), as each call cost two thread wake-ups; since single publishes
-from many threads are gathered (issue 31) they reach FIGURES. Flushing answers
+(async, 8 tasks: 23k), as each call cost two thread wake-ups. Since single publishes
+from many threads are gathered into MPUBs (:mod:`.thread_publishing`), 64 threads
+publish 15-26k msg/s one per call in ``benchmarks/client.py`` (8.3-8.4k before, in
+alternating runs; gnsq's 64 greenlets 11-21k in the same runs), at about 20 us of
+CPU a publish, close to the cost of any blocking call between two threads. Flushing answers
 only when the user's thread waits for messages (plus a timer) measured the same
 as the flush scheduled by the first pending answer, which was kept as it never
 holds a FIN back; queueing every answer as a callable cost ~10% more CPU than the
