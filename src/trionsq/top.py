@@ -1,5 +1,9 @@
-"""The ``trionsq top`` command: follow until ``q`` or Ctrl-C, or print one view
-(``--once``: after two snapshots, so its rates are measured), and the exit codes."""
+"""``trionsq top``: a terminal view of one broker, following its admin stream.
+
+Three layers, so the view is testable without a terminal or a socket: the state
+and its reducer (:mod:`.topview.state`), the view (:mod:`.topview.view`), and the stream
+(:mod:`.topview.stream`), with the command here.
+"""
 
 from __future__ import annotations
 
@@ -10,15 +14,51 @@ from typing import TYPE_CHECKING
 import trio
 from rich.console import Console
 
-from .keys import quit_on_key
-from .state import Sort
-from .stream import CONNECT_TIMEOUT, CannotConnect, StreamClosed, follow, stream_url, without_query
-from .view import render
+from .topview.keys import quit_on_key
+from .topview.state import (
+    EVENT_LOG_SIZE,
+    BrokerInfo,
+    ChannelRow,
+    EventLine,
+    Sort,
+    TopicRow,
+    TopState,
+    apply,
+)
+from .topview.stream import (
+    CONNECT_TIMEOUT,
+    MIN_RENDER_INTERVAL,
+    CannotConnect,
+    StreamClosed,
+    close_message,
+    follow,
+    stream_url,
+    without_query,
+)
+from .topview.view import render
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Sequence
 
-__all__ = ["main"]
+
+__all__ = [
+    "EVENT_LOG_SIZE",
+    "MIN_RENDER_INTERVAL",
+    "BrokerInfo",
+    "CannotConnect",
+    "ChannelRow",
+    "EventLine",
+    "Sort",
+    "StreamClosed",
+    "TopState",
+    "TopicRow",
+    "apply",
+    "close_message",
+    "follow",
+    "main",
+    "render",
+    "stream_url",
+]
 
 
 async def _run(
