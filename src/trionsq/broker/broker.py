@@ -382,7 +382,7 @@ class Broker:
                 exts=exts if everything else [exts[i] for i in kept],
                 source=source,
             )
-            table.remember(digests, records)
+            table.remember(digests, records, fresh=None not in digests)
         table.duplicates += len(bodies) - len(kept)
         if kept and kept[0] == 0:
             first = Stored.of(records[0]) if records else None

@@ -29,13 +29,13 @@ import trio
 
 from ..addresses import join_host_port
 from ..http.client import HttpClientError, http_get
+from .errors import NsqClientError, NsqConfigError, NsqDiscoveryError, renamed
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
 
 __all__ = [
     "Discovery",
-    "LookupError_",
     "Placement",
     "Target",
     "parse_listlookup",
@@ -70,10 +70,6 @@ class Placement:
     listed plus one, else None (no partitions: upstream)."""
     ordered: bool = False
     extend_support: bool = False
-
-
-class LookupError_(Exception):
-    """No lookupd answered about the topic."""
 
 
 def _data(body: bytes) -> dict[str, object]:
@@ -185,7 +181,7 @@ class Discovery:
         on_change: Callable[[Placement], None] | None = None,
     ) -> None:
         if not lookupd_addresses:
-            raise ValueError("discovery needs at least one lookupd HTTP address")
+            raise NsqConfigError("discovery needs at least one lookupd HTTP address")
         self.configured = list(lookupd_addresses)
         self.topic = topic
         self.access = access
@@ -196,6 +192,8 @@ class Discovery:
         self.on_change = on_change
         """Called with the new placement when a lookup changes it."""
         self._failures: dict[str, int] = {}
+        self._last_error: Exception | None = None
+        """What the last lookupd that failed said (the cause of a failed round)."""
         self._wanted = trio.Event()
         self._looked = trio.Event()
 
@@ -212,14 +210,16 @@ class Discovery:
         """One round: find the lookupds, ask each, merge, and remember the answer.
 
         Raises:
-            LookupError_: none of them answered.
+            NsqDiscoveryError: none of them answered (``__cause__``: the last error).
         """
         listed = await self._listed()
         answers = await self._ask(listed or self.configured)
         if not answers and listed:  # the names they gave may not resolve from here
             answers = await self._ask(self.configured)
         if not answers:
-            raise LookupError_(f"no lookupd answered about {self.topic!r}: {self.configured}")
+            raise NsqDiscoveryError(
+                f"no lookupd answered about {self.topic!r}: {self.configured}"
+            ) from self._last_error
         placement = merge(answers)
         changed = placement != self.placement
         self.placement = placement
@@ -268,6 +268,7 @@ class Discovery:
                 self._failures.pop(address, None)
             except (HttpClientError, ValueError) as error:
                 self._failures[address] = self._failures.get(address, 0) + 1
+                self._last_error = error
                 log.warning("lookupd %s: %s", address, error)
         return answers
 
@@ -292,7 +293,7 @@ class Discovery:
             self._wanted = trio.Event()
             try:
                 await self.lookup()
-            except LookupError_ as error:
+            except NsqDiscoveryError as error:
                 log.warning("%s", error)
             await trio.sleep(REFRESH_FLOOR)
 
@@ -304,3 +305,8 @@ def parse_nodes(body: bytes) -> list[Target]:
     producers = data.get("producers")
     found = [_peer_address(peer) for peer in producers] if isinstance(producers, list) else []
     return sorted({Target(address) for address in found if address is not None})
+
+
+def __getattr__(name: str) -> type[NsqClientError]:
+    """``LookupError_``, the old name of :class:`NsqDiscoveryError` (deprecated)."""
+    return renamed(__name__, name)
