@@ -43,6 +43,8 @@ __all__ = [
     "PartitionSnapshot",
     "StatsSnapshot",
     "TopicSnapshot",
+    "group_snapshot",
+    "lost_records",
     "producer_documents",
     "snapshot",
     "stats_document",
@@ -315,7 +317,7 @@ def _topic_snapshot(
         paused=stats.paused,
         e2e=aggregate(_windows([c for group in by_name.values() for c in group]), now),
         disk_bytes=sum(getattr(p.log, "disk_bytes", 0) for p in t.partitions),
-        lost_count=_lost(broker, t),
+        lost_count=lost_records(broker, t),
         partitions=tuple(_partition_snapshot(p, set(names), of) for p in t.partitions),
         **_publish_limit_fields(t),
     )
@@ -412,7 +414,7 @@ def _channel_snapshot(
         dead_letter_count=total.dead_letter_count,
         ttl_ns=total.ttl_ns,
         expired_count=total.expired_count,
-        group=_group_snapshot(broker, parts[0].topic, parts[0].name),
+        group=group_snapshot(broker, parts[0].topic, parts[0].name),
         rate_limit_msgs=total.rate_limit_msgs,
         rate_limit_bytes=total.rate_limit_bytes,
         throttled_count=total.throttled_count,
@@ -442,7 +444,8 @@ def _summed(stats: list[ChannelStatistics]) -> ChannelStatistics:
     )
 
 
-def _group_snapshot(broker: Broker, topic: str, channel: str) -> GroupSnapshot | None:
+def group_snapshot(broker: Broker, topic: str, channel: str) -> GroupSnapshot | None:
+    """A channel's consumer group as /stats shows it (None: the channel has none)."""
     group = broker.groups.get((topic, channel))
     if group is None:
         return None
@@ -490,7 +493,7 @@ def _e2e_json(result: LatencyResult | None) -> dict[str, object]:
     }
 
 
-def _lost(broker: Broker, topic: Topic) -> int:
+def lost_records(broker: Broker, topic: Topic) -> int:
     """Records lost per partition: those recovery found missing at start, those the
     first read of an older segment found missing later, plus what channels found cut
     from the log."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .stats import _group_snapshot, _lost
+from .stats import group_snapshot, lost_records
 
 if TYPE_CHECKING:
     from ..broker.broker import Broker
@@ -32,7 +32,7 @@ def topic_figures(broker: Broker, topic: Topic, now: float) -> tuple[object, ...
     limit = topic.publish_limit
     figures: list[object] = [
         topic.paused,
-        _lost(broker, topic),
+        lost_records(broker, topic),
         None if limit is None else (limit.rates, limit.mode, limit.refused, limit.throttled),
     ]
     for partition in topic.partitions:
@@ -92,7 +92,7 @@ def _channel_figures(
         )
         if consumers
         else (),
-        _group_snapshot(broker, topic, channel.name)
+        group_snapshot(broker, topic, channel.name)
         if (topic, channel.name) in broker.groups
         else None,
     )
