@@ -294,6 +294,10 @@ async def test_a_snapshot_that_keeps_idle_topics_equals_one_built_whole(
         for path in (
             "/channel/pause?topic=t01&channel=c1",
             "/topic/pause?topic=t02",
+            "/channel/rate_limit?topic=t01&channel=c0&msgs_per_sec=1000",
+            "/topic/publish_limit?topic=t01&msgs_per_sec=10&mode=refuse",
+            "/channel/dead_letter?topic=t02&channel=c0&max_attempts=3",
+            "/topic/ttl?topic=t01&ttl=2h",
             "/channel/create?topic=t01&channel=c9",
             "/channel/delete?topic=t00&channel=c1",
             "/topic/delete?topic=t02",
