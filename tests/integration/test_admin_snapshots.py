@@ -17,7 +17,7 @@ from trio_websocket import ConnectionClosed
 
 from trionsq import NsqdConfig
 from trionsq.protocol import Fin, Pub, Req
-from trionsq.server import admin_snapshots, stats
+from trionsq.server import admin_snapshots, stats, websocket_frames
 from trionsq.server.admin_snapshots import RATES, Snapshot, SnapshotHub, SnapshotKey
 from trionsq.testing import wait_until
 
@@ -117,6 +117,23 @@ async def test_subscribers_beyond_the_bound_are_refused_with_1013(nursery: trio.
             )
     async with open_stream(broker) as again:  # the others left: room again
         assert (await receive(again))["type"] == "hello"
+
+
+async def test_a_snapshot_larger_than_one_write_arrives_whole(
+    nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A snapshot's bulk goes in several writes (other tasks run between them): the
+    subscriber reads one message, the snapshot whole."""
+    monkeypatch.setattr(websocket_frames, "SEND_PIECE", 1000)
+    broker = await start(nursery)
+    await many_topics(broker, 30, 3)
+    async with open_stream(broker, "events=snapshot") as ws:
+        assert (await receive(ws))["type"] == "hello"
+        text = await ws.get_message()
+    assert len(text) > 20 * 1000
+    body = orjson.loads(text)
+    assert [topic["topic_name"] for topic in body["topics"]] == [f"t{t:02d}" for t in range(30)]
+    assert all(len(topic["channels"]) == 3 for topic in body["topics"])
 
 
 def continuation_payload(frame: bytes) -> bytes:
