@@ -17,7 +17,7 @@ from trionsq.protocol.client import MessageFrame, Response, encode_commands
 
 if TYPE_CHECKING:
     from trionsq.nursery_tree import BoundAddresses
-    from trionsq.testing import ClientKit, ProtocolClient
+    from trionsq.testing import ClientKit, NsqCluster, ProtocolClient
 
 HOUR = 3600.0
 AUTOJUMP_THRESHOLD = 0.1
@@ -83,3 +83,19 @@ async def test_an_hour_of_virtual_time_passes_in_under_a_second(
     assert message.body == b"in an hour"
     assert HOUR <= trio.current_time() - virtual_start < HOUR + 1
     assert real < 1.0, f"an hour of virtual time took {real:.1f} s of real time"
+
+
+async def test_an_idle_cluster_sleeps_through_an_hour(
+    nsq_cluster: NsqCluster, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Brokers in the cluster fixture ping their lookupds only as often as the lookupds'
+    inactivity timeout needs (issue 34): nsqd's 15-second pings from 3 brokers to 2
+    lookupds cost 24 s of real time per virtual hour at the documented threshold."""
+    autojump_clock.autojump_threshold = AUTOJUMP_THRESHOLD
+    started = time.perf_counter()
+    await trio.sleep(HOUR)
+    real = time.perf_counter() - started
+    now = trio.current_time()
+    for lookupd in nsq_cluster.lookupds:  # pinged often enough to stay active
+        assert len(lookupd.registry.active_peers(now)) == len(nsq_cluster.brokers)
+    assert real < 1.0, f"an idle hour of the cluster took {real:.1f} s of real time"
