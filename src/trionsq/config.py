@@ -50,6 +50,16 @@ class ConfigError(ValueError):
     """A configuration nsqd would refuse at startup; the message is one line."""
 
 
+LOOPBACK_QUIET: Final = {"output_buffer_timeout": 0.001, "client_timeout": 2 * 86_400.0}
+"""What :meth:`NsqdConfig.loopback` changes besides the listeners (docs/testing.md):
+a 1 ms output buffer instead of nsqd's 250 ms, so a consumer with room for more gets
+each message at once; and a default heartbeat once a day instead of every 30 s (a
+client that asks in IDENTIFY still gets its interval), so an idle broker does not
+wake for nothing: over 127.0.0.1 a peer that goes away closes its socket, which the
+broker sees at once. ``output_buffer_timeout=0.25`` and ``client_timeout=60.0`` give
+nsqd's back."""
+
+
 class TlsRequired(enum.IntEnum):
     """``--tls-required``; the numbers are nsqd's, as its ``/config`` API shows them."""
 
@@ -278,12 +288,14 @@ class NsqdConfig(Listeners):
     @classmethod
     def loopback(cls, **changes: object) -> NsqdConfig:
         """Every listener on 127.0.0.1 with a free port, in memory unless a
-        ``data_path`` is given: for tests and embedding."""
+        ``data_path`` is given, delivering at once and sending heartbeats daily unless
+        a client asks for more (:data:`LOOPBACK_QUIET`): for tests and embedding."""
         options: dict[str, object] = {
             "tcp_address": "127.0.0.1:0",
             "http_address": "127.0.0.1:0",
             "https_address": "127.0.0.1:0",
             "persist": "data_path" in changes,
+            **LOOPBACK_QUIET,
         }
         options.update(changes)
         return cls.from_options(options)
