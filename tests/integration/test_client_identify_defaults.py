@@ -143,6 +143,7 @@ NSQJS = json.dumps(  # dudleycarr/nsqjs 0.13.0, NSQDConnection.identify (null ke
     separators=(",", ":"),
 ).encode()
 
+
 @pytest.fixture
 def nsqd_config() -> NsqdConfig:
     """nsqd's own output buffer default (250 ms), which a loopback broker lowers to
