@@ -156,6 +156,9 @@ class NsqdConfig(Listeners):
     broadcast_http_port: int = 0
     """0: the port the HTTP listener really bound."""
     lookupd_tcp_addresses: tuple[str, ...] = ()
+    lookupd_ping_interval: float = 15.0
+    """trionsq's own: time between PINGs to each lookupd (nsqd's is a fixed 15 s). A
+    lookupd hides a broker it has not heard from for its inactive_producer_timeout."""
     auth_http_addresses: tuple[str, ...] = ()
     auth_http_request_method: str = "get"
     http_client_connect_timeout: float = 2.0
@@ -363,6 +366,10 @@ class NsqdConfig(Listeners):
             raise ConfigError(
                 "--auth-http-request-method must be get or post,"
                 f" got {self.auth_http_request_method!r}"
+            )
+        if self.lookupd_ping_interval <= 0:
+            raise ConfigError(
+                f"--lookupd-ping-interval must be more than 0, got {self.lookupd_ping_interval}"
             )
         if self.group_rebalance_delay < 0:
             raise ConfigError(

@@ -75,7 +75,7 @@ from .server.admin_stream import StreamShared
 from .server.admission import ConnectionGate, reserved_sockets
 from .server.alarms import AlarmClock
 from .server.group_views import LookupdGroupViews
-from .server.lookupd_peers import LookupdPeers, peer_identity
+from .server.lookupd_peers import LookupdPeers, PeerTiming, peer_identity
 from .server.nsqd_api import NsqdHttpApi, RuntimeOptions
 from .server.tcp import ClientSession
 from .version import NSQD_RELEASE
@@ -171,7 +171,11 @@ async def serve_nsqd(
 
         identity = peer_identity(config, NSQD_RELEASE, tcp[1], http[1] if http else 0)
         peers = LookupdPeers(
-            broker, identity, config.lookupd_tcp_addresses, max_reply_size=config.max_body_size
+            broker,
+            identity,
+            config.lookupd_tcp_addresses,
+            max_reply_size=config.max_body_size,
+            timing=PeerTiming(ping_interval=config.lookupd_ping_interval),
         )
         await broker_nursery.start(peers.run)
         broker.group_coordinator.learn = LookupdGroupViews(peers.http_addresses, config)

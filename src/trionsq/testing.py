@@ -54,6 +54,7 @@ from .lookupd.server import LookupdAddresses, serve_lookupd
 from .nursery_tree import BoundAddresses, serve_nsqd
 from .protocol import MAGIC_V2
 from .protocol.client import ClientConnection, encode_commands
+from .server.lookupd_peers import PING_INTERVAL
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator
@@ -463,8 +464,10 @@ class NsqCluster:
     def broker_config(self, index: int) -> NsqdConfig:
         """Broker ``index``'s configuration: :attr:`nsqd_config` with every lookupd's
         TCP address, a distinct ``node_id``, ``broadcast_address`` 127.0.0.1 (where
-        clients that ask a lookupd connect) and, with ``persist``, its own directory
-        ``<data_path>/nsqd<index>``; after a first start, the ports it bound."""
+        clients that ask a lookupd connect), PINGs every third of the lookupds'
+        shortest ``inactive_producer_timeout`` (unless ``nsqd_config`` chose an
+        interval) and, with ``persist``, its own directory ``<data_path>/nsqd<index>``;
+        after a first start, the ports it bound."""
         base = self.nsqd_config
         data_path = base.data_path
         if base.persist:
@@ -476,9 +479,13 @@ class NsqCluster:
             tcp = _pinned(tcp, bound.tcp)
             http = _pinned(http, bound.http)
             https = _pinned(https, bound.https)
+        ping = base.lookupd_ping_interval
+        if ping == PING_INTERVAL and self._lookupd_configs:  # not chosen: as rare as it can be
+            ping = min(c.inactive_producer_timeout for c in self._lookupd_configs) / 3
         return attrs.evolve(
             base,
             lookupd_tcp_addresses=tuple(self.lookupd_tcp_addresses),
+            lookupd_ping_interval=ping,
             node_id=(base.node_id + index) % 1024,
             broadcast_address="127.0.0.1",
             data_path=data_path,

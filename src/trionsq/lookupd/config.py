@@ -47,11 +47,14 @@ class LookupdConfig(Listeners):
 
     @classmethod
     def loopback(cls, **changes: object) -> LookupdConfig:
-        """Both listeners on 127.0.0.1 with a free port: for tests and embedding."""
+        """Both listeners on 127.0.0.1 with a free port, and brokers kept active for a
+        day without a PING (a broker that goes away closes its connection, which
+        unregisters it at once): for tests and embedding."""
         options: dict[str, object] = {
             "tcp_address": "127.0.0.1:0",
             "http_address": "127.0.0.1:0",
             "broadcast_address": "127.0.0.1",
+            "inactive_producer_timeout": 86_400.0,
         }
         options.update(changes)
         return cls.from_options(options)
