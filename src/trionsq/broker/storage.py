@@ -54,6 +54,7 @@ from ..queues.delivery_journal import DeliveryJournal, JournalReplay, Move, jour
 from ..queues.memory_log import MemoryLog
 from ..queues.topic_log import RecoveryReport, TopicLog
 from .dead_letter_moves import resolve_moves
+from .file_writes import sync_logs, sync_then_write
 from .health import APPEND, PERSIST, SYNC, StorageHealth, go_error_text
 from .metadata import (
     Metadata,
@@ -529,7 +530,7 @@ class Storage:
         self._sync_due = trio.Event()
         if not logs:
             return
-        failed = await trio.to_thread.run_sync(_sync_logs, logs)
+        failed = await trio.to_thread.run_sync(sync_logs, logs)
         if failed is None:
             if not self.health.healthy:
                 self.health.succeeded(SYNC)
@@ -647,7 +648,7 @@ class Storage:
         logs, self._moved_to = self._moved_to, set()
         if not writes and not syncs and not logs:
             return
-        written, error = await trio.to_thread.run_sync(_sync_then_write, syncs, logs, writes)
+        written, error = await trio.to_thread.run_sync(sync_then_write, syncs, logs, writes)
         if error is None:
             if not self.health.healthy:
                 self.health.succeeded(PERSIST)
@@ -750,64 +751,9 @@ def _set_aside(path: Path) -> Path:
     return bad
 
 
-def _sync_logs(logs: set[TopicLog]) -> tuple[set[TopicLog], OSError] | None:
-    """fsync each log; None, or the logs not synced and the first error."""
-    failed: set[TopicLog] = set()
-    first: OSError | None = None
-    for topic_log in logs:
-        try:
-            topic_log.sync()
-        except OSError as error:
-            failed.add(topic_log)
-            first = first or error
-    return None if first is None else (failed, first)
-
-
-def _sync_then_write(
-    syncs: list[tuple[DelayStore, FileHandle]],
-    logs: set[TopicLog],
-    writes: list[tuple[Path, bytes]],
-) -> tuple[list[bool], OSError | None]:
-    """fsync the delay stores and the logs dead letters went to, then write the files
-    (:func:`_write_all`); when an fsync fails nothing is written (a state must not
-    count a message as finished whose PARK or dead letter may not be on disk), and
-    they are synced again later."""
-    first: OSError | None = None
-    for store, handle in syncs:
-        try:
-            handle.fsync()
-        except OSError as error:
-            first = first or error
-            store.unsynced_again()  # a flag: safe from this thread
-    failed = _sync_logs(logs) if first is None else None
-    if failed is not None:
-        first = failed[1]
-    if first is not None:
-        return [False] * len(writes), first
-    if logs and crash_points.ARMED:
-        crash_points.reached("storage.dead_letters_synced")
-    return _write_all(writes)
-
-
 def _restore_parked(channel: Channel, parked: list[ParkedMessage], now: float, wall: int) -> None:
     """The delay store's messages back in the channel's deferred heap, due at the
     same wall-clock moment (through this process's monotonic clock)."""
     for message in parked:
         due = now + (message.due_ns - wall) / 1e9
         channel.restore_parked(message.record, due, message.attempts)
-
-
-def _write_all(writes: list[tuple[Path, bytes]]) -> tuple[list[bool], OSError | None]:
-    """Write each file atomically: which were written, and the first error."""
-    written: list[bool] = []
-    first: OSError | None = None
-    for path, data in writes:
-        try:
-            ensure_directory(path.parent)
-            write_atomic(path, data)
-        except OSError as error:
-            first = first or error
-            written.append(False)
-        else:
-            written.append(True)
-    return written, first
