@@ -99,3 +99,23 @@ async def test_an_idle_cluster_sleeps_through_an_hour(
     for lookupd in nsq_cluster.lookupds:  # pinged often enough to stay active
         assert len(lookupd.registry.active_peers(now)) == len(nsq_cluster.brokers)
     assert real < 1.0, f"an idle hour of the cluster took {real:.1f} s of real time"
+
+
+async def test_a_ttl_expires_at_its_virtual_time_on_the_nsqd_fixture(
+    nsqd: BoundAddresses, client: ClientKit, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The fixture broker's wall clock follows Trio's (issue 34): TTLs, publish times
+    and long delays are wall-clock times, which the real clock kept from coming due
+    in virtual time (a TTL sweep woke every TTL period and found nothing expired)."""
+    autojump_clock.autojump_threshold = AUTOJUMP_THRESHOLD
+    broker = nsqd.broker
+    await broker.create_channel("aging", "unread")
+    await broker.set_topic_ttl("aging", 600 * 10**9)
+    await client.publish("aging", b"a", b"b")
+    (channel,) = broker.find_channel("aging", "unread")
+    started = time.perf_counter()
+    await trio.sleep(599)
+    assert channel.depth == 2
+    await trio.sleep(2)
+    assert (channel.depth, channel.expired_count) == (0, 2)
+    assert time.perf_counter() - started < 1.0
