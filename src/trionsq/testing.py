@@ -6,7 +6,8 @@ available:
 - ``nsqd_config``: the :class:`NsqdConfig` the brokers below use (override it in your
   conftest.py); by default 127.0.0.1, port 0.
 - ``nsqd`` (Trio tests, pytest-trio): a broker started for the test in the test's
-  nursery; the value is its :class:`BoundAddresses`. Works with ``autojump_clock``.
+  nursery; the value is its :class:`BoundAddresses`. Works with ``autojump_clock``:
+  its wall clock follows Trio's (:class:`FollowingWallClock`).
 - ``nsqd_client`` (Trio tests): a :class:`ProtocolClient` connected to ``nsqd``.
 - ``client`` (Trio tests): a :class:`ClientKit`: a :mod:`trionsq.client` producer
   connected to ``nsqd``, consumers on demand, and ``publish``/``take`` shortcuts.
@@ -24,10 +25,12 @@ available:
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import queue
 import threading
+import time
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Final, Generic, TypeVar
 
@@ -68,6 +71,7 @@ __all__ = [
     "POLL_INTERVAL_AUTOJUMP",
     "REGISTRATION_TIMEOUT",
     "ClientKit",
+    "FollowingWallClock",
     "NsqCluster",
     "ProtocolClient",
     "ThreadedNsqd",
@@ -146,6 +150,21 @@ class ProtocolClient:
         await trio.aclose_forcefully(self.stream)
 
 
+class FollowingWallClock:
+    """Unix nanoseconds that move with Trio's clock from the real now: the wall clock
+    of the fixtures' brokers (``serve_nsqd(wall_clock=)``), so that under a MockClock
+    what the broker times by the wall (publish timestamps, TTLs, long DPUB and REQ
+    delays kept on disk) comes due in virtual time as the rest does. Under Trio's
+    real clock it is the wall clock, without its steps (NTP)."""
+
+    def __init__(self) -> None:
+        self.start_wall = time.time_ns()
+        self.start_trio = trio.current_time()
+
+    def __call__(self) -> int:
+        return self.start_wall + round((trio.current_time() - self.start_trio) * 1e9)
+
+
 class ThreadedNsqd:
     """A broker in a background thread with its own Trio run, for non-Trio code."""
 
@@ -194,7 +213,8 @@ def nsqd_config() -> NsqdConfig:
 @pytest.fixture
 async def nsqd(nsqd_config: NsqdConfig, nursery: trio.Nursery) -> BoundAddresses:
     """A broker for this test, in the test's nursery (pytest-trio)."""
-    addresses: BoundAddresses = await nursery.start(serve_nsqd, nsqd_config)
+    serve = functools.partial(serve_nsqd, nsqd_config, wall_clock=FollowingWallClock())
+    addresses: BoundAddresses = await nursery.start(serve)
     return addresses
 
 
@@ -434,6 +454,8 @@ class NsqCluster:
         self._lookupd_configs: list[LookupdConfig] = []
         self._change = trio.Event()
         """Set by any lookupd's registry when it changes (see :meth:`_until`)."""
+        self.wall_clock: Final = FollowingWallClock()
+        """Every broker's wall clock: it follows Trio's (a MockClock's too)."""
 
     # ------------------------------------------------------------------ addresses
 
@@ -553,7 +575,8 @@ class NsqCluster:
         hosted = _Hosted[BoundAddresses]()
         config = self.broker_config(index)
         addresses: BoundAddresses = await self.nursery.start(
-            hosted.run, lambda status: serve_nsqd(config, task_status=status)
+            hosted.run,
+            lambda status: serve_nsqd(config, wall_clock=self.wall_clock, task_status=status),
         )
         self._broker_runs[index] = hosted
         if index < len(self.brokers):

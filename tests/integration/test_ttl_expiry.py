@@ -22,8 +22,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from trionsq import NsqdConfig, serve_nsqd
 from trionsq.protocol import IdentifyRequest, Mpub, Pub, Rdy, Req, Sub
 from trionsq.protocol.client import MessageFrame, encode_identify
+from trionsq.testing import FollowingWallClock
 
-from .raw import FollowingWallClock, http, next_frame, next_message, ok, publish, quiet
+from .raw import http, next_frame, next_message, ok, publish, quiet
 from .test_admin_stream import open_stream, snapshot_where
 
 if TYPE_CHECKING:
