@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Final
 
 import attrs
 
-from .addresses import parse_origin
+from .addresses import parse_origin, split_host_port
+from .config_values import ConfigError, address_text, address_texts
 from .protocol.settings import ServerSettings
 
 if TYPE_CHECKING:
@@ -46,10 +47,6 @@ ADMIN_STREAM_MODES: Final = ("read-write", "read-only", "off")
 """``--admin-stream``: actions and bodies too; neither; no stream at all."""
 
 
-class ConfigError(ValueError):
-    """A configuration nsqd would refuse at startup; the message is one line."""
-
-
 LOOPBACK_QUIET: Final = {"output_buffer_timeout": 0.001, "client_timeout": 2 * 86_400.0}
 """What :meth:`NsqdConfig.loopback` changes besides the listeners (docs/testing.md):
 a 1 ms output buffer instead of nsqd's 250 ms, so a consumer with room for more gets
@@ -74,18 +71,6 @@ def default_node_id() -> int:
     so one host keeps one id across restarts without configuration."""
     digest = hashlib.md5(socket.gethostname().encode(), usedforsecurity=False).digest()
     return zlib.crc32(digest) % 1024
-
-
-def split_host_port(address: str) -> tuple[str, int]:
-    """``"host:port"`` (``[v6]:port`` too) to a pair; an empty host means every interface.
-
-    Raises:
-        ValueError: no port, or a port that is not a number in [0, 65535].
-    """
-    host, colon, port = address.rpartition(":")
-    if not colon or not port.isdigit() or int(port) > 65535:
-        raise ValueError(f"{address!r} is not <addr>:<port>")
-    return host.strip("[]") or "0.0.0.0", int(port)  # noqa: S104 - nsqd's default
 
 
 TUBEMQ_MASTER_PORT: Final = 8715
@@ -145,21 +130,21 @@ class NsqdConfig(Listeners):
     log_prefix: str = "[nsqd] "
 
     # listeners and cluster
-    tcp_address: str = "0.0.0.0:4150"
-    http_address: str = "0.0.0.0:4151"
+    tcp_address: str = attrs.field(default="0.0.0.0:4150", converter=address_text)
+    http_address: str = attrs.field(default="0.0.0.0:4151", converter=address_text)
     """``""`` disables the HTTP listener."""
-    https_address: str = "0.0.0.0:4152"
+    https_address: str = attrs.field(default="0.0.0.0:4152", converter=address_text)
     """Used only when ``tls_cert``/``tls_key`` are set."""
     broadcast_address: str = attrs.field(factory=socket.gethostname)
     broadcast_tcp_port: int = 0
     """0: the port the TCP listener really bound."""
     broadcast_http_port: int = 0
     """0: the port the HTTP listener really bound."""
-    lookupd_tcp_addresses: tuple[str, ...] = ()
+    lookupd_tcp_addresses: tuple[str, ...] = attrs.field(default=(), converter=address_texts)
     lookupd_ping_interval: float = 15.0
     """trionsq's own: time between PINGs to each lookupd (nsqd's is a fixed 15 s). A
     lookupd hides a broker it has not heard from for its inactive_producer_timeout."""
-    auth_http_addresses: tuple[str, ...] = ()
+    auth_http_addresses: tuple[str, ...] = attrs.field(default=(), converter=address_texts)
     auth_http_request_method: str = "get"
     http_client_connect_timeout: float = 2.0
     http_client_request_timeout: float = 5.0
@@ -176,10 +161,10 @@ class NsqdConfig(Listeners):
     """trionsq's own: a message past its TTL goes to its channel's dead-letter topic
     (with ``##dead_reason: ttl``) when the channel has a dead-letter bound, instead of
     being dropped. docs/extensions.md, "Message TTL"."""
-    tubemq_master_address: str = ""
+    tubemq_master_address: str = attrs.field(default="", converter=address_text)
     """trionsq's own: ``<addr>[:<port>]`` of TubeMQ's master service (port 8715 when
     none is given); empty: off. docs/tubemq.md."""
-    tubemq_broker_address: str = ""
+    tubemq_broker_address: str = attrs.field(default="", converter=address_text)
     """trionsq's own: ``<addr>[:<port>]`` of TubeMQ's broker service (port 8123 when
     none is given); empty: off. Set both or neither."""
     group_rebalance_delay: float = 1.0
@@ -253,7 +238,7 @@ class NsqdConfig(Listeners):
     """0: unlimited."""
 
     # statsd
-    statsd_address: str = ""
+    statsd_address: str = attrs.field(default="", converter=address_text)
     statsd_prefix: str = "nsq.%s"
     statsd_interval: float = 60.0
     statsd_mem_stats: bool = True

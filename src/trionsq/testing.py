@@ -47,7 +47,7 @@ except ImportError as missing:  # pragma: no cover - exercised in a subprocess
         " pip install 'trionsq[testing]'"
     ) from missing
 
-from .addresses import join_host_port
+from .addresses import host_and_port, normalize_address
 from .client import ConsumerSettings, open_consumer, open_producer
 from .config import NsqdConfig
 from .http.client import http_get
@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator
     from contextlib import AbstractAsyncContextManager
 
+    from .addresses import Address
     from .client import ClientMessage, Consumer, Producer
     from .protocol import Command
     from .protocol.client import Frame
@@ -104,9 +105,9 @@ class ProtocolClient:
         self.frames: list[Frame] = []
 
     @classmethod
-    async def connect(cls, address: tuple[str, int]) -> ProtocolClient:
-        """Connect and send the magic."""
-        stream = await trio.open_tcp_stream(*address)
+    async def connect(cls, address: Address) -> ProtocolClient:
+        """Connect (``(host, port)`` or ``"host:port"``) and send the magic."""
+        stream = await trio.open_tcp_stream(*host_and_port(address))
         await stream.send_all(MAGIC_V2)
         return cls(stream)
 
@@ -231,8 +232,8 @@ async def nsqd_client(nsqd: BoundAddresses) -> AsyncIterator[ProtocolClient]:
 class ClientKit:
     """The ``client`` fixture: trionsq.client pointed at the ``nsqd`` fixture."""
 
-    def __init__(self, address: str, producer: Producer) -> None:
-        self.address = address
+    def __init__(self, address: Address, producer: Producer) -> None:
+        self.address = normalize_address(address)
         """The broker's ``host:port`` for TCP clients."""
         self.producer = producer
 
@@ -264,9 +265,8 @@ class ClientKit:
 @pytest.fixture
 async def client(nsqd: BoundAddresses) -> AsyncIterator[ClientKit]:
     """trionsq.client on the ``nsqd`` fixture: a producer, consumers on demand."""
-    address = join_host_port(*nsqd.tcp)
-    async with open_producer(address) as producer:
-        yield ClientKit(address, producer)
+    async with open_producer(nsqd.tcp) as producer:
+        yield ClientKit(nsqd.tcp, producer)
 
 
 @pytest.fixture
@@ -317,7 +317,7 @@ T = TypeVar("T")
 
 
 async def group_member(
-    lookupd: str,
+    lookupd: Address,
     topic: str,
     channel: str,
     name: str,
@@ -325,7 +325,7 @@ async def group_member(
     task_status: trio.TaskStatus[trio.CancelScope] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """A consumer-group member that handles nothing: a ``trionsq.client`` consumer
-    found through ``lookupd`` (HTTP ``host:port``), subscribed to every partition
+    found through ``lookupd`` (its HTTP address), subscribed to every partition
     until cancelled. ``await nursery.start(group_member, ...)`` returns once it is
     subscribed, with a scope whose cancelling makes it leave."""
     with trio.CancelScope() as scope:
@@ -336,7 +336,7 @@ async def group_member(
 
 
 async def even_group(
-    lookupd: str,
+    lookupd: Address,
     topic: str,
     channel: str,
     members: Collection[str],
@@ -345,10 +345,11 @@ async def even_group(
     steady: float = 0.5,
 ) -> dict[int, str]:
     """partition -> member, from lookupd's ``GET /group`` (``lookupd``: its HTTP
-    ``host:port``) once every partition of the topic has one of ``members``, the
+    address) once every partition of the topic has one of ``members``, the
     members' counts differ by one at most, and it stays so for ``steady`` seconds
     (a consumer group's rebalances over the brokers have settled)."""
     target = f"/group?topic={topic}&channel={channel}"
+    lookupd = normalize_address(lookupd)
     while True:
         reply = await http_get(lookupd, target, connect_timeout=2, request_timeout=5)
         document = orjson.loads(reply.body) if reply.status == 200 else {}
@@ -364,10 +365,6 @@ async def even_group(
             if again.body == reply.body:
                 return owners
         await trio.sleep(0.1)
-
-
-def _address(host_port: tuple[str, int]) -> str:
-    return join_host_port(*host_port)
 
 
 def _peer_ids(lookupd: LookupdAddresses, broker: BoundAddresses) -> list[str]:
@@ -425,7 +422,7 @@ def _pinned(address: str, bound: tuple[str, int] | None) -> str:
     """``address`` with the port a previous run bound, so a restart keeps its ports."""
     if not address or bound is None:
         return address
-    return join_host_port(bound[0], bound[1])
+    return normalize_address(bound)
 
 
 class NsqCluster:
@@ -462,18 +459,18 @@ class NsqCluster:
     @property
     def lookupd_tcp_addresses(self) -> list[str]:
         """``host:port`` of every lookupd's TCP listener (what brokers register with)."""
-        return [_address(lookupd.tcp) for lookupd in self.lookupds]
+        return [normalize_address(lookupd.tcp) for lookupd in self.lookupds]
 
     @property
     def lookupd_http_addresses(self) -> list[str]:
         """``host:port`` of every lookupd's HTTP API (``lookupd_http_addresses`` of a
         consumer)."""
-        return [_address(lookupd.http) for lookupd in self.lookupds]
+        return [normalize_address(lookupd.http) for lookupd in self.lookupds]
 
     @property
     def nsqd_tcp_addresses(self) -> list[str]:
         """``host:port`` of every broker's TCP listener (publishers connect here)."""
-        return [_address(broker.tcp) for broker in self.brokers]
+        return [normalize_address(broker.tcp) for broker in self.brokers]
 
     def broker_running(self, index: int) -> bool:
         """Whether broker ``index`` runs (it was not stopped, or was started again)."""
@@ -643,8 +640,8 @@ class NsqCluster:
         addresses.registry.watch(self._note_change)
         self._lookupd_configs[index] = attrs.evolve(
             self._lookupd_configs[index],
-            tcp_address=_address(addresses.tcp),
-            http_address=_address(addresses.http),
+            tcp_address=normalize_address(addresses.tcp),
+            http_address=normalize_address(addresses.http),
         )
         if index < len(self.lookupds):
             self.lookupds[index] = addresses

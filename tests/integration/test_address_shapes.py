@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import pytest
-import trio
 
 import trionsq
 from trionsq import NsqdConfig, normalize_address, serve_nsqd
@@ -20,6 +19,8 @@ from trionsq.protocol import Pub
 from trionsq.testing import ProtocolClient, wait_until
 
 if TYPE_CHECKING:
+    import trio
+
     from trionsq.lookupd.server import LookupdAddresses
     from trionsq.nursery_tree import BoundAddresses
 
@@ -35,8 +36,8 @@ def test_normalize_address_gives_host_port_for_either_shape() -> None:
 @pytest.mark.parametrize(
     ("address", "message"),
     [
-        ("127.0.0.1", "'127.0.0.1' is not <host>:<port>"),
-        ("127.0.0.1:65536", "'127.0.0.1:65536' is not <host>:<port>"),
+        ("127.0.0.1", "'127.0.0.1' is not <addr>:<port>"),
+        ("127.0.0.1:65536", "'127.0.0.1:65536' is not <addr>:<port>"),
         (
             ("127.0.0.1", "4150"),
             "('127.0.0.1', '4150') is not (host, port) with a port in [0,65535]",

@@ -28,8 +28,7 @@ from typing import TYPE_CHECKING, Final
 
 import trio
 
-from ..addresses import local_address, peer_address
-from ..config import split_host_port
+from ..addresses import local_address, normalize_address, peer_address, split_host_port
 from ..protocol.client import (
     ClientConnection,
     ErrorReply,
@@ -50,6 +49,7 @@ from .options import ConnectionOptions
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
 
+    from ..addresses import Address
     from ..protocol.commands import Command
     from ..protocol.message import Message
 
@@ -335,7 +335,7 @@ class Connection:
 
 @asynccontextmanager
 async def open_connection(
-    address: str,
+    address: Address,
     options: ConnectionOptions | None = None,
     *,
     on_messages: Callable[[list[Message]], None] | None = None,
@@ -343,9 +343,10 @@ async def open_connection(
     extended: bool = False,
     detail: bool = False,
 ) -> AsyncIterator[Connection]:
-    """Connect to ``address`` (``host:port``), identify, upgrade, and serve the
-    connection until the block ends or the broker closes it (then waiting commands
-    fail with :class:`ConnectionClosedError` and ``connection.closed`` is set).
+    """Connect to ``address`` (``host:port`` or ``(host, port)``), identify, upgrade,
+    and serve the connection until the block ends or the broker closes it (then
+    waiting commands fail with :class:`ConnectionClosedError` and
+    ``connection.closed`` is set).
 
     ``extended``/``detail``: the message layout the SUB that follows asks for;
     ``on_messages``: each read's messages; ``on_group_owner``: a group member's
@@ -358,6 +359,7 @@ async def open_connection(
             :class:`ssl.SSLError`, e.g. a certificate that does not verify).
     """
     options = options if options is not None else ConnectionOptions()
+    address = normalize_address(address)
     host, port = split_host_port(address)
     host = host or "127.0.0.1"
     stream = await trio.open_tcp_stream(host, port)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Final
 import attrs
 import trio
 
+from ..addresses import address_list
 from ..protocol.commands import OffsetSpec, Sub, SubAdvanced, SubOrdered
 from ..protocol.identify import (
     MAX_ATTEMPTS_BOUND,
@@ -43,6 +44,7 @@ from .tracing import trace_consumed
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
+    from ..addresses import Address
     from ..protocol.commands import Command
     from ..protocol.message import Message
     from .connection import Connection
@@ -537,9 +539,9 @@ class Consumer:
 async def open_consumer(
     topic: str,
     channel: str,
-    nsqd: Sequence[str] | str = (),
+    nsqd: Address | Sequence[Address] = (),
     *,
-    lookupd: Sequence[str] | str = (),
+    lookupd: Address | Sequence[Address] = (),
     partitions: Sequence[int] | None = None,
     options: ConnectionOptions | None = None,
     settings: ConsumerSettings | None = None,
@@ -573,8 +575,7 @@ async def open_consumer(
         chosen = attrs.evolve(chosen, start_at=start_at)
     if trace is not None:
         chosen = attrs.evolve(chosen, trace=trace)
-    addresses = [nsqd] if isinstance(nsqd, str) else list(nsqd)
-    lookupds = [lookupd] if isinstance(lookupd, str) else list(lookupd)
+    addresses, lookupds = address_list(nsqd), address_list(lookupd)
     if not addresses and not lookupds:
         raise ValueError("open_consumer needs nsqd TCP addresses or lookupd HTTP addresses")
     with single_errors():  # a refused first SUB comes out as the NsqError itself

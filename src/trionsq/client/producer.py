@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Final
 import attrs
 import trio
 
+from ..addresses import address_list
 from ..protocol.broker_errors import RATE_LIMITED
 from ..protocol.commands import Dpub, Mpub, MpubExt, Pub, PubExt, PubTrace
 from .batching import Batcher
@@ -44,6 +45,7 @@ from .tracing import trace_published
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Sequence
 
+    from ..addresses import Address
     from ..protocol.client import Response, TracedReply
     from ..protocol.commands import Command, ExtMessage
 
@@ -358,9 +360,9 @@ class Producer:
 
 @asynccontextmanager
 async def open_producer(
-    nsqd: Sequence[str] | str = (),
+    nsqd: Address | Sequence[Address] = (),
     *,
-    lookupd: Sequence[str] | str = (),
+    lookupd: Address | Sequence[Address] = (),
     options: ConnectionOptions | None = None,
     settings: ProducerSettings | None = None,
     trace: bool | None = None,
@@ -369,8 +371,7 @@ async def open_producer(
     ``open_producer(lookupd="127.0.0.1:4161")`` to publish wherever lookupd says
     each topic's partitions are led. Every connection is a task of this block's
     nursery and ends with it."""
-    addresses = [nsqd] if isinstance(nsqd, str) else list(nsqd)
-    lookupds = [lookupd] if isinstance(lookupd, str) else list(lookupd)
+    addresses, lookupds = address_list(nsqd), address_list(lookupd)
     if not addresses and not lookupds:
         raise ValueError("open_producer needs nsqd TCP addresses or lookupd HTTP addresses")
     chosen = settings or ProducerSettings()

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from ..config import LOG_LEVELS, ConfigError, Listeners, split_host_port
+from ..config_values import address_text
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -22,9 +23,9 @@ class LookupdConfig(Listeners):
     Field = flag name with ``_``; durations are seconds.
     """
 
-    tcp_address: str = "0.0.0.0:4160"
+    tcp_address: str = attrs.field(default="0.0.0.0:4160", converter=address_text)
     """Where nsqd instances connect (TCP protocol V1); port 0 picks a free port."""
-    http_address: str = "0.0.0.0:4161"
+    http_address: str = attrs.field(default="0.0.0.0:4161", converter=address_text)
     """Where consumers and nsqadmin ask (``/lookup``, ``/nodes`` ...)."""
     broadcast_address: str = attrs.field(factory=socket.gethostname)
     """The address this lookupd gives in its IDENTIFY reply."""
@@ -79,9 +80,9 @@ class LookupdConfig(Listeners):
             raise ConfigError(
                 f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}"
             )
-        for flag, seconds in (
+        for flag, duration in (
             ("inactive-producer-timeout", self.inactive_producer_timeout),
             ("tombstone-lifetime", self.tombstone_lifetime),
         ):
-            if seconds < 0:
-                raise ConfigError(f"--{flag} must not be negative, got {seconds}s")
+            if duration < 0:
+                raise ConfigError(f"--{flag} must not be negative, got {duration}s")
