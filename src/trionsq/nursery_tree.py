@@ -134,20 +134,33 @@ async def serve_nsqd(
     bound before ``started``, so a client may connect at once. ``wall_clock``: Unix
     nanoseconds now, for publish times and delays (a test under Trio's MockClock
     passes one that follows it, so a DPUB due in days comes due in virtual time).
+
+    Raises:
+        ConfigError: a configuration nsqd refuses (``NsqdConfig.validate``), and
+        OSError: a listener that cannot bind; both themselves, before any task
+            starts (as nsqd, the listeners are bound before the data is loaded).
     """
+    config.validate()
+    listeners = await _open_all_listeners(config)
+    try:
+        await _serve_broker(config, listeners, wall_clock, task_status)
+    finally:  # closed by their tasks, unless the start failed before those began
+        for listener in itertools.chain(*listeners):
+            listener.socket.close()
+
+
+async def _serve_broker(
+    config: NsqdConfig,
+    listeners: tuple[list[trio.SocketListener], ...],
+    wall_clock: Callable[[], int],
+    task_status: trio.TaskStatus[BoundAddresses],
+) -> None:
+    """The broker nursery and its tasks, on listeners already bound."""
     settings = config.server_settings(NSQD_RELEASE)
     started_at = time.time()
+    tcp_listeners, http_listeners, https_listeners = listeners
     async with trio.open_nursery() as broker_nursery:
-        descriptors = _descriptor_budget(config)
-        gate = ConnectionGate(descriptors)
-        storage = Storage(config, wall_clock, descriptors)
-        broker = Broker(config, broker_nursery, storage, drive=ChannelRunner, wall_clock=wall_clock)
-        storage.recover(broker)
-        broker.dead_letter_mover.settle()  # what recovery found on its way, before serving
-        await broker_nursery.start(storage.run, broker)
-        await broker_nursery.start(broker.dead_letter_mover.run)
-        await broker.run_ttl_timers()  # restored channels' messages expire unread too
-        tcp_listeners, http_listeners, https_listeners = await _open_all_listeners(config)
+        broker, gate = await _start_broker(config, broker_nursery, wall_clock)
         tcp = _bound(tcp_listeners)
         http = _bound(http_listeners) if http_listeners else None
         https = _bound(https_listeners) if https_listeners else None
@@ -229,6 +242,22 @@ async def serve_nsqd(
                 tubemq_broker=tubemq.broker if tubemq else None,
             )
         )
+
+
+async def _start_broker(
+    config: NsqdConfig, broker_nursery: trio.Nursery, wall_clock: Callable[[], int]
+) -> tuple[Broker, ConnectionGate]:
+    """The broker with what its storage recovers, and the storage's tasks started."""
+    descriptors = _descriptor_budget(config)
+    gate = ConnectionGate(descriptors)
+    storage = Storage(config, wall_clock, descriptors)
+    broker = Broker(config, broker_nursery, storage, drive=ChannelRunner, wall_clock=wall_clock)
+    storage.recover(broker)
+    broker.dead_letter_mover.settle()  # what recovery found on its way, before serving
+    await broker_nursery.start(storage.run, broker)
+    await broker_nursery.start(broker.dead_letter_mover.run)
+    await broker.run_ttl_timers()  # restored channels' messages expire unread too
+    return broker, gate
 
 
 def _descriptor_budget(config: NsqdConfig) -> DescriptorBudget:
@@ -327,14 +356,25 @@ async def _serve_http(transport: Transport, stream: trio.abc.Stream, api: NsqdHt
 
 @asynccontextmanager
 async def open_nsqd(config: NsqdConfig | None = None) -> AsyncIterator[BoundAddresses]:
-    """``async with open_nsqd() as addresses:`` a broker on 127.0.0.1, port 0 by default."""
+    """``async with open_nsqd() as addresses:`` a broker on 127.0.0.1, port 0 by default.
+
+    Raises:
+        ConfigError, OSError: as :func:`serve_nsqd`, themselves (not in a group).
+    """
+    chosen = config if config is not None else NsqdConfig.loopback()
+    failed: Exception | None = None
     async with trio.open_nursery() as nursery:
-        chosen = config if config is not None else NsqdConfig.loopback()
-        addresses: BoundAddresses = await nursery.start(serve_nsqd, chosen)
         try:
-            yield addresses
-        finally:
-            nursery.cancel_scope.cancel()
+            addresses: BoundAddresses = await nursery.start(serve_nsqd, chosen)
+        except Exception as error:  # raised below, outside the nursery (no group)
+            failed = error
+        else:
+            try:
+                yield addresses
+            finally:
+                nursery.cancel_scope.cancel()
+    if failed is not None:
+        raise failed
 
 
 TREE: Final = (

@@ -60,13 +60,21 @@ from .protocol.client import ClientConnection, encode_commands
 from .server.lookupd_peers import PING_INTERVAL
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator
+    from collections.abc import (
+        AsyncIterator,
+        Awaitable,
+        Callable,
+        Collection,
+        Iterator,
+        Sequence,
+    )
     from contextlib import AbstractAsyncContextManager
 
     from .addresses import Address
-    from .client import ClientMessage, Consumer, Producer
+    from .client import ClientMessage, ConnectionOptions, Consumer, Producer
     from .protocol import Command
     from .protocol.client import Frame
+    from .protocol.commands import OffsetSpec
 
 __all__ = [
     "POLL_INTERVAL_AUTOJUMP",
@@ -238,11 +246,33 @@ class ClientKit:
         self.producer = producer
 
     def consumer(
-        self, topic: str, channel: str, **options: object
+        self,
+        topic: str,
+        channel: str,
+        *,
+        partitions: Sequence[int] | None = None,
+        options: ConnectionOptions | None = None,
+        settings: ConsumerSettings | None = None,
+        max_in_flight: int | None = None,
+        ordered: bool | None = None,
+        start_at: OffsetSpec | None = None,
+        trace: bool | None = None,
     ) -> AbstractAsyncContextManager[Consumer]:
-        """``async with client.consumer("t", "c") as consumer:`` (``open_consumer``'s
-        keyword options pass through)."""
-        return open_consumer(topic, channel, self.address, **options)  # type: ignore[arg-type]
+        """``async with client.consumer("t", "c") as consumer:`` on the broker, with
+        ``open_consumer``'s keyword options (``settings=ConsumerSettings(...)`` for
+        the rest)."""
+        return open_consumer(
+            topic,
+            channel,
+            self.address,
+            partitions=partitions,
+            options=options,
+            settings=settings,
+            max_in_flight=max_in_flight,
+            ordered=ordered,
+            start_at=start_at,
+            trace=trace,
+        )
 
     async def publish(self, topic: str, *bodies: bytes) -> None:
         """Store ``bodies`` in ``topic`` (one MPUB)."""

@@ -58,7 +58,7 @@ async def test_open_nsqd_raises_the_error_itself_before_any_task(
                 pytest.fail("the broker started")
     finally:
         trio.lowlevel.remove_instrument(spawns)
-    assert str(raised.value).startswith(message)
+    assert message in str(raised.value)
     assert "\n" not in str(raised.value)
     assert spawns.count <= 1  # open_nsqd's own nursery task at most: none of the broker's
 
@@ -70,7 +70,7 @@ async def test_nursery_start_of_serve_nsqd_raises_the_error_itself(
     config = NsqdConfig.loopback(**changes)  # type: ignore[arg-type]
     with pytest.raises(kind) as raised:
         await nursery.start(serve_nsqd, config)
-    assert str(raised.value).startswith(message)
+    assert message in str(raised.value)
 
 
 async def test_serve_lookupd_raises_a_bad_address_itself(nursery: trio.Nursery) -> None:

@@ -12,7 +12,7 @@ count in virtual time and the assertions are exact.
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Unpack
 
 import orjson
 import trio
@@ -30,13 +30,14 @@ from .test_admin_stream import open_stream, snapshot_where
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from trionsq.config import NsqdOptions
     from trionsq.nursery_tree import BoundAddresses
 
     from .raw import Clients
 
 
 async def started(
-    nursery: trio.Nursery, clock: trio.testing.MockClock, **options: object
+    nursery: trio.Nursery, clock: trio.testing.MockClock, **options: Unpack[NsqdOptions]
 ) -> BoundAddresses:
     clock.autojump_threshold = 0.05  # jump only while no bytes are in flight
     config = NsqdConfig.loopback(**options)

@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ForwardRef
 
 import pytest
 from mypy import api as mypy_api
 
 from trionsq import NsqdConfig
 from trionsq.client import ConsumerSettings, ProducerSettings
-from trionsq.config import ConfigError
-from trionsq.lookupd.config import LookupdConfig
+from trionsq.config import ConfigError, NsqdOptions
+from trionsq.goflags import FlagSpec, Kind
+from trionsq.lookupd.config import LookupdConfig, LookupdOptions
+from trionsq.options import NSQD_FLAGS, NSQLOOKUPD_FLAGS
 
 if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
@@ -40,6 +42,33 @@ TYPOS = textwrap.dedent(
         client.consumer("t", "c", max_in_fligt=1)
     """
 )
+
+
+@pytest.mark.parametrize(
+    ("config", "options"), [(NsqdConfig, NsqdOptions), (LookupdConfig, LookupdOptions)]
+)
+def test_the_options_type_lists_every_field_as_the_constructor_takes_it(
+    config: type[object], options: type[object]
+) -> None:
+    taken = {k: v for k, v in config.__init__.__annotations__.items() if k != "return"}
+    typed = {
+        name: hint.__forward_arg__ if isinstance(hint, ForwardRef) else hint
+        for name, hint in options.__annotations__.items()
+    }
+    assert typed == taken
+
+
+@pytest.mark.parametrize(
+    ("flags", "config"), [(NSQD_FLAGS, NsqdConfig), (NSQLOOKUPD_FLAGS, LookupdConfig)]
+)
+def test_every_duration_flag_s_field_takes_a_go_duration(
+    flags: tuple[FlagSpec, ...], config: type[NsqdConfig | LookupdConfig]
+) -> None:
+    fields = [spec.dest for spec in flags if spec.kind is Kind.DURATION and spec.option]
+    assert fields
+    for field in fields:
+        made = config(**{field: "1m30s"})  # type: ignore[arg-type]
+        assert getattr(made, field) == 90.0, field
 
 
 def test_durations_take_seconds_or_go_duration_strings() -> None:

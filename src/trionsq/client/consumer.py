@@ -23,6 +23,7 @@ import attrs
 import trio
 
 from ..addresses import address_list
+from ..config_values import checked_fields, seconds
 from ..protocol.commands import OffsetSpec, Sub, SubAdvanced, SubOrdered
 from ..protocol.identify import (
     MAX_ATTEMPTS_BOUND,
@@ -65,7 +66,7 @@ LOST_OR_CLOSED: Final[tuple[type[Exception], ...]] = (*LOST, ConnectionClosedErr
 """A connection that could not be opened or was lost: try again after a backoff."""
 
 
-@attrs.frozen
+@attrs.frozen(field_transformer=checked_fields)
 class ConsumerSettings:
     """How a consumer behaves; the defaults are go-nsq's where it has one."""
 
@@ -92,7 +93,7 @@ class ConsumerSettings:
     departed member's partitions to the others. Connect to every partition (through
     lookupd, or ``partitions=``); give each consumer process its own name (1-64 of
     ``[.a-zA-Z0-9_-]``, e.g. host and pid). Empty: an ordinary NSQ consumer."""
-    group_session_timeout: float = 0.0
+    group_session_timeout: float = attrs.field(default=0.0, converter=seconds)
     """A group member's session timeout in seconds (IDENTIFY ``group_session_timeout``;
     3 to 1800, 0: the broker's default, 10): a member the broker hears nothing from
     for that long is gone and its connections closed. Heartbeats come every third
@@ -107,16 +108,16 @@ class ConsumerSettings:
     pull: bool = False
     """Pull consumption (PULL, trionsq's extension; TubeMQ's pull model): no RDY is
     sent, messages come only as :meth:`Consumer.fetch` asks for them."""
-    requeue_delay: float = 90.0
+    requeue_delay: float = attrs.field(default=90.0, converter=seconds)
     """Handler mode: a failed message comes back after this times its attempts..."""
-    max_requeue_delay: float = 900.0
+    max_requeue_delay: float = attrs.field(default=900.0, converter=seconds)
     """...but not later than this."""
-    backoff_unit: float = 1.0
-    max_backoff: float = 120.0
-    redistribute_interval: float = 5.0
+    backoff_unit: float = attrs.field(default=1.0, converter=seconds)
+    max_backoff: float = attrs.field(default=120.0, converter=seconds)
+    redistribute_interval: float = attrs.field(default=5.0, converter=seconds)
     """With more connections than ``max_in_flight``: how often RDY moves on."""
-    idle_before_redistribute: float = 10.0
-    lookup_interval: float = 60.0
+    idle_before_redistribute: float = attrs.field(default=10.0, converter=seconds)
+    lookup_interval: float = attrs.field(default=60.0, converter=seconds)
     trace: bool = False
     """Log each message's ids, offsets, time and addresses (logger ``trionsq.client.trace``)."""
 

@@ -32,6 +32,7 @@ import attrs
 import trio
 
 from ..addresses import address_list
+from ..config_values import checked_fields, seconds
 from ..protocol.broker_errors import RATE_LIMITED
 from ..protocol.commands import Dpub, Mpub, MpubExt, Pub, PubExt, PubTrace
 from .batching import Batcher
@@ -62,7 +63,7 @@ its rate); each retry waits twice as long, up to :data:`MAX_BACKOFF`, jittered."
 MAX_BACKOFF: Final = 1.0
 
 
-@attrs.frozen
+@attrs.frozen(field_transformer=checked_fields)
 class ProducerSettings:
     """How a producer behaves."""
 
@@ -73,12 +74,12 @@ class ProducerSettings:
     max_waiting: int = 10_000
     """Bodies that may wait per topic and partition; more publishers wait for room."""
     connections_per_nsqd: int = 1
-    lookup_interval: float = 60.0
+    lookup_interval: float = attrs.field(default=60.0, converter=seconds)
     partition_count: int | None = None
     """Publishing by key without lookupd: how many partitions the topics have."""
     trace: bool = False
     """Publish with PUB_TRACE and log where each message went (``trionsq.client.trace``)."""
-    rate_limit_timeout: float = 30.0
+    rate_limit_timeout: float = attrs.field(default=30.0, converter=seconds)
     """Seconds a publish refused by a topic's publish limit is retried (backing off
     from 50 ms to 1 s) before its error is raised."""
 

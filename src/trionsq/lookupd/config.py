@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 import socket
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict, Unpack
 
 import attrs
 
 from ..config import LOG_LEVELS, ConfigError, Listeners, split_host_port
-from ..config_values import address_text
+from ..config_values import address_text, checked_fields, seconds
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-__all__ = ["LookupdConfig"]
+    from ..addresses import Address
+
+__all__ = ["LookupdConfig", "LookupdOptions"]
 
 
-@attrs.frozen
+@attrs.frozen(field_transformer=checked_fields)
 class LookupdConfig(Listeners):
     """Options of ``nsqlookupd`` / ``trionsq lookupd`` / ``serve_lookupd``.
 
@@ -29,10 +31,10 @@ class LookupdConfig(Listeners):
     """Where consumers and nsqadmin ask (``/lookup``, ``/nodes`` ...)."""
     broadcast_address: str = attrs.field(factory=socket.gethostname)
     """The address this lookupd gives in its IDENTIFY reply."""
-    inactive_producer_timeout: float = 300.0
+    inactive_producer_timeout: float = attrs.field(default=300.0, converter=seconds)
     """Producers not heard from (IDENTIFY or PING) for longer are hidden from
     ``/lookup`` and ``/nodes``; nothing is deleted, a later PING shows them again."""
-    tombstone_lifetime: float = 45.0
+    tombstone_lifetime: float = attrs.field(default=45.0, converter=seconds)
     """How long ``/topic/tombstone`` hides a producer of a topic from ``/lookup``."""
     log_level: str = "info"
     log_prefix: str = "[nsqlookupd] "
@@ -47,7 +49,7 @@ class LookupdConfig(Listeners):
         return cls(**options)  # type: ignore[arg-type]
 
     @classmethod
-    def loopback(cls, **changes: object) -> LookupdConfig:
+    def loopback(cls, **changes: Unpack[LookupdOptions]) -> LookupdConfig:
         """Both listeners on 127.0.0.1 with a free port, and brokers kept active for a
         day without a PING (a broker that goes away closes its connection, which
         unregisters it at once): for tests and embedding."""
@@ -86,3 +88,17 @@ class LookupdConfig(Listeners):
         ):
             if duration < 0:
                 raise ConfigError(f"--{flag} must not be negative, got {duration}s")
+
+
+class LookupdOptions(TypedDict, total=False):
+    """Every :class:`LookupdConfig` field as an optional keyword, as the constructor
+    takes it: what :meth:`LookupdConfig.loopback` takes (typed, so mypy catches a
+    misspelt option). tests/unit/test_typed_options.py keeps it in step."""
+
+    tcp_address: Address
+    http_address: Address
+    broadcast_address: str
+    inactive_producer_timeout: float | str
+    tombstone_lifetime: float | str
+    log_level: str
+    log_prefix: str
