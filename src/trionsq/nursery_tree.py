@@ -165,12 +165,7 @@ async def _serve_broker(
         http = _bound(http_listeners) if http_listeners else None
         https = _bound(https_listeners) if https_listeners else None
         client_ids = itertools.count(1)
-        # one TLS configuration for the TCP upgrade and HTTPS, as nsqd has
-        tls_context = None
-        if config.tls_enabled:
-            from .server.tls import server_tls_context
-
-            tls_context = server_tls_context(config)
+        tls_context = _tls_context(config)
 
         def handle_tcp(stream: trio.SocketStream) -> Awaitable[None]:
             if not gate.admit("TCP"):
@@ -182,15 +177,7 @@ async def _serve_broker(
                 next(client_ids), stream, broker, settings, alarms, tls_context, gate.closed
             ).run()
 
-        identity = peer_identity(config, NSQD_RELEASE, tcp[1], http[1] if http else 0)
-        peers = LookupdPeers(
-            broker,
-            identity,
-            config.lookupd_tcp_addresses,
-            max_reply_size=config.max_body_size,
-            timing=PeerTiming(ping_interval=config.lookupd_ping_interval),
-        )
-        await broker_nursery.start(peers.run)
+        peers = await _start_lookupd_peers(config, broker, broker_nursery, tcp, http)
         broker.group_coordinator.learn = LookupdGroupViews(peers.http_addresses, config)
         alarms = AlarmClock()
         await broker_nursery.start(alarms.run)
@@ -258,6 +245,36 @@ async def _start_broker(
     await broker_nursery.start(broker.dead_letter_mover.run)
     await broker.run_ttl_timers()  # restored channels' messages expire unread too
     return broker, gate
+
+
+def _tls_context(config: NsqdConfig) -> ssl.SSLContext | None:
+    """One TLS configuration for the TCP upgrade and HTTPS, as nsqd has (None: no
+    certificate)."""
+    if not config.tls_enabled:
+        return None
+    from .server.tls import server_tls_context
+
+    return server_tls_context(config)
+
+
+async def _start_lookupd_peers(
+    config: NsqdConfig,
+    broker: Broker,
+    broker_nursery: trio.Nursery,
+    tcp: tuple[str, int],
+    http: tuple[str, int] | None,
+) -> LookupdPeers:
+    """The connections to the configured lookupds, identifying with the bound ports."""
+    identity = peer_identity(config, NSQD_RELEASE, tcp[1], http[1] if http else 0)
+    peers = LookupdPeers(
+        broker,
+        identity,
+        config.lookupd_tcp_addresses,
+        max_reply_size=config.max_body_size,
+        timing=PeerTiming(ping_interval=config.lookupd_ping_interval),
+    )
+    await broker_nursery.start(peers.run)
+    return peers
 
 
 def _descriptor_budget(config: NsqdConfig) -> DescriptorBudget:
