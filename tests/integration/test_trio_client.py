@@ -218,3 +218,24 @@ async def test_a_frame_the_parser_refuses_ends_the_connection_not_its_owner(
             await connection.request(Sub("t", "c"))
             await connection.wait_closed()
     assert connection.closed
+
+
+async def test_get_waits_for_the_next_message_at_most_timeout_seconds(
+    client: ClientKit, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The async consumer's ``get(timeout)``, as the blocking consumer has (issue 34)."""
+    autojump_clock.autojump_threshold = 0.1  # real sockets
+    async with client.consumer("got", "c") as consumer:
+        started = trio.current_time()
+        assert await consumer.get(timeout=5) is None
+        assert trio.current_time() - started == pytest.approx(5)
+        await client.producer.publish_deferred("got", b"in 3 s", 3)
+        message = await consumer.get(timeout=10)
+        assert message is not None
+        assert message.body == b"in 3 s"
+        message.finish()
+        await client.publish("got", b"now")
+        message = await consumer.get()  # no timeout: as async for
+        assert message is not None
+        assert message.body == b"now"
+        message.finish()
