@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import math
 import random
 from collections import deque
 from contextlib import asynccontextmanager
@@ -219,6 +220,18 @@ class Consumer:
             message = self._waiting.popleft()
             if message.connection.session_timeout is None or not self._fenced(message):
                 return message
+
+    async def get(
+        self,
+        timeout: float | None = None,  # noqa: ASYNC109 - as the blocking consumer's get
+    ) -> ClientMessage | None:
+        """The next message, as ``async for`` gives it; None once ``timeout`` seconds
+        passed without one (the blocking consumer's ``get``; ``trio.move_on_after``
+        around ``anext(consumer)`` does the same). A message that arrives as the time
+        runs out stays for the next call."""
+        with trio.move_on_after(math.inf if timeout is None else timeout):
+            return await self.__anext__()
+        return None
 
     async def next_batch(self) -> list[ClientMessage]:
         """Every message waiting now (at least one: waits for it), for callers that
