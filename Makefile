@@ -40,10 +40,10 @@ serve: $(RUNTIME)
 
 test: lint typecheck unit
 
-# tests/unit only: no sockets to other processes, no PySpark, browser or JVM (the `unit`
-# extra, without the `test` extra's PySpark, playwright and third-party clients).
+# tests/unit but its PySpark part: no PySpark, browser, JVM or root (the `unit` extra,
+# without the `test` extra's PySpark, playwright and third-party clients).
 quick: $(QUICK)
-	$(BIN)/pytest -q tests/unit $(PYTEST_ARGS)
+	$(BIN)/pytest -q tests/unit --ignore=tests/unit/spark $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks examples
