@@ -55,6 +55,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Connection", "ConnectionClosedError", "NsqError", "open_connection"]
 
+TOPIC_NOT_EXIST: Final = "E_TOPIC_NOT_EXIST"
+
 log = logging.getLogger("trionsq.client")
 READ_SIZE: Final = 65536
 NOP_BYTES: Final = encode_command(Nop())
@@ -201,8 +203,19 @@ class Connection:
         if reply is None:
             raise ConnectionClosedError(self.address)
         if isinstance(reply, ErrorReply):
-            raise NsqError(reply)
+            raise NsqError(self._described(reply, command))
         return reply
+
+    def _described(self, reply: ErrorReply, command: Command) -> ErrorReply:
+        """``E_TOPIC_NOT_EXIST`` comes with no description (as from Youzan's nsqd): say
+        which topic, which partition and where, from the command it answers."""
+        topic: str | None = getattr(command, "topic", None)
+        if reply.code != TOPIC_NOT_EXIST or reply.error.description or topic is None:
+            return reply
+        partition: int | None = getattr(command, "partition", None)
+        missing = "does not exist" if partition is None else f"has no partition {partition}"
+        text = f"topic {topic!r} {missing} on {self.address}"
+        return ErrorReply(ProtocolError(reply.code, text, fatal=reply.fatal))
 
     async def _write_forever(self) -> None:
         write = self._send_layered if self._upgraded else self._write_queued
