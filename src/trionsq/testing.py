@@ -191,9 +191,25 @@ def nsqd_config() -> NsqdConfig:
 
 
 @pytest.fixture
-async def nsqd(nsqd_config: NsqdConfig, nursery: trio.Nursery) -> BoundAddresses:
+def checked_nsqd_config(nsqd_config: NsqdConfig) -> NsqdConfig:
+    """``nsqd_config``, validated before the test's Trio run starts a broker with it: a
+    bad configuration is then the ``ConfigError`` itself at setup, not a failure inside
+    pytest-trio's ExceptionGroup."""
+    nsqd_config.validate()
+    return nsqd_config
+
+
+@pytest.fixture
+def checked_lookupd_config(lookupd_config: LookupdConfig) -> LookupdConfig:
+    """``lookupd_config``, validated as :func:`checked_nsqd_config`."""
+    lookupd_config.validate()
+    return lookupd_config
+
+
+@pytest.fixture
+async def nsqd(checked_nsqd_config: NsqdConfig, nursery: trio.Nursery) -> BoundAddresses:
     """A broker for this test, in the test's nursery (pytest-trio)."""
-    serve = functools.partial(serve_nsqd, nsqd_config, wall_clock=FollowingWallClock())
+    serve = functools.partial(serve_nsqd, checked_nsqd_config, wall_clock=FollowingWallClock())
     addresses: BoundAddresses = await nursery.start(serve)
     return addresses
 
@@ -315,15 +331,17 @@ def lookupd_config() -> LookupdConfig:
 
 
 @pytest.fixture
-async def lookupd(lookupd_config: LookupdConfig, nursery: trio.Nursery) -> LookupdAddresses:
+async def lookupd(checked_lookupd_config: LookupdConfig, nursery: trio.Nursery) -> LookupdAddresses:
     """A lookupd for this test on 127.0.0.1 with free ports, in the test's nursery."""
-    addresses: LookupdAddresses = await nursery.start(serve_lookupd, lookupd_config)
+    addresses: LookupdAddresses = await nursery.start(serve_lookupd, checked_lookupd_config)
     return addresses
 
 
 @pytest.fixture
 async def nsq_cluster(
-    request: pytest.FixtureRequest, nsqd_config: NsqdConfig, lookupd_config: LookupdConfig
+    request: pytest.FixtureRequest,
+    checked_nsqd_config: NsqdConfig,
+    checked_lookupd_config: LookupdConfig,
 ) -> AsyncIterator[NsqCluster]:
     """Brokers registered with lookupds (3 and 2; ``@pytest.mark.nsq_cluster(brokers=,
     lookupds=)`` to change), every broker identified with every lookupd on return."""
@@ -332,7 +350,7 @@ async def nsq_cluster(
     async with open_nsq_cluster(
         size.get("brokers", 3),
         size.get("lookupds", 2),
-        nsqd_config=nsqd_config,
-        lookupd_config=lookupd_config,
+        nsqd_config=checked_nsqd_config,
+        lookupd_config=checked_lookupd_config,
     ) as cluster:
         yield cluster

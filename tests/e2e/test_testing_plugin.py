@@ -95,7 +95,5 @@ def test_a_bad_nsqd_config_fails_the_test_with_the_config_error_itself(
     pytester.makepyfile(BAD_CONFIG_SUITE)
     result = pytester.runpytest_subprocess()
     result.assert_outcomes(errors=1)
-    result.stdout.fnmatch_lines(
-        ["E * ConfigError: --tls-cert and --tls-key must be given together"]
-    )
+    result.stdout.fnmatch_lines(["E *ConfigError: --tls-cert and --tls-key must be given together"])
     result.stdout.no_fnmatch_line("*ExceptionGroup*")
