@@ -34,11 +34,9 @@ from .. import crash_points
 from ..descriptors import DescriptorBudget
 from ..persist import ensure_directory, remove_file, remove_stale_temps, write_atomic
 from ..protocol.names import is_ephemeral
-from ..queues.cursor import ChannelCursor
 from ..queues.cursor_state import (
     ChannelState,
     ChannelStateError,
-    capture_state,
     delays_path,
     encode_state,
     load_state,
@@ -67,6 +65,7 @@ from .metadata import (
 )
 from .rate_limits import PublishLimit, PublishMode, RateLimit, Rates
 from .reader_holds import HoldsError, fit_holds, holds_path, load_holds, save_holds
+from .state_writes import channel_state, sync_logs, sync_then_write
 from .topic import ChannelFiles
 
 if TYPE_CHECKING:
@@ -255,7 +254,9 @@ class Storage:
         key = (topic, partition, channel)
         path = state_path(self.directory, topic, partition, channel)
         try:
-            journal, replay = DeliveryJournal.open(path, on_error=self._delays_failed)
+            journal, replay = DeliveryJournal.open(
+                path, on_error=self._delays_failed, files=self.descriptors
+            )
         except OSError as error:
             log.error("storage: cannot read %s: %s", path, go_error_text(error))
             self.health.failed(PERSIST, error)
@@ -719,23 +720,6 @@ class _Changed(NamedTuple):
     channel: Channel
     confirmed: int
     fingerprint: tuple[object, ...] | None
-
-
-def channel_state(channel: Channel, now: float, wall: int) -> ChannelState:
-    """What a durable channel persists, read on the broker's thread."""
-
-    cursor = channel.cursor
-    if not isinstance(cursor, ChannelCursor):
-        raise TypeError("an ephemeral channel has no state")
-    return capture_state(
-        cursor,
-        channel.deferred,
-        paused=channel.paused,
-        now_monotonic=now,
-        now_wall_ns=wall,
-        finished_ahead=channel.finished_ahead(),
-        attempts=channel.delivery_counts(),
-    )
 
 
 def _left_behind(what: str, error: OSError) -> None:
