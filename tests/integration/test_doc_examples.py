@@ -14,6 +14,7 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Final
 
+import attrs
 import pytest
 import trio
 import trustme
@@ -59,13 +60,13 @@ async def environment(
         changes |= {"auth_http_addresses": (auth.address,)}
     if "lookupd" in needs:
         cluster = await stack.enter_async_context(
-            open_nsq_cluster(1, 1, nsqd_config=NsqdConfig.loopback(**changes))
+            open_nsq_cluster(1, 1, nsqd_config=attrs.evolve(NsqdConfig.loopback(), **changes))
         )
         (broker,) = cluster.brokers
         (lookupd,) = cluster.lookupds
         places |= {"127.0.0.1:4160": address(lookupd.tcp), "127.0.0.1:4161": address(lookupd.http)}
     else:
-        broker = await nursery.start(serve_nsqd, NsqdConfig.loopback(**changes))
+        broker = await nursery.start(serve_nsqd, attrs.evolve(NsqdConfig.loopback(), **changes))
     return places | {"127.0.0.1:4150": address(broker.tcp), "127.0.0.1:4151": address(broker.http)}
 
 

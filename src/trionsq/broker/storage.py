@@ -52,7 +52,6 @@ from ..queues.delivery_journal import DeliveryJournal, JournalReplay, Move, jour
 from ..queues.memory_log import MemoryLog
 from ..queues.topic_log import RecoveryReport, TopicLog
 from .dead_letter_moves import resolve_moves
-from .file_writes import sync_logs, sync_then_write
 from .health import APPEND, PERSIST, SYNC, StorageHealth, go_error_text
 from .metadata import (
     Metadata,

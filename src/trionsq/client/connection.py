@@ -205,7 +205,7 @@ class Connection:
             raise error_for(self._described(reply, command))
         return reply
 
-    def _described(self, reply: ErrorReply, command: Command) -> ErrorReply:
+    def _described(self, reply: ErrorReply, command: Command | bytes) -> ErrorReply:
         """``E_TOPIC_NOT_EXIST`` comes with no description (as from Youzan's nsqd): say
         which topic, which partition and where, from the command it answers."""
         topic: str | None = getattr(command, "topic", None)
