@@ -14,12 +14,12 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Final
 
-import attrs
 import pytest
 import trio
 import trustme
 
 from trionsq import NsqdConfig, serve_nsqd
+from trionsq.config import NsqdOptions
 from trionsq.testing import open_nsq_cluster
 
 from ..auth_server import grant, start_auth_server
@@ -47,26 +47,27 @@ async def environment(
         places |= {"127.0.0.1:4150": f"127.0.0.1:{free_port()}"}
         places |= {"127.0.0.1:4151": f"127.0.0.1:{free_port()}"}
         return places
-    changes: dict[str, object] = {}
+    changes: NsqdOptions = {}
     if "tls" in needs:
         ca = trustme.CA()
         server = ca.issue_cert("localhost", "127.0.0.1")
         server.cert_chain_pems[0].write_to_path(str(directory / "cert.pem"))
         server.private_key_pem.write_to_path(str(directory / "key.pem"))
         ca.cert_pem.write_to_path(str(directory / "ca.pem"))
-        changes |= {"tls_cert": str(directory / "cert.pem"), "tls_key": str(directory / "key.pem")}
+        changes["tls_cert"] = str(directory / "cert.pem")
+        changes["tls_key"] = str(directory / "key.pem")
     if "auth" in needs:
         auth = await start_auth_server(nursery, {"the-secret": grant()})
-        changes |= {"auth_http_addresses": (auth.address,)}
+        changes["auth_http_addresses"] = (auth.address,)
     if "lookupd" in needs:
         cluster = await stack.enter_async_context(
-            open_nsq_cluster(1, 1, nsqd_config=attrs.evolve(NsqdConfig.loopback(), **changes))
+            open_nsq_cluster(1, 1, nsqd_config=NsqdConfig.loopback(**changes))
         )
         (broker,) = cluster.brokers
         (lookupd,) = cluster.lookupds
         places |= {"127.0.0.1:4160": address(lookupd.tcp), "127.0.0.1:4161": address(lookupd.http)}
     else:
-        broker = await nursery.start(serve_nsqd, attrs.evolve(NsqdConfig.loopback(), **changes))
+        broker = await nursery.start(serve_nsqd, NsqdConfig.loopback(**changes))
     return places | {"127.0.0.1:4150": address(broker.tcp), "127.0.0.1:4151": address(broker.http)}
 
 
