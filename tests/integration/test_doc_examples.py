@@ -12,19 +12,21 @@ import os
 import sys
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import pytest
 import trio
 import trustme
 
 from trionsq import NsqdConfig, serve_nsqd
-from trionsq.config import NsqdOptions
 from trionsq.testing import open_nsq_cluster
 
 from ..auth_server import grant, start_auth_server
 from ..doc_examples import DOCS, NEEDS, Example, all_examples
 from .test_client_blocking import free_port
+
+if TYPE_CHECKING:
+    from trionsq.config import NsqdOptions
 
 BIN: Final = Path(sys.executable).parent
 EXAMPLES: Final = all_examples()
