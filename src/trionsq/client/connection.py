@@ -28,7 +28,13 @@ from typing import TYPE_CHECKING, Final
 
 import trio
 
-from ..addresses import local_address, normalize_address, peer_address, split_host_port
+from ..addresses import (
+    address_list,
+    local_address,
+    normalize_address,
+    peer_address,
+    split_host_port,
+)
 from ..protocol.client import (
     ClientConnection,
     ErrorReply,
@@ -56,7 +62,7 @@ from .layers import Codec, Layers
 from .options import ConnectionOptions
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable
+    from collections.abc import AsyncIterator, Callable, Sequence
 
     from ..addresses import Address
     from ..protocol.commands import Command
@@ -353,6 +359,15 @@ class Connection:
         self._closed_event.set()
         while self._waiters:
             self._waiters.popleft().done.set()
+
+
+def client_addresses(addresses: Address | Sequence[Address]) -> list[str]:
+    """``"host:port"`` strings for the addresses a caller gave, in either shape; one
+    that is neither is the caller's configuration mistake (:class:`NsqConfigError`)."""
+    try:
+        return address_list(addresses)
+    except ValueError as error:
+        raise NsqConfigError(str(error)) from error
 
 
 @asynccontextmanager

@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING, Final
 import attrs
 import trio
 
-from ..addresses import address_list
 from ..config_values import checked_fields, seconds
 from ..protocol.client import encode_req
 from ..protocol.commands import Cls, OffsetSpec, Sub, SubAdvanced, SubOrdered
@@ -44,7 +43,7 @@ from ..protocol.identify import (
     MIN_GROUP_SESSION_TIMEOUT_MS,
 )
 from .backoff import Backoff
-from .connection import open_connection
+from .connection import client_addresses, open_connection
 from .discovery import Discovery, Placement, Target
 from .errors import ConnectionClosedError, NsqConfigError, NsqError
 from .groups import single_errors
@@ -736,7 +735,7 @@ async def open_consumer(
         chosen = attrs.evolve(chosen, start_at=start_at)
     if trace is not None:
         chosen = attrs.evolve(chosen, trace=trace)
-    addresses, lookupds = address_list(nsqd), address_list(lookupd)
+    addresses, lookupds = client_addresses(nsqd), client_addresses(lookupd)
     if not addresses and not lookupds:
         raise NsqConfigError("open_consumer needs nsqd TCP addresses or lookupd HTTP addresses")
     with single_errors():  # a refused first SUB comes out as the NsqError itself

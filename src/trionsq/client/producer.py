@@ -41,14 +41,13 @@ import attrs
 import orjson
 import trio
 
-from ..addresses import address_list
 from ..config_values import checked_fields, seconds
 from ..protocol.broker_errors import RATE_LIMITED
 from ..protocol.commands import Dpub, ExtMessage, Mpub, MpubExt, Pub, PubExt, PubTrace
 from ..protocol.ext_header import IDEMPOTENCY_KEY
 from .backoff import Backoff
 from .batching import Batcher
-from .connection import Connection, open_connection
+from .connection import Connection, client_addresses, open_connection
 from .discovery import Discovery, Placement, Target
 from .errors import (
     ConnectionClosedError,
@@ -480,7 +479,7 @@ async def open_producer(
     ``open_producer(lookupd="127.0.0.1:4161")`` to publish wherever lookupd says
     each topic's partitions are led. Every connection is a task of this block's
     nursery and ends with it."""
-    addresses, lookupds = address_list(nsqd), address_list(lookupd)
+    addresses, lookupds = client_addresses(nsqd), client_addresses(lookupd)
     if not addresses and not lookupds:
         raise NsqConfigError("open_producer needs nsqd TCP addresses or lookupd HTTP addresses")
     chosen = settings or ProducerSettings()
