@@ -11,6 +11,7 @@ STAMP := $(VENV)/.installed
 COMPILE := $(BIN)/python -m compileall -q src >/dev/null
 CHROMIUM := /usr/bin/chromium
 PROMTOOL := /usr/bin/promtool
+ETCD := /usr/bin/etcd
 
 .PHONY: serve test lint typecheck unit bench example-spark proto clean
 
@@ -40,7 +41,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP) | $(CHROMIUM) $(PROMTOOL)
+unit: $(STAMP) | $(CHROMIUM) $(PROMTOOL) $(ETCD)
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 # tests/browser drive Debian's chromium through playwright (which downloads no browser);
@@ -53,6 +54,12 @@ $(CHROMIUM):
 # server it also installs is not started: the test runs promtool only).
 $(PROMTOOL):
 	apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus
+
+# tests/cluster start a real etcd (single node on loopback in a temp dir, three nodes for
+# one test) for replication (docs/replication.md); Debian's etcd-server is etcd 3.4. Its
+# package enables a service where systemd runs; the tests start their own, on free ports.
+$(ETCD):
+	apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends etcd-server
 
 # The Spark example pipeline (docs/spark.md): its own broker, clicks in, counts out.
 example-spark: $(STAMP)
