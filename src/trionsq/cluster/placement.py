@@ -29,9 +29,9 @@ import attrs
 from .keys import PartitionState
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Iterable, Sequence
+    from collections.abc import Collection, Iterable, Mapping, Sequence
 
-__all__ = ["PlacementError", "after_loss", "elect", "place_topic", "with_isr"]
+__all__ = ["PlacementError", "after_loss", "elect", "place_topic", "reconcile", "with_isr"]
 
 
 class PlacementError(ValueError):
@@ -122,3 +122,29 @@ def with_isr(state: PartitionState, isr: Sequence[str]) -> PartitionState:
     if state.leader not in members:
         raise PlacementError("the leader must stay in its ISR")
     return attrs.evolve(state, isr=tuple(r for r in state.replicas if r in members))
+
+
+def reconcile(
+    partitions: Mapping[tuple[str, int], PartitionState],
+    live: Mapping[str, int],
+    known: Mapping[str, int],
+) -> dict[tuple[str, int], PartitionState]:
+    """The partitions whose state must change, given the live brokers now.
+
+    ``live``: each live broker's lease; ``known``: the leases the coordinator saw
+    last time. A broker is lost when an ISR names it and it is not live, or when it
+    came back with another lease (it restarted, and what it held in memory, the
+    leadership above all, is gone). Then every offline partition with a live ISR
+    member gets a leader again.
+    """
+    restarted = {b for b, lease in live.items() if known.get(b, lease) != lease}
+    changed: dict[tuple[str, int], PartitionState] = {}
+    for key, state in partitions.items():
+        new = state
+        lost = sorted({r for r in new.isr if r not in live} | (restarted & set(new.replicas)))
+        for broker in lost:
+            new = after_loss(new, broker, live)
+        new = elect(new, live)
+        if new != state:
+            changed[key] = new
+    return changed
