@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from ..queues.record import Record
     from .channel import Channel, Consumer
     from .driver import ChannelDriver, DriverFactory, Outbox
+    from .replication import ReplicationHook
     from .statistics import ClientStatistics
     from .storage import Storage
     from .topic import Partition
@@ -113,6 +114,9 @@ class Broker:
         self.group_coordinator = GroupCoordinator(self, nursery, self._wake)
         self.groups: Final = self.group_coordinator.groups
         """Consumer groups by (topic, channel), while they have members."""
+        self.replication: ReplicationHook | None = None
+        """The cluster's hook for replicated topics (``--etcd-endpoints``; None: a
+        single broker, and publishes are answered once in its log as always)."""
         self.dead_letter_mover = DeadLetterMover(self, storage)
         """Moves what leaves a channel to its dead-letter topic (its task runs in the
         broker nursery, started by nursery_tree.py)."""
@@ -281,8 +285,12 @@ class Broker:
 
         Raises:
             StorageFault: the log refused the write (nothing of the batch is stored).
+            ReplicaRefusal: a replicated partition this broker may not write now.
         """
         partition = self.topic(topic_name).partitions[partition_index]
+        replication = self.replication
+        if replication is not None:
+            replication.check_write(topic_name, partition_index)
         try:
             records = partition.publish(
                 bodies,
@@ -296,6 +304,8 @@ class Broker:
             raise self._storage_fault(APPEND, error) from error
         if self.storage is not None and records:
             self.storage.appended(partition.log, len(records))
+        if replication is not None and records:
+            replication.appended(topic_name, partition_index)
         if exts and ext_version and partition.ttl.note_published(exts):
             self._state_changed()  # the metadata remembers the topic's ##ttl headers
             self._nursery.start_soon(self.run_ttl_timers, topic_name)
@@ -344,7 +354,11 @@ class Broker:
         Raises:
             StorageFault: the log refused the write: nothing of the batch is stored,
                 and no key of it is remembered.
+            ReplicaRefusal: a replicated partition this broker may not write now
+                (checked first: a follower answers no duplicate either).
         """
+        if self.replication is not None:
+            self.replication.check_write(topic, partition_index)
         partition = self.topics[topic].partitions[partition_index]
         table = partition.idempotence
         if table is None:
@@ -416,7 +430,12 @@ class Broker:
 
         ``ordered`` (SUB_ORDERED) makes the channel ordered from now on: one message in
         flight at a time.
+
+        Raises:
+            ReplicaRefusal: a replicated partition this broker does not lead.
         """
+        if self.replication is not None:
+            self.replication.check_read(topic_name, partition)
         runner = await self._runner(topic_name, partition, channel_name)
         if ordered:
             runner.channel.ordered = True

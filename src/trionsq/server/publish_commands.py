@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from ..broker.rate_limits import PublishMode, RateLimit, batch_size
+from ..broker.replication import ReplicaRefusal
 from ..broker.rules import EXT_TOO_LONG_REASON, Refusal, ext_refusal, publish_target
 from ..protocol import broker_errors
 from ..protocol.frames import OK_FRAME, error_frame, traced_reply_frame
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
         PubTrace,
     )
     from ..protocol.errors import ProtocolError
+    from .outbound import OutboundBuffer
 
 __all__ = ["PublishCommands"]
 
@@ -43,11 +45,12 @@ __all__ = ["PublishCommands"]
 class PublishCommands:
     """The publish commands' handlers and the publishing state of one connection."""
 
-    __slots__ = ("pub_counts", "publish_limits")
+    __slots__ = ("held_replies", "pub_counts", "publish_limits")
 
     if TYPE_CHECKING:  # what the command layer provides
         broker: Broker
         remote_address: str
+        outbound: OutboundBuffer
 
         def _reply(self, frame_bytes: bytes) -> None: ...
 
@@ -60,6 +63,41 @@ class PublishCommands:
         self.publish_limits: dict[str, RateLimit] | None = None
         """This connection's buckets for topics with a publish limit, made at its first
         publish to each (a topic's new limit replaces its bucket)."""
+        self.held_replies: list[tuple[bytes, tuple[str, int, int] | None]] = []
+        """This turn's answers from the first replicated publish on, in order, each
+        with the (topic, partition, log end) it waits for (None: none): they go out
+        once their records are committed (:meth:`_settle_replies`)."""
+
+    def _answer(self, frame_bytes: bytes, topic: str, index: int) -> None:
+        """A stored publish's answer: now, or once committed on a replicated topic."""
+        replication = self.broker.replication
+        if replication is None or not replication.replicated(topic):
+            self._reply(frame_bytes)
+            return
+        end = self.broker.topics[topic].partitions[index].log.next_id
+        self.held_replies.append((frame_bytes, (topic, index, end)))
+
+    async def _settle_replies(self) -> None:
+        """Wait once per partition for this turn's replicated publishes to commit, then
+        answer everything held in order; a partition whose leadership went meanwhile
+        answers its publishes with Youzan's error (the client retries)."""
+        held, self.held_replies = self.held_replies, []
+        replication = self.broker.replication
+        assert replication is not None  # noqa: S101 - only replicated answers are held
+        ends: dict[tuple[str, int], int] = {}
+        for _, waits in held:
+            if waits is not None:
+                topic, index, end = waits
+                ends[topic, index] = max(ends.get((topic, index), 0), end)
+        refused: dict[tuple[str, int], bytes] = {}
+        for (topic, index), end in ends.items():
+            try:
+                await replication.committed(topic, index, end)
+            except ReplicaRefusal as refusal:
+                refused[topic, index] = error_frame(refusal.error(fatal=False))
+        add = self.outbound.add_response
+        for frame_bytes, waits in held:
+            add(refused.get(waits[:2], frame_bytes) if waits is not None else frame_bytes)
 
     def _count(self, topic: str, published: int) -> None:
         counts = self.pub_counts
@@ -150,7 +188,7 @@ class PublishCommands:
             event.topic, [event.body], self.broker.wall_clock(), partition_index=index
         )
         self._count(event.topic, 1)
-        self._reply(OK_FRAME)
+        self._answer(OK_FRAME, event.topic, index)
 
     def _pub_together(self, topic: str, pubs: list[Pub]) -> None:
         """PUBs to one topic without a publish limit, in one read: one append per run
@@ -168,7 +206,7 @@ class PublishCommands:
             self.broker.publish(topic, bodies, self.broker.wall_clock(), partition_index=index)
             self._count(topic, len(bodies))
             for _ in bodies:
-                self._reply(OK_FRAME)
+                self._answer(OK_FRAME, topic, index)
             start = end
 
     def _mpub(self, event: Mpub) -> None:
@@ -180,7 +218,7 @@ class PublishCommands:
             event.topic, event.bodies, self.broker.wall_clock(), partition_index=index
         )
         self._count(event.topic, len(event.bodies))
-        self._reply(OK_FRAME)
+        self._answer(OK_FRAME, event.topic, index)
 
     def _dpub(self, event: Dpub) -> None:
         if self._target(event.topic, None) < 0 or self._over_limit(
@@ -194,7 +232,7 @@ class PublishCommands:
             event.topic, [event.body], now, deliver_at=now + defer_ns if defer_ns else 0
         )
         self._count(event.topic, 1)
-        self._reply(OK_FRAME)
+        self._answer(OK_FRAME, event.topic, 0)
 
     def _ext_refusal(self, topic_name: str, messages: Sequence[ExtMessage]) -> bool:
         """Answer the error if these headers cannot be stored in the topic (non-fatal).
@@ -237,11 +275,13 @@ class PublishCommands:
         )
         self._count(event.topic, 1)
         if trace_id is None or not records:
-            self._reply(OK_FRAME)
+            self._answer(OK_FRAME, event.topic, index)
             return
         record = records[0]
-        self._reply(
-            traced_reply_frame(record.internal_id, trace_id, record.offset, record.raw_size)
+        self._answer(
+            traced_reply_frame(record.internal_id, trace_id, record.offset, record.raw_size),
+            event.topic,
+            index,
         )
 
     def _pub_ext_once(self, topic: str, index: int, message: ExtMessage) -> None:
@@ -259,10 +299,12 @@ class PublishCommands:
         )
         self._count(topic, 1)
         if message.trace_id is None or stored is None:
-            self._reply(OK_FRAME)
+            self._answer(OK_FRAME, topic, index)
             return
-        self._reply(
-            traced_reply_frame(stored.internal_id, stored.trace_id, stored.offset, stored.raw_size)
+        self._answer(
+            traced_reply_frame(stored.internal_id, stored.trace_id, stored.offset, stored.raw_size),
+            topic,
+            index,
         )
 
     def _mpub_ext(self, event: MpubExt) -> None:
@@ -300,7 +342,7 @@ class PublishCommands:
                 source=self.remote_address,
             )
         self._count(event.topic, len(messages))
-        self._reply(OK_FRAME)
+        self._answer(OK_FRAME, event.topic, index)
 
     def _pub_trace(self, event: PubTrace) -> None:
         """PUB_TRACE: stored with its trace id, answered with the 30-byte reply (§8.4)."""
@@ -317,11 +359,13 @@ class PublishCommands:
         )
         self._count(event.topic, 1)
         if not records:  # an ephemeral topic dropped it: nothing to point at
-            self._reply(OK_FRAME)
+            self._answer(OK_FRAME, event.topic, index)
             return
         record = records[0]
-        self._reply(
-            traced_reply_frame(record.internal_id, event.trace_id, record.offset, record.raw_size)
+        self._answer(
+            traced_reply_frame(record.internal_id, event.trace_id, record.offset, record.raw_size),
+            event.topic,
+            index,
         )
 
     def _mpub_trace(self, event: MpubTrace) -> None:
@@ -343,8 +387,10 @@ class PublishCommands:
         )
         self._count(event.topic, len(messages))
         if not records:
-            self._reply(OK_FRAME)
+            self._answer(OK_FRAME, event.topic, index)
             return
         first = records[0]
         raw_size = sum(record.raw_size for record in records)
-        self._reply(traced_reply_frame(first.internal_id, 0, first.offset, raw_size))
+        self._answer(
+            traced_reply_frame(first.internal_id, 0, first.offset, raw_size), event.topic, index
+        )
