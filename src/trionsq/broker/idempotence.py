@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from ..queues.partition_log import PartitionLog
     from ..queues.record import Record
 
-__all__ = ["IdempotenceTable", "Stored", "key_digest", "new_table", "restore"]
+__all__ = ["IdempotenceTable", "Stored", "key_digest", "new_table", "remember_copies", "restore"]
 
 _MARK: Final = IDEMPOTENCY_KEY.encode()
 """What a stored header must contain before it is parsed for a key (at restore)."""
@@ -263,20 +263,29 @@ def _remember_stored(
             records = log.read(from_id, RESTORE_CHUNK)
         if not records:
             break
-        digests: list[bytes | None] = []
-        keyed: list[Record] = []
-        for record in records:
-            if record.ext_version != EXT_VERSION_JSON or _MARK not in record.ext:
-                continue
-            key = _stored_key(record.ext)
-            if key is not None:
-                digests.append(key_digest(key))
-                keyed.append(record)
-        if keyed:
-            if table is None:
-                table = IdempotenceTable(window)
-            table.remember(digests, keyed)
+        table = remember_copies(table, window, records)
         from_id = records[-1].internal_id + 1
+    return table
+
+
+def remember_copies(
+    table: IdempotenceTable | None, window: int, records: Sequence[Record]
+) -> IdempotenceTable | None:
+    """Remember the keys ``records`` carry (stored records read back, or a leader's
+    records a replica copied), making the table at the first key."""
+    digests: list[bytes | None] = []
+    keyed: list[Record] = []
+    for record in records:
+        if record.ext_version != EXT_VERSION_JSON or _MARK not in record.ext:
+            continue
+        key = _stored_key(record.ext)
+        if key is not None:
+            digests.append(key_digest(key))
+            keyed.append(record)
+    if keyed:
+        if table is None:
+            table = IdempotenceTable(window)
+        table.remember(digests, keyed)
     return table
 
 

@@ -40,6 +40,7 @@ MAX_FRAME: Final = 64 << 20
 _SIZE: Final = struct.Struct(">I")
 _HEAD: Final = struct.Struct(">IB")
 _QQQ: Final = struct.Struct(">qqq")
+_QQQQ: Final = struct.Struct(">qqqq")
 _Q: Final = struct.Struct(">q")
 
 FOLLOW, START, RECORDS, ACK, COMMIT, REFUSE = 1, 2, 3, 4, 5, 6
@@ -79,11 +80,14 @@ class Start:
 
 @attrs.frozen
 class Records:
-    """Records of ``epoch`` from id ``first_id`` on, in the log's encoding."""
+    """Records of ``epoch`` from id ``first_id`` (at offset ``first_offset``) on, in
+    the log's encoding. A ``first_id`` past the follower's end means the leader no
+    longer holds what lies between (retention): the follower starts its log anew there."""
 
     epoch: int
     commit: int
     first_id: int
+    first_offset: int
     data: bytes
 
 
@@ -118,7 +122,8 @@ def _frame(kind: int, payload: bytes) -> bytes:
 def encode(frame: Frame) -> bytes:
     """One frame's bytes."""
     if isinstance(frame, Records):
-        return _frame(RECORDS, _QQQ.pack(frame.epoch, frame.commit, frame.first_id) + frame.data)
+        head = _QQQQ.pack(frame.epoch, frame.commit, frame.first_id, frame.first_offset)
+        return _frame(RECORDS, head + frame.data)
     if isinstance(frame, Ack):
         return _frame(ACK, _Q.pack(frame.end))
     if isinstance(frame, Commit):
@@ -160,10 +165,10 @@ def _follow(payload: memoryview) -> Follow:
 
 def _decode(kind: int, payload: memoryview) -> Frame:
     if kind == RECORDS:
-        if len(payload) < _QQQ.size:
+        if len(payload) < _QQQQ.size:
             raise ReplicationError("RECORDS frame too short")
-        epoch, commit, first_id = _QQQ.unpack_from(payload)
-        return Records(epoch, commit, first_id, bytes(payload[_QQQ.size :]))
+        epoch, commit, first_id, first_offset = _QQQQ.unpack_from(payload)
+        return Records(epoch, commit, first_id, first_offset, bytes(payload[_QQQQ.size :]))
     if kind == ACK:
         return Ack(*_fixed("ACK", payload, _Q))
     if kind == COMMIT:

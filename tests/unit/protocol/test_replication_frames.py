@@ -25,7 +25,7 @@ _frames = st.one_of(
         Follow, st.text(max_size=20), st.integers(0, 255), _int, st.text(max_size=10), _int, _int
     ),
     st.builds(Start, _int, _int, _int),
-    st.builds(Records, _int, _int, _int, st.binary(max_size=200)),
+    st.builds(Records, _int, _int, _int, _int, st.binary(max_size=200)),
     st.builds(Ack, _int),
     st.builds(Commit, _int),
     st.builds(Refuse, st.text(max_size=30)),
