@@ -36,6 +36,13 @@ below)::
     │       ├── per lookupd address: peer [own CancelScope; removed = cancel]
     │       │   └── reader task    replies -> the waiting command; close -> reconnect
     │       └── per new topic: channel pre-creation (asks every lookupd, then ends)
+    │   ├── replication listener (with --etcd-endpoints) -> per follower connection   cluster/leader_streams.py
+    │   │   └── ACK reader   the follower's ACKs move the commit end
+    │   └── replica manager (with --etcd-endpoints)   cluster/replica_manager.py
+    │       ├── registration   the broker's key on its etcd lease, renewed
+    │       ├── cluster view   etcd's keys, kept by a watch; roles follow it
+    │       ├── ISR upkeep     lagging followers leave the ISR, caught-up ones join
+    │       └── per followed partition: follower stream [own CancelScope; role over = cancel]
     task_status.started(BoundAddresses(...))   # after every listener accepts
 
 Every listener accepts through ``listen.serve_connections``: each connection's task
@@ -213,6 +220,10 @@ async def serve_nsqd(
             )
 
         await _start_http(broker_nursery, api, http_listeners, https_listeners, tls_context, gate)
+        if config.cluster_enabled:  # replicas through etcd (docs/replication.md)
+            from .cluster.serve import start_cluster
+
+            await start_cluster(broker, config, tcp[1], http[1] if http else 0, broker_nursery)
         if crash_points.ARMED:
             crash_points.arm()
         task_status.started(
@@ -370,6 +381,14 @@ TREE: Final = (
     ("admin stream", "http connection"),
     ("admin stream frame reader", "admin stream"),
     ("admin stream op reader", "admin stream"),
+    ("replication listener", "broker nursery"),
+    ("replication connection", "replication listener"),
+    ("replication ack reader", "replication connection"),
+    ("replica manager", "broker nursery"),
+    ("cluster registration", "replica manager"),
+    ("cluster view", "replica manager"),
+    ("isr upkeep", "replica manager"),
+    ("follower stream", "replica manager"),
 )
 """Each long-lived task and the task or nursery that is its parent, as data, so the
 tree in the docstring and the code that builds it can be checked against each other."""
@@ -407,6 +426,14 @@ TASKS: Final = {
     "lookupd peer": "LookupdPeer.run",
     "lookupd peer reader": "LookupdPeer._read_replies",
     "channel pre-creation": "LookupdPeers.precreate_channels",
+    "replication listener": "serve_connections",
+    "replication connection": "_run_connection",  # leader_streams.serve_follower
+    "replication ack reader": "_read_acks",
+    "replica manager": "ReplicaManager.run",
+    "cluster registration": "Registration.run",  # its lease keep-alive loop too
+    "cluster view": "follow_cluster",
+    "isr upkeep": "ReplicaManager._upkeep_forever",
+    "follower stream": "ReplicaManager._follow",
 }
 """The coroutine each node of :data:`TREE` runs as, for the nodes that are tasks (the
 others are nurseries, or loops inside their parent's task): a test walks a running

@@ -1,0 +1,159 @@
+"""Three brokers replicating through a real etcd: acknowledged once on every in-sync
+replica, Youzan's errors off the leader, consumers read committed records, and a
+leader's loss moves the partition to a follower holding everything acknowledged."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import trio
+
+from tests.integration.raw import Clients, next_error, next_frame, next_message, ok
+from trionsq import NsqdConfig, serve_nsqd
+from trionsq.cluster.coordinator import Coordinator
+from trionsq.cluster.etcd import EtcdClient
+from trionsq.cluster.keys import ClusterKeys, CoordinatorInfo, TopicMeta
+from trionsq.cluster.replica_manager import ReplicaManager
+from trionsq.cluster.roles import FollowerRole, LeaderRole
+from trionsq.protocol import Pub, Rdy, Sub
+from trionsq.testing import wait_until
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
+    from trionsq.cluster.etcd_process import EtcdServer
+    from trionsq.nursery_tree import BoundAddresses
+
+TTL = 1.0
+
+
+class Cluster:
+    """A coordinator and brokers in this Trio run, each broker in its own scope."""
+
+    def __init__(self, etcd: EtcdServer, cluster_id: str, nursery: trio.Nursery, tmp: Path) -> None:
+        self.etcd = etcd
+        self.cluster_id = cluster_id
+        self.nursery = nursery
+        self.tmp = tmp
+        self.coordinator = Coordinator(
+            EtcdClient(etcd.endpoints), ClusterKeys(cluster_id), CoordinatorInfo("l1", "-"), TTL
+        )
+        self.brokers: dict[str, tuple[BoundAddresses, trio.CancelScope]] = {}
+
+    async def start(self) -> None:
+        await self.nursery.start(self.coordinator.run)
+
+    async def add_broker(self, name: str) -> BoundAddresses:
+        config = NsqdConfig.loopback(
+            data_path=str(self.tmp / name),
+            etcd_endpoints=tuple(self.etcd.endpoints),
+            cluster_id=self.cluster_id,
+            cluster_lease_ttl=TTL,
+            replica_lag_time=2.0,
+            broadcast_address="127.0.0.1",
+        )
+        scope = trio.CancelScope()
+
+        async def run(task_status: trio.TaskStatus[BoundAddresses]) -> None:
+            with scope:
+                await serve_nsqd(config, task_status=task_status)
+
+        addresses: BoundAddresses = await self.nursery.start(run)
+        self.brokers[f"127.0.0.1:{addresses.tcp[1]}"] = (addresses, scope)
+        return addresses
+
+    def manager(self, broker_id: str) -> ReplicaManager:
+        hook = self.brokers[broker_id][0].broker.replication
+        assert isinstance(hook, ReplicaManager)
+        return hook
+
+    async def until(self, condition: Callable[[], bool], within: float = 15) -> float:
+        """Wait (polling: the brokers' views change in their own tasks); the seconds."""
+        start = trio.current_time()
+        await wait_until(condition, "the cluster settled", within=within)
+        return trio.current_time() - start
+
+    def leader_of(self, topic: str, partition: int) -> str:
+        return self.coordinator.view.partitions[topic, partition].leader
+
+    def settled(self, topic: str, partitions: int) -> bool:
+        """Every replica of every partition has its role, and every follower streams."""
+        for index in range(partitions):
+            state = self.coordinator.view.partitions.get((topic, index))
+            if state is None or not state.leader:
+                return False
+            for broker_id in state.replicas:
+                if broker_id not in self.brokers:
+                    continue
+                role = self.manager(broker_id).roles.get((topic, index))
+                if role is None or role.epoch != state.epoch:
+                    return False
+                if isinstance(role, FollowerRole) and not role.connected:
+                    return False
+        return True
+
+
+async def test_replicated_publish_failover_and_youzan_errors(
+    etcd: EtcdServer, cluster_id: str, nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    cluster = Cluster(etcd, cluster_id, nursery, tmp_path)
+    await cluster.start()
+    for name in ("a", "b", "c"):
+        await cluster.add_broker(name)
+    await cluster.until(
+        lambda: cluster.coordinator.leading and len(cluster.coordinator.view.brokers) == 3
+    )
+    await cluster.coordinator.create_topic("t", TopicMeta(2, 3, min_isr=2))
+    await cluster.until(lambda: cluster.settled("t", 2))
+    clients = Clients()
+    leader = cluster.leader_of("t", 0)
+    followers = [b for b in cluster.brokers if b != leader]
+    producer = await clients.connect(cluster.brokers[leader][0].tcp)
+    for number in range(20):
+        await producer.send(Pub("t", b"m%d" % number, partition=0))
+    for _ in range(20):
+        assert ok(await next_frame(producer))
+    # acknowledged: on every in-sync replica, byte for byte
+    leader_log = cluster.brokers[leader][0].broker.topics["t"].partitions[0].log
+    for follower in followers:
+        follower_log = cluster.brokers[follower][0].broker.topics["t"].partitions[0].log
+        assert [r.body for r in follower_log.read(1, 100)] == [
+            r.body for r in leader_log.read(1, 100)
+        ]
+    role = cluster.manager(leader).roles["t", 0]
+    assert isinstance(role, LeaderRole)
+    assert role.progress.committed == 21
+
+    # a follower refuses publishes (non-fatal) and consumers (fatal), as Youzan's nsqd
+    elsewhere = await clients.connect(cluster.brokers[followers[0]][0].tcp)
+    await elsewhere.send(Pub("t", b"x", partition=0))
+    assert (await next_error(elsewhere)).code == "E_FAILED_ON_NOT_LEADER"
+    await elsewhere.send(Pub("t", b"y", partition=0))
+    assert (await next_error(elsewhere)).code == "E_FAILED_ON_NOT_LEADER"  # still open
+    reader = await clients.connect(cluster.brokers[followers[0]][0].tcp)
+    await reader.send(Sub("t", "c", partition=0))
+    assert (await next_error(reader)).code == "E_FAILED_ON_NOT_LEADER"
+    with trio.fail_after(5):
+        assert await reader.stream.receive_some(100) == b""  # fatal for SUB: closed
+
+    # the leader goes (an orderly stop revokes its lease): a follower takes over
+    cluster.brokers[leader][1].cancel()
+    del cluster.brokers[leader]
+    taken = await cluster.until(lambda: cluster.leader_of("t", 0) not in ("", leader))
+    assert taken < 5
+    new_leader = cluster.leader_of("t", 0)
+    await cluster.until(
+        lambda: isinstance(cluster.manager(new_leader).roles.get(("t", 0)), LeaderRole)
+    )
+    again = await clients.connect(cluster.brokers[new_leader][0].tcp)
+    await again.send(Pub("t", b"after", partition=0))
+    assert ok(await next_frame(again))  # two in-sync replicas remain: min_isr=2 holds
+    consumer = await clients.connect(cluster.brokers[new_leader][0].tcp)
+    await consumer.send(Sub("t", "c", partition=0), Rdy(100))
+    assert ok(await next_frame(consumer))
+    got = [(await next_message(consumer)).body for _ in range(21)]
+    assert got == [b"m%d" % n for n in range(20)] + [b"after"]
+    await clients.close_all()
+    for _, scope in cluster.brokers.values():
+        scope.cancel()
