@@ -211,6 +211,16 @@ NSQLOOKUPD_FLAGS: Final[tuple[FlagSpec, ...]] = (
              help="duration of time a producer will remain in the active list since its last ping"),
     FlagSpec("tombstone-lifetime", DUR, default=_L.tombstone_lifetime,
              help="duration of time a producer will remain tombstoned if registration remains"),
+    # trionsq's own, after nsqlookupd's
+    FlagSpec("etcd-endpoints", Kind.STRING_LIST, default=_L.etcd_endpoints,
+             help="etcd client URL http://<host>:<port> (repeatable or comma-separated): coordinate a replicated cluster"),
+    FlagSpec("cluster-leadership-addresses", Kind.STRING_LIST, default=_L.etcd_endpoints,
+             help="Youzan's name of -etcd-endpoints", dest="etcd_endpoints"),
+    FlagSpec("cluster-id", STR, default=_L.cluster_id, help="the cluster's name in etcd"),
+    FlagSpec("cluster-lease-ttl", DUR, default=_L.cluster_lease_ttl,
+             help="etcd lease of the coordinator: a dead one is replaced within it"),
+    FlagSpec("min-isr", INT, default=_L.min_isr,
+             help="fewest in-sync replicas a replicated topic needs to take writes (a topic's own min_isr wins)"),
 )
 # fmt: on
 """nsqlookupd's flags (defaults.md), in nsqlookupd's order."""
