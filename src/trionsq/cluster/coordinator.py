@@ -7,9 +7,9 @@ and campaign again when it disappears. The coordinator
 
 - creates replicated topics (placement: ``placement.place_topic``);
 - after every change of the live brokers, applies ``placement.reconcile``: a lost
-  broker leaves every ISR, a partition it led gets a new leader from its ISR (the
-  epoch grows), an offline partition gets its leader back when an ISR member
-  returns.
+  broker (its lease gone, or a leader registered again since: a restart) leaves
+  every ISR, a partition it led gets a new leader from its ISR (the epoch grows),
+  an offline partition gets its leader back when an ISR member returns.
 
 Each write compares the partition key's ``mod_revision`` and the coordinator
 key's ``create_revision`` (the coordinator epoch), so neither a stale view nor a
@@ -60,7 +60,6 @@ class Coordinator:
         self.epoch = 0
         """The coordinator key's create revision while this lookupd coordinates; 0 when not."""
         self._changed = trio.Event()
-        self._known_leases: dict[str, int] = {}
         self.elections = 0
         """Leader changes this coordinator wrote (for /stats and tests)."""
 
@@ -115,7 +114,6 @@ class Coordinator:
             log.warning("%s lost the coordinator lease", self.me.id)
         finally:
             self.epoch = 0
-            self._known_leases = {}
             self._on_change()
 
     async def _reconcile_forever(self) -> None:
@@ -127,8 +125,7 @@ class Coordinator:
     async def reconcile_once(self) -> None:
         """Write every partition change the live brokers call for."""
         view = self.view
-        live = dict(view.leases)
-        changes = reconcile(view.partitions, live, self._known_leases)
+        changes = reconcile(view.partitions, view.revisions, view.registered)
         for where, state in sorted(changes.items()):
             old = view.partitions[where]
             try:
@@ -155,7 +152,6 @@ class Coordinator:
                 )
             if not written:
                 return  # someone changed it meanwhile: the watch brings it, then again
-        self._known_leases = live
 
     async def create_topic(self, topic: str, meta: TopicMeta) -> list[PartitionState]:
         """Place and record a replicated topic; returns its partitions.

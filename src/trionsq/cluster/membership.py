@@ -35,6 +35,9 @@ class Registration:
         self.info = info
         self.ttl = ttl
         self.lease = 0
+        self.revision = 0
+        """The etcd revision of the latest registration: a partition state older than
+        it was decided before the coordinator knew of this (re)start."""
         self.renewed_at = -float("inf")
         """Trio time of the last grant or renewal etcd confirmed."""
 
@@ -55,7 +58,7 @@ class Registration:
                     granted_at = trio.current_time()
                     self.lease = await self.client.grant(self.ttl)
                     key = self.keys.broker(self.info.id)
-                    await self.client.put(key, encode(self.info), lease=self.lease)
+                    self.revision = await self.client.put(key, encode(self.info), lease=self.lease)
                     self.renewed_at = granted_at
                 except (EtcdUnavailable, EtcdReplyError) as error:
                     log.warning("cannot register broker %s in etcd: %s", self.info.id, error)

@@ -126,23 +126,25 @@ def with_isr(state: PartitionState, isr: Sequence[str]) -> PartitionState:
 
 def reconcile(
     partitions: Mapping[tuple[str, int], PartitionState],
+    revisions: Mapping[tuple[str, int], int],
     live: Mapping[str, int],
-    known: Mapping[str, int],
 ) -> dict[tuple[str, int], PartitionState]:
     """The partitions whose state must change, given the live brokers now.
 
-    ``live``: each live broker's lease; ``known``: the leases the coordinator saw
-    last time. A broker is lost when an ISR names it and it is not live, or when it
-    came back with another lease (it restarted, and what it held in memory, the
-    leadership above all, is gone). Then every offline partition with a live ISR
-    member gets a leader again.
+    ``revisions``: each partition key's ``mod_revision``; ``live``: each live
+    broker's registration revision. A broker is lost when an ISR names it and it is
+    not live; a leader is also lost when it registered after its partition's state
+    was written: it restarted, and what it held in memory (the leadership above all)
+    is gone. Then every partition without a live in-sync leader gets one, if a live
+    ISR member is left.
     """
-    restarted = {b for b, lease in live.items() if known.get(b, lease) != lease}
     changed: dict[tuple[str, int], PartitionState] = {}
     for key, state in partitions.items():
         new = state
-        lost = sorted({r for r in new.isr if r not in live} | (restarted & set(new.replicas)))
-        for broker in lost:
+        lost = {r for r in new.isr if r not in live}
+        if new.leader in live and live[new.leader] > revisions.get(key, 0):
+            lost.add(new.leader)
+        for broker in sorted(lost):
             new = after_loss(new, broker, live)
         new = elect(new, live)
         if new != state:

@@ -143,6 +143,10 @@ class ReplicaManager:
     def _keep_role(self, where: tuple[str, int], state: PartitionState) -> None:
         role = self.roles.get(where)
         kind = "leader" if state.leader == self.me else "follower" if state.leader else ""
+        if kind == "leader" and self.view.revisions.get(where, 0) < self.registration.revision:
+            # named leader before this broker (re)started: what it led in memory is gone,
+            # and the coordinator, seeing the new lease, will elect again
+            kind = ""
         if role is not None and role.kind == kind and role.epoch == state.epoch:
             if isinstance(role, LeaderRole) and state.isr != role.state.isr:
                 role.confirm(state)

@@ -45,7 +45,10 @@ class ClusterView:
         self.keys = keys
         self.brokers: dict[str, BrokerInfo] = {}
         self.leases: dict[str, int] = {}
-        """Each live broker's lease: a new one means the broker restarted."""
+        """Each live broker's lease."""
+        self.registered: dict[str, int] = {}
+        """Each live broker's registration revision: later than a partition state it
+        leads, the broker restarted since."""
         self.topics: dict[str, TopicMeta] = {}
         self.partitions: dict[tuple[str, int], PartitionState] = {}
         self.revisions: dict[tuple[str, int], int] = {}
@@ -62,6 +65,7 @@ class ClusterView:
         """Replace everything with a full read."""
         self.brokers.clear()
         self.leases.clear()
+        self.registered.clear()
         self.topics.clear()
         self.partitions.clear()
         self.revisions.clear()
@@ -89,6 +93,7 @@ class ClusterView:
             elif (broker := keys.broker_id_of(kv.key)) is not None:
                 self.brokers[broker] = decode(kv.value, BrokerInfo)
                 self.leases[broker] = kv.lease
+                self.registered[broker] = kv.mod_revision
             elif (where := keys.parse_topic_key(kv.key)) is not None:
                 topic, partition = where
                 if partition is None:
@@ -107,6 +112,7 @@ class ClusterView:
         elif (broker := keys.broker_id_of(key)) is not None:
             self.brokers.pop(broker, None)
             self.leases.pop(broker, None)
+            self.registered.pop(broker, None)
         elif (where := keys.parse_topic_key(key)) is not None:
             topic, partition = where
             if partition is None:

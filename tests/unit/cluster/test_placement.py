@@ -9,7 +9,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trionsq.cluster.keys import PartitionState
-from trionsq.cluster.placement import PlacementError, after_loss, elect, place_topic, with_isr
+from trionsq.cluster.placement import (
+    PlacementError,
+    after_loss,
+    elect,
+    place_topic,
+    reconcile,
+    with_isr,
+)
 
 BROKERS = [f"b{i}" for i in range(6)]
 
@@ -144,3 +151,20 @@ def test_model_no_committed_record_is_lost(events: list[tuple[str, str | int]]) 
             committed = max(committed, members[0][:prefix], key=len)
             assert logs[state.leader][: len(committed)] == committed
         assert set(state.isr) <= set(state.replicas)
+
+
+def test_reconcile_moves_a_restarted_leader_and_drops_dead_members() -> None:
+    state = PartitionState(("a", "b", "c"), ("a", "b", "c"), "a", 3)
+    where = ("t", 0)
+    # nothing to do: everyone live, a registered before the state was written
+    assert reconcile({where: state}, {where: 10}, {"a": 5, "b": 6, "c": 7}) == {}
+    # a registered again after the state was written: it restarted, b leads now
+    moved = reconcile({where: state}, {where: 10}, {"a": 11, "b": 6, "c": 7})
+    assert moved == {where: PartitionState(("a", "b", "c"), ("b", "c"), "b", 4)}
+    # c's lease went: it leaves the ISR, the leader stays
+    shrunk = reconcile({where: state}, {where: 10}, {"a": 5, "b": 6})
+    assert shrunk == {where: PartitionState(("a", "b", "c"), ("a", "b"), "a", 3)}
+    # the only in-sync member restarted: offline, then its own leader again
+    alone = PartitionState(("a", "b"), ("a",), "a", 3)
+    back = reconcile({where: alone}, {where: 10}, {"a": 11, "b": 6})
+    assert back == {where: PartitionState(("a", "b"), ("a",), "a", 5)}
