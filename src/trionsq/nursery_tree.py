@@ -158,6 +158,10 @@ async def serve_nsqd(
         tcp = _bound(tcp_listeners)
         http = _bound(http_listeners) if http_listeners else None
         https = _bound(https_listeners) if https_listeners else None
+        if config.cluster_enabled:  # replicas through etcd (docs/replication.md): the hook
+            from .cluster.serve import start_cluster  # is in place before anyone may publish
+
+            await start_cluster(broker, config, tcp[1], http[1] if http else 0, broker_nursery)
         client_ids = itertools.count(1)
         # one TLS configuration for the TCP upgrade and HTTPS, as nsqd has
         tls_context = None
@@ -220,10 +224,6 @@ async def serve_nsqd(
             )
 
         await _start_http(broker_nursery, api, http_listeners, https_listeners, tls_context, gate)
-        if config.cluster_enabled:  # replicas through etcd (docs/replication.md)
-            from .cluster.serve import start_cluster
-
-            await start_cluster(broker, config, tcp[1], http[1] if http else 0, broker_nursery)
         if crash_points.ARMED:
             crash_points.arm()
         task_status.started(

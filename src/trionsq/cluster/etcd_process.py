@@ -23,7 +23,7 @@ from typing import Final
 
 import attrs
 
-__all__ = ["ETCD_BINARY", "EtcdMember", "EtcdServer", "etcd_available", "start_etcd"]
+__all__ = ["ETCD_BINARY", "EtcdMember", "EtcdServer", "etcd_available", "free_port", "start_etcd"]
 
 ETCD_BINARY: Final = os.environ.get("TRIONSQ_ETCD", "etcd")
 START_TIMEOUT: Final = 30.0
@@ -34,7 +34,8 @@ def etcd_available() -> bool:
     return shutil.which(ETCD_BINARY) is not None
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A free loopback TCP port (free now: a process started next binds it)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
@@ -138,7 +139,7 @@ class EtcdServer:
 def start_etcd(directory: Path, *, members: int = 1) -> EtcdServer:
     """Start an etcd of ``members`` members under ``directory`` and wait until healthy."""
     names = [f"m{i}" for i in range(members)]
-    ports = [(_free_port(), _free_port()) for _ in names]
+    ports = [(free_port(), free_port()) for _ in names]
     initial = ",".join(
         f"{n}=http://127.0.0.1:{peer}" for n, (_, peer) in zip(names, ports, strict=True)
     )

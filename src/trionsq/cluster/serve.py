@@ -26,7 +26,9 @@ REPLICATION_TASK: Final = "trionsq.cluster.replication"
 async def start_cluster(
     broker: Broker, config: NsqdConfig, tcp_port: int, http_port: int, nursery: trio.Nursery
 ) -> ReplicaManager:
-    """Listen for followers, register in etcd, hand the broker its replication hook.
+    """Hand the broker its replication hook, listen for followers, register in etcd;
+    called before the client listeners serve, so no publish is taken as a single
+    broker's (started again after a crash, a broker knows its roles first).
 
     The broker's cluster id is ``<broadcast address>:<TCP port>``: keep both fixed
     across restarts, since etcd names replicas by it.
@@ -47,11 +49,11 @@ async def start_cluster(
         version=NSQD_RELEASE,
     )
     manager = ReplicaManager(broker, config, info)
+    broker.replication = manager  # refuses replicated writes until its roles are known
     await nursery.start(
         functools.partial(
             serve_connections, manager.serve_replication, listeners, name=REPLICATION_TASK
         )
     )
-    await nursery.start(manager.run)
-    broker.replication = manager
+    await nursery.start(manager.run)  # registered, and the cluster's keys read
     return manager

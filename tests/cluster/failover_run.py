@@ -1,0 +1,255 @@
+"""A publisher, a killer and a checker over a LocalCluster (Jepsen-style history).
+
+Publishers: one task per partition sends PUB_EXT with ``##idempotency_key`` equal to
+the body (``<partition>-<seq>``) to the partition's leader (from the lookupd's
+``/lookup?access=w``), one at a time, and retries the same message (same key) on
+any error or broken connection until it is acknowledged; every attempt and every
+acknowledgement goes into the history with its time. The killer SIGKILLs the
+leader of one partition after another and restarts it. Afterwards every
+partition is read from its leader, and the checker holds the history to:
+
+- every acknowledged message was consumed (nothing acknowledged is lost);
+- every consumed message was attempted (nothing appears that was never sent);
+- no message was consumed twice (retries are stored once: idempotency keys);
+- failover time per kill: kill -> the partition's next acknowledgement.
+
+Used by tests/cluster/test_failover_kill.py (a few kills) and
+benchmarks/failover.py (20).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import TYPE_CHECKING
+
+import attrs
+import orjson
+import trio
+
+from trionsq.http.client import HttpClientError, http_get, http_request
+from trionsq.protocol import Rdy, Sub
+from trionsq.protocol.client import ErrorReply, MessageFrame, Response, encode_identify
+from trionsq.protocol.commands import ExtMessage, Fin, PubExt
+from trionsq.protocol.identify import IdentifyRequest
+from trionsq.testing import ProtocolClient
+
+if TYPE_CHECKING:
+    from trionsq.cluster.local_cluster import LocalCluster
+
+TOPIC = "failover"
+
+
+@attrs.define
+class History:
+    """What was sent, acknowledged and consumed, with times (monotonic seconds)."""
+
+    attempted: dict[int, set[bytes]] = attrs.Factory(dict)
+    acked: dict[int, list[tuple[bytes, float, float]]] = attrs.Factory(dict)
+    """(body, acknowledged at, the connection's opening time) per partition."""
+    kills: list[tuple[int, str, float]] = attrs.Factory(list)
+    """(partition, broker id, time) of each SIGKILL."""
+    consumed: dict[int, list[bytes]] = attrs.Factory(dict)
+    errors: dict[str, int] = attrs.Factory(dict)
+
+
+@attrs.frozen
+class Verdict:
+    """The checker's findings."""
+
+    acknowledged: int
+    lost: list[bytes]
+    phantom: list[bytes]
+    duplicated: list[bytes]
+    failover_seconds: list[float]
+
+    @property
+    def failover_p50(self) -> float:
+        return statistics.median(self.failover_seconds) if self.failover_seconds else 0.0
+
+
+def check(history: History) -> Verdict:
+    """Hold the history to the rules of the module docstring."""
+    lost: list[bytes] = []
+    phantom: list[bytes] = []
+    duplicated: list[bytes] = []
+    for partition, acked in history.acked.items():
+        consumed = history.consumed.get(partition, [])
+        seen = set(consumed)
+        lost += [body for body, _, _ in acked if body not in seen]
+        phantom += [body for body in seen if body not in history.attempted.get(partition, set())]
+        duplicated += [body for body in seen if consumed.count(body) > 1]
+    failovers = []
+    for partition, _, killed_at in history.kills:
+        # acknowledged on a connection opened after the kill: none from the dead one
+        after = [at for _, at, opened in history.acked.get(partition, []) if opened > killed_at]
+        if after:
+            failovers.append(min(after) - killed_at)
+    return Verdict(
+        sum(len(a) for a in history.acked.values()),
+        lost,
+        phantom,
+        sorted(set(duplicated)),
+        failovers,
+    )
+
+
+class Lookup:
+    """Each partition's leader, from the lookupd (asked again after a failure)."""
+
+    def __init__(self, lookupd_http: int) -> None:
+        self.address = f"127.0.0.1:{lookupd_http}"
+        self.leaders: dict[int, tuple[str, int, str]] = {}
+
+    async def refresh(self) -> None:
+        try:
+            reply = await http_get(
+                self.address,
+                f"/lookup?topic={TOPIC}&access=w&metainfo=true",
+                connect_timeout=1,
+                request_timeout=2,
+            )
+        except HttpClientError:
+            return
+        if reply.status != 200:
+            return
+        partitions = orjson.loads(reply.body).get("partitions", {})
+        self.leaders = {
+            int(n): ("127.0.0.1", entry["tcp_port"], entry["id"]) for n, entry in partitions.items()
+        }
+
+
+async def create_topic(lookupd_http: int, partitions: int, replicas: int) -> None:
+    """The replicated ext topic (ext: PUB_EXT carries the idempotency keys)."""
+    query = f"topic={TOPIC}&partition_num={partitions}&replicator={replicas}&extend=true"
+    with trio.fail_after(20):  # until the coordinator is elected and sees every broker
+        while True:
+            reply = await http_request(
+                "POST",
+                f"127.0.0.1:{lookupd_http}",
+                f"/topic/create?{query}",
+                connect_timeout=2,
+                request_timeout=10,
+            )
+            if reply.status == 200:
+                return
+            assert b"live brokers" in reply.body or b"NOT_LEADER" in reply.body, reply.body
+            await trio.sleep(0.1)
+
+
+async def _publish(partition: int, lookup: Lookup, history: History, stop: trio.Event) -> None:
+    attempted = history.attempted.setdefault(partition, set())
+    acked = history.acked.setdefault(partition, [])
+    client: ProtocolClient | None = None
+    opened = 0.0
+    sequence = 0
+    while not stop.is_set():
+        body = f"{partition}-{sequence}".encode()
+        header = orjson.dumps({"##idempotency_key": body.decode()})
+        attempted.add(body)
+        while not stop.is_set():
+            try:
+                if client is None:
+                    leader = lookup.leaders.get(partition)
+                    if leader is None:
+                        await lookup.refresh()
+                        await trio.sleep(0.02)
+                        continue
+                    with trio.fail_after(1):
+                        client = await ProtocolClient.connect(leader[:2])
+                    opened = time.monotonic()
+                command = PubExt(TOPIC, ExtMessage(header, body), partition=partition)
+                await client.send(command)
+                with trio.fail_after(5):
+                    [frame] = await client.read(1)
+                if isinstance(frame, Response) and frame.is_ok:
+                    acked.append((body, time.monotonic(), opened))
+                    break
+                code = frame.code if isinstance(frame, ErrorReply) else type(frame).__name__
+                history.errors[code] = history.errors.get(code, 0) + 1
+            except (
+                OSError,
+                trio.BrokenResourceError,
+                trio.ClosedResourceError,
+                trio.TooSlowError,
+                ValueError,
+            ):
+                history.errors["connection"] = history.errors.get("connection", 0) + 1
+            if client is not None:
+                await trio.aclose_forcefully(client.stream)
+                client = None
+            await lookup.refresh()
+            await trio.sleep(0.02)
+        sequence += 1
+    if client is not None:
+        await trio.aclose_forcefully(client.stream)
+
+
+async def _kill_leaders(
+    cluster: LocalCluster,
+    lookup: Lookup,
+    history: History,
+    kills: int,
+    partitions: int,
+    pause: float,
+) -> None:
+    for number in range(kills):
+        await trio.sleep(pause)
+        partition = number % partitions
+        await lookup.refresh()
+        leader = lookup.leaders.get(partition)
+        if leader is None:
+            continue
+        broker = cluster.by_id(leader[2])
+        history.kills.append((partition, leader[2], time.monotonic()))
+        await trio.to_thread.run_sync(broker.kill)
+        await trio.to_thread.run_sync(broker.start)
+
+
+def _without_header(data: bytes) -> bytes:
+    """An ext message as an extend_support consumer gets it: [1 version][2 length][header][body]."""
+    if data[:1] == b"\x04":
+        return data[3 + int.from_bytes(data[1:3], "big") :]
+    return data
+
+
+async def consume_all(lookup: Lookup, partitions: int, history: History) -> None:
+    """Read every partition from its leader until it stays quiet."""
+    await lookup.refresh()
+    for partition in range(partitions):
+        leader = lookup.leaders[partition]
+        client = await ProtocolClient.connect(leader[:2])
+        await client.stream.send_all(encode_identify(IdentifyRequest(extend_support=True)))
+        await client.read(1)
+        await client.send(Sub(TOPIC, "check", partition=partition), Rdy(1000))
+        consumed = history.consumed[partition] = []
+        while True:
+            frames = await client.drain(quiet=1.0)
+            messages = [f.message for f in frames if isinstance(f, MessageFrame)]
+            if not messages:
+                break
+            consumed += [_without_header(m.body) for m in messages]
+            await client.send(*(Fin(m.id) for m in messages))
+        await trio.aclose_forcefully(client.stream)
+
+
+async def run_failover(
+    cluster: LocalCluster, *, partitions: int, replicas: int, kills: int, pause: float
+) -> tuple[History, Verdict]:
+    """Create the topic, publish while killing leaders, consume, check."""
+    await create_topic(cluster.lookupd_http, partitions, replicas)
+    lookup = Lookup(cluster.lookupd_http)
+    with trio.fail_after(30):
+        while len(lookup.leaders) < partitions:
+            await lookup.refresh()
+            await trio.sleep(0.05)
+    history = History()
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+        for partition in range(partitions):
+            nursery.start_soon(_publish, partition, lookup, history, stop)
+        await _kill_leaders(cluster, lookup, history, kills, partitions, pause)
+        await trio.sleep(pause)
+        stop.set()
+    await consume_all(lookup, partitions, history)
+    return history, check(history)
