@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import httpx
 import trio
 
 from tests.integration.raw import Clients, next_error, next_frame, next_message, ok
 from trionsq import NsqdConfig, serve_nsqd
+from trionsq.broker.events import Watcher
 from trionsq.cluster.coordinator import Coordinator
 from trionsq.cluster.etcd import EtcdClient
 from trionsq.cluster.keys import ClusterKeys, CoordinatorInfo, TopicMeta
@@ -154,6 +156,81 @@ async def test_replicated_publish_failover_and_youzan_errors(
     assert ok(await next_frame(consumer))
     got = [(await next_message(consumer)).body for _ in range(21)]
     assert got == [b"m%d" % n for n in range(20)] + [b"after"]
+    await clients.close_all()
+    for _, scope in cluster.brokers.values():
+        scope.cancel()
+
+
+async def test_stats_metrics_ping_and_admin_events(
+    etcd: EtcdServer, cluster_id: str, nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    cluster = Cluster(etcd, cluster_id, nursery, tmp_path)
+    await cluster.start()
+    for name in ("a", "b"):
+        await cluster.add_broker(name)
+    await cluster.until(
+        lambda: cluster.coordinator.leading and len(cluster.coordinator.view.brokers) == 2
+    )
+    await cluster.coordinator.create_topic("s", TopicMeta(1, 2))
+    await cluster.until(lambda: cluster.settled("s", 1))
+    leader = cluster.leader_of("s", 0)
+    follower = next(b for b in cluster.brokers if b != leader)
+    events = Watcher(lambda: None, groups=["partition"])
+    cluster.brokers[follower][0].broker.events.add(events)
+    clients = Clients()
+    producer = await clients.connect(cluster.brokers[leader][0].tcp)
+    await producer.send(Pub("s", b"one", partition=0), Pub("s", b"two", partition=0))
+    assert ok(await next_frame(producer))
+    assert ok(await next_frame(producer))
+    async with httpx.AsyncClient() as http:
+
+        async def stats(broker_id: str) -> dict[str, object]:
+            http_address = cluster.brokers[broker_id][0].http
+            assert http_address is not None
+            reply = await http.get(f"http://127.0.0.1:{http_address[1]}/stats?format=json&topic=s")
+            [topic] = reply.json()["topics"]
+            [partition] = topic["partitions"]
+            replication: dict[str, object] = partition["replication"]
+            return replication
+
+        led = await stats(leader)
+        assert led["role"] == "leader"
+        assert led["leader"] == leader
+        assert led["isr"] == [leader, follower] or led["isr"] == [follower, leader]
+        assert led["commit_count"] == 2
+        assert led["followers"] == [
+            {"id": follower, "in_sync": True, "acked_count": 2, "lag_count": 0}
+        ]
+        followed = await stats(follower)
+        assert (followed["role"], followed["connected"], followed["commit_count"]) == (
+            "follower",
+            True,
+            2,
+        )
+        http_address = cluster.brokers[leader][0].http
+        assert http_address is not None
+        metrics = (await http.get(f"http://127.0.0.1:{http_address[1]}/metrics")).text
+        assert 'nsq_partition_isr_size{partition="0",topic="s"} 2.0' in metrics
+        assert 'nsq_partition_leader{partition="0",topic="s"} 1.0' in metrics
+        assert (
+            f'nsq_partition_follower_lag_messages{{follower="{follower}",partition="0",topic="s"}} 0.0'
+            in metrics
+        )
+        assert (await http.get(f"http://127.0.0.1:{http_address[1]}/ping")).text == "OK"
+    # the leader stops: the follower leads, and its admin stream says so
+    cluster.brokers[leader][1].cancel()
+    del cluster.brokers[leader]
+    await cluster.until(lambda: cluster.leader_of("s", 0) == follower)
+    await cluster.until(lambda: any(e["type"] == "leader_changed" for e in events.queue))
+    seen = events.take()
+    changed = next(e for e in seen if e["type"] == "leader_changed")
+    assert (changed["topic"], changed["partition"], changed["leader"], changed["previous"]) == (
+        "s",
+        0,
+        follower,
+        leader,
+    )
+    assert any(e["type"] == "replica_left_isr" and e["replica"] == leader for e in seen)
     await clients.close_all()
     for _, scope in cluster.brokers.values():
         scope.cancel()

@@ -262,8 +262,14 @@ class Broker:
 
     @property
     def health(self) -> str:
-        """nsqd's health text: ``OK``, or ``NOK - <error>`` while storing fails."""
-        return "OK" if self.storage is None else self.storage.health.text
+        """nsqd's health text: ``OK``, or ``NOK - <error>`` while storing fails or, in a
+        replicated cluster, while etcd cannot be reached."""
+        text = "OK" if self.storage is None else self.storage.health.text
+        if text == "OK" and self.replication is not None:
+            degraded = self.replication.degraded()
+            if degraded is not None:
+                return f"NOK - {degraded}"
+        return text
 
     def publish(
         self,

@@ -76,6 +76,15 @@ class ReplicationHook(Protocol):
         """The leader appended to the partition's log (followers get it now)."""
         ...
 
+    def partition_status(self, topic: str, partition: int) -> dict[str, object] | None:
+        """/stats' ``replication`` of a partition (None: not replicated)."""
+        ...
+
+    def degraded(self) -> str | None:
+        """Why the broker cannot coordinate now (etcd unreachable, lease not renewed),
+        for /ping; None when all is well."""
+        ...
+
     async def committed(self, topic: str, partition: int, end: int) -> None:
         """Until every record below ``end`` is on every in-sync replica.
 

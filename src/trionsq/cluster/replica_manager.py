@@ -101,6 +101,45 @@ class ReplicaManager:
             raise not_leader(f"{topic}/{partition}: leadership moved")
         await role.wait_committed(end)
 
+    def partition_status(self, topic: str, partition: int) -> dict[str, object] | None:
+        state = self.view.partitions.get((topic, partition))
+        if state is None or topic not in self.view.topics:
+            return None
+        role = self.roles.get((topic, partition))
+        status: dict[str, object] = {
+            "role": role.kind if role is not None else "none",
+            "epoch": state.epoch,
+            "leader": state.leader,
+            "isr": list(state.isr),
+            "replicas": list(state.replicas),
+            "min_isr": self.view.topics[topic].min_isr,
+        }
+        if isinstance(role, LeaderRole):
+            progress = role.progress
+            status["commit_count"] = progress.committed - 1
+            status["commit_offset"] = role.partition.log.offset_of(progress.committed)
+            status["followers"] = [
+                {
+                    "id": follower,
+                    "in_sync": follower in progress.isr,
+                    "acked_count": progress.acked.get(follower, 1) - 1,
+                    "lag_count": progress.end - progress.acked.get(follower, 1),
+                }
+                for follower in state.followers
+            ]
+        elif isinstance(role, FollowerRole):
+            status["connected"] = role.connected
+            status["commit_count"] = max(role.files.committed - 1, 0)
+            status["fetched_bytes"] = role.fetched
+        return status
+
+    def degraded(self) -> str | None:
+        if not self.view.connected:
+            return "etcd unreachable: serving with the leadership last known"
+        if self.registration.fenced():
+            return "etcd lease not renewed: leaderships may have moved"
+        return None
+
     # ------------------------------------------------------------------ tasks
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -147,6 +186,19 @@ class ReplicaManager:
             # named leader before this broker (re)started: what it led in memory is gone,
             # and the coordinator, seeing the new lease, will elect again
             kind = ""
+        previous = role.state if role is not None else None
+        if previous is not None and previous.isr != state.isr:
+            self._isr_events(where, previous.isr, state.isr)
+        if previous is not None and previous.leader != state.leader:
+            self.broker.events.emit(
+                "partition",
+                "leader_changed",
+                where[0],
+                partition=where[1],
+                leader=state.leader,
+                previous=previous.leader,
+                epoch=state.epoch,
+            )
         if role is not None and role.kind == kind and role.epoch == state.epoch:
             if isinstance(role, LeaderRole) and state.isr != role.state.isr:
                 role.confirm(state)
@@ -188,6 +240,21 @@ class ReplicaManager:
         follower = FollowerRole(partition, state, files)
         self.roles[where] = follower
         self._nursery.start_soon(self._follow, follower, state.leader, where)
+
+    def _isr_events(
+        self, where: tuple[str, int], before: tuple[str, ...], after: tuple[str, ...]
+    ) -> None:
+        """Admin stream events: each replica that joined or left the ISR."""
+        for replica in after:
+            if replica not in before:
+                self.broker.events.emit(
+                    "partition", "replica_joined_isr", where[0], partition=where[1], replica=replica
+                )
+        for replica in before:
+            if replica not in after:
+                self.broker.events.emit(
+                    "partition", "replica_left_isr", where[0], partition=where[1], replica=replica
+                )
 
     async def _follow(self, role: FollowerRole, leader: str, where: tuple[str, int]) -> None:
         def leader_address() -> str | None:
