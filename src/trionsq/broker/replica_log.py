@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from ..queues.cursor import ChannelCursor
 from ..queues.log_cut import cut_segment_files, restart_segment_files
 from ..queues.memory_log import MemoryLog
+from ..queues.record_runs import batch_runs
 from ..queues.topic_log import TopicLog
 from . import idempotence
 
@@ -35,21 +36,6 @@ log = logging.getLogger("trionsq.cluster")
 
 class CopyError(ValueError):
     """The leader's records do not continue this replica's log."""
-
-
-def _runs(records: Sequence[Record]) -> list[Sequence[Record]]:
-    """Consecutive records that were one batch as far as the log can tell."""
-    runs: list[Sequence[Record]] = []
-    start = 0
-    for index in range(1, len(records) + 1):
-        if index == len(records) or _batch_key(records[index]) != _batch_key(records[start]):
-            runs.append(records[start:index])
-            start = index
-    return runs
-
-
-def _batch_key(record: Record) -> tuple[int, int, int]:
-    return record.timestamp, record.deliver_at, record.ext_version
 
 
 def append_copies(broker: Broker, topic: str, index: int, records: Sequence[Record]) -> None:
@@ -72,7 +58,7 @@ def append_copies(broker: Broker, topic: str, index: int, records: Sequence[Reco
             f" {records[0].offset}) do not continue the log at {partition_log.next_id}"
             f" ({partition_log.next_offset})"
         )
-    for run in _runs(records):
+    for run in batch_runs(records):
         first = run[0]
         stored = partition.publish(
             [record.body for record in run],

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Protocol
 from ..protocol import broker_errors
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ..protocol.errors import ProtocolError
 
 __all__ = ["ReplicaRefusal", "ReplicationHook", "not_leader", "not_writable"]
@@ -74,6 +76,19 @@ class ReplicationHook(Protocol):
 
     def appended(self, topic: str, partition: int) -> None:
         """The leader appended to the partition's log (followers get it now)."""
+        ...
+
+    def reached(self, topic: str, partition: int, end: int) -> bool:
+        """Whether every record below ``end`` is committed.
+
+        Raises:
+            ReplicaRefusal: this broker no longer leads the partition.
+        """
+        ...
+
+    def on_commit(self, topic: str, partition: int, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once, when the commit end next moves or leadership ends
+        (a connection answers its held publishes then, without a task of its own)."""
         ...
 
     def partition_status(self, topic: str, partition: int) -> dict[str, object] | None:

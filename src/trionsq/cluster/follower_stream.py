@@ -29,7 +29,8 @@ from ..protocol.replication import (
     Start,
     encode,
 )
-from ..queues.record import RecordError, decode_records
+from ..queues.record import RecordError
+from ..queues.record_runs import decode_all
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -163,12 +164,8 @@ async def _copy(
                     )
                     history.truncate(0)
                     saved()
-                records, used = decode_records(frame.data, frame.first_offset)
-                if (
-                    used != len(frame.data)
-                    or not records
-                    or records[0].internal_id != frame.first_id
-                ):
+                records = decode_all(frame.data, frame.first_offset)
+                if not records or records[0].internal_id != frame.first_id:
                     raise ReplicationError(
                         "RECORDS frame does not hold whole records from its first id"
                     )

@@ -26,7 +26,6 @@ from ..protocol.replication import (
     Start,
     encode,
 )
-from ..queues.record import encode_record
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -154,10 +153,10 @@ async def _send(
         if position < partition_log.next_id:
             records = await _read(role, position)
             if records:
-                epoch = role.files.history.epoch_at(records[0].internal_id)
-                data = b"".join(encode_record(record) for record in records)
-                sent_commit = role.progress.committed
                 first = records[0]
+                epoch = role.files.history.epoch_at(first.internal_id)
+                data = role.encoded(records)
+                sent_commit = role.progress.committed
                 frame = Records(epoch, sent_commit, first.internal_id, first.offset, data)
                 await stream.send_all(encode(frame))
                 position = records[-1].internal_id + 1

@@ -35,6 +35,8 @@ from .roles import FollowerRole, LeaderRole, PartitionFiles
 from .view import ClusterView, follow_cluster
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ..broker.broker import Broker
     from ..config import NsqdConfig
 
@@ -94,6 +96,19 @@ class ReplicaManager:
         role = self.roles.get((topic, partition))
         if isinstance(role, LeaderRole):
             role.appended()
+
+    def reached(self, topic: str, partition: int, end: int) -> bool:
+        role = self.roles.get((topic, partition))
+        if not isinstance(role, LeaderRole) or role.lost:
+            raise not_leader(f"{topic}/{partition}: leadership moved")
+        return role.progress.committed >= end
+
+    def on_commit(self, topic: str, partition: int, callback: Callable[[], None]) -> None:
+        role = self.roles.get((topic, partition))
+        if isinstance(role, LeaderRole) and not role.lost:
+            role.callbacks.append(callback)
+        else:
+            callback()  # it learns of the refusal from reached()
 
     async def committed(self, topic: str, partition: int, end: int) -> None:
         role = self.roles.get((topic, partition))

@@ -15,16 +15,21 @@ from typing import TYPE_CHECKING
 import trio
 
 from ..broker.replication import not_leader
+from ..queues.record_runs import encode_records
 from .isr import FollowerProgress
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from ..broker.topic import Partition
+    from ..queues.record import Record
     from .epochs import EpochHistory
     from .keys import PartitionState
 
 __all__ = ["FollowerRole", "LeaderRole", "PartitionFiles"]
+
+ENCODED_BATCHES = 16
+"""Shipped batches whose bytes a leader keeps for the followers still to read them."""
 
 
 class PartitionFiles:
@@ -72,7 +77,23 @@ class LeaderRole:
         """Set (and replaced) when the commit end moves or leadership is lost."""
         self.scope = trio.CancelScope()
         """Around the role's tasks (ISR upkeep): cancelled when the role ends."""
+        self.callbacks: list[Callable[[], None]] = []
+        """Called once at the next commit move or the role's end (connections that
+        hold publishes' answers)."""
+        self._encoded: dict[tuple[int, int], bytes] = {}
+        """The last batches shipped, as bytes, by (first id, end): every follower
+        reading the same range gets the one encoding."""
         self._publish_commit(self.progress.committed)
+
+    def encoded(self, records: Sequence[Record]) -> bytes:
+        """``records`` as the log's bytes, encoded once for all followers."""
+        key = (records[0].internal_id, records[-1].internal_id + 1)
+        data = self._encoded.get(key)
+        if data is None:
+            data = self._encoded[key] = encode_records(records)
+            if len(self._encoded) > ENCODED_BATCHES:
+                del self._encoded[next(iter(self._encoded))]
+        return data
 
     def _wake(self) -> None:
         self.grown.set()
@@ -84,6 +105,12 @@ class LeaderRole:
         self._wake_readers()
         self.committed_event.set()
         self.committed_event = trio.Event()
+        self._call_back()
+
+    def _call_back(self) -> None:
+        callbacks, self.callbacks = self.callbacks, []
+        for callback in callbacks:
+            callback()
 
     def appended(self) -> None:
         """The log grew: ship it, and commit at once if no follower counts."""
@@ -120,6 +147,7 @@ class LeaderRole:
         self.scope.cancel()
         self.committed_event.set()
         self._wake()
+        self._call_back()
 
     async def wait_committed(self, end: int) -> None:
         """Until every record below ``end`` is committed.

@@ -346,7 +346,8 @@ class CommandLayer(PublishCommands):
                     self._fail(refusal.error(fatal=True))
             if self._refused:
                 break  # the broker's fatal answer: nothing after it is acted on, as nsqd
-        if self.held_replies:
+        if self.held_replies:  # replicated publishes: answered as they commit
+            self.release_replies()
             await self._settle_replies()
 
     # ------------------------------------------------------------- commands

@@ -10,7 +10,9 @@ state, :meth:`_reply` and :meth:`_fail`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import contextlib
+from collections import deque
+from typing import TYPE_CHECKING, Final
 
 import trio
 
@@ -39,13 +41,16 @@ if TYPE_CHECKING:
     from ..protocol.errors import ProtocolError
     from .outbound import OutboundBuffer
 
-__all__ = ["PublishCommands"]
+__all__ = ["MAX_HELD", "PublishCommands"]
+
+MAX_HELD: Final = 64
+"""Replicated publishes a connection may have unanswered before its reader waits."""
 
 
 class PublishCommands:
     """The publish commands' handlers and the publishing state of one connection."""
 
-    __slots__ = ("held_replies", "pub_counts", "publish_limits")
+    __slots__ = ("_commit_watched", "held_replies", "pub_counts", "publish_limits")
 
     if TYPE_CHECKING:  # what the command layer provides
         broker: Broker
@@ -53,6 +58,8 @@ class PublishCommands:
         outbound: OutboundBuffer
 
         def _reply(self, frame_bytes: bytes) -> None: ...
+
+        def _wake(self) -> None: ...
 
         def _fail(self, error: ProtocolError) -> None: ...
 
@@ -63,10 +70,13 @@ class PublishCommands:
         self.publish_limits: dict[str, RateLimit] | None = None
         """This connection's buckets for topics with a publish limit, made at its first
         publish to each (a topic's new limit replaces its bucket)."""
-        self.held_replies: list[tuple[bytes, tuple[str, int, int] | None]] = []
-        """This turn's answers from the first replicated publish on, in order, each
-        with the (topic, partition, log end) it waits for (None: none): they go out
-        once their records are committed (:meth:`_settle_replies`)."""
+        self.held_replies: deque[tuple[bytes, tuple[str, int, int] | None]] = deque()
+        """Answers from the first unanswered replicated publish on, in order, each with
+        the (topic, partition, log end) it waits for (None: none): each goes out once
+        its records are committed (:meth:`release_replies`), while the reader reads
+        on (up to :data:`MAX_HELD`), so the leader appends the next batches while the
+        followers copy the last ones."""
+        self._commit_watched = False
 
     def _answer(self, frame_bytes: bytes, topic: str, index: int) -> None:
         """A stored publish's answer: now, or once committed on a replicated topic."""
@@ -77,27 +87,47 @@ class PublishCommands:
         end = self.broker.topics[topic].partitions[index].log.next_id
         self.held_replies.append((frame_bytes, (topic, index, end)))
 
-    async def _settle_replies(self) -> None:
-        """Wait once per partition for this turn's replicated publishes to commit, then
-        answer everything held in order; a partition whose leadership went meanwhile
-        answers its publishes with Youzan's error (the client retries)."""
-        held, self.held_replies = self.held_replies, []
+    def release_replies(self) -> None:
+        """Answer, in order, every held reply whose records are committed (a lost
+        leadership answers Youzan's error: the client retries, with an idempotency
+        key to store once); the first still waiting asks to be called back."""
         replication = self.broker.replication
         assert replication is not None  # noqa: S101 - only replicated answers are held
-        ends: dict[tuple[str, int], int] = {}
-        for _, waits in held:
+        held = self.held_replies
+        add = self.outbound.add_response
+        released = False
+        while held:
+            frame_bytes, waits = held[0]
             if waits is not None:
                 topic, index, end = waits
-                ends[topic, index] = max(ends.get((topic, index), 0), end)
-        refused: dict[tuple[str, int], bytes] = {}
-        for (topic, index), end in ends.items():
-            try:
-                await replication.committed(topic, index, end)
-            except ReplicaRefusal as refusal:
-                refused[topic, index] = error_frame(refusal.error(fatal=False))
-        add = self.outbound.add_response
-        for frame_bytes, waits in held:
-            add(refused.get(waits[:2], frame_bytes) if waits is not None else frame_bytes)
+                try:
+                    if not replication.reached(topic, index, end):
+                        if not self._commit_watched:
+                            self._commit_watched = True
+                            replication.on_commit(topic, index, self._commit_moved)
+                        break
+                except ReplicaRefusal as refusal:
+                    frame_bytes = error_frame(refusal.error(fatal=False))
+            held.popleft()
+            add(frame_bytes)
+            released = True
+        if released:
+            self._wake()
+
+    def _commit_moved(self) -> None:
+        self._commit_watched = False
+        self.release_replies()
+
+    async def _settle_replies(self) -> None:
+        """Too many answers held: wait until the oldest is committed (or refused)."""
+        replication = self.broker.replication
+        assert replication is not None  # noqa: S101 - only replicated answers are held
+        while len(self.held_replies) > MAX_HELD:
+            _, waits = self.held_replies[0]
+            if waits is not None:
+                with contextlib.suppress(ReplicaRefusal):  # release_replies answers it
+                    await replication.committed(*waits)
+            self.release_replies()
 
     def _count(self, topic: str, published: int) -> None:
         counts = self.pub_counts
