@@ -25,7 +25,7 @@ import trio
 
 from .etcd import EtcdUnavailable, LeaseExpired
 from .etcd_json import Compare, EtcdReplyError, Op
-from .keys import ClusterKeys, CoordinatorInfo, PartitionState, TopicMeta, encode
+from .keys import ClusterKeys, CoordinatorInfo, PartitionState, TopicMeta, decode, encode
 from .membership import propose_state
 from .placement import PlacementError, place_topic, reconcile
 from .view import ClusterView, follow_cluster
@@ -44,6 +44,19 @@ class NotCoordinator(Exception):
     def __init__(self, coordinator: CoordinatorInfo | None) -> None:
         super().__init__("not the coordinator")
         self.coordinator = coordinator
+
+
+def _same_counts(topic: str, existing: TopicMeta, wanted: TopicMeta) -> None:
+    """An existing topic answers a create with the same counts, and refuses others.
+
+    Raises:
+        PlacementError: other partition or replica counts.
+    """
+    if (existing.partitions, existing.replicas) != (wanted.partitions, wanted.replicas):
+        raise PlacementError(
+            f"topic {topic} exists with {existing.partitions} partitions and"
+            f" {existing.replicas} replicas"
+        )
 
 
 class Coordinator:
@@ -167,11 +180,7 @@ class Coordinator:
             raise NotCoordinator(self.view.coordinator)
         existing = self.view.topics.get(topic)
         if existing is not None:
-            if (existing.partitions, existing.replicas) != (meta.partitions, meta.replicas):
-                raise PlacementError(
-                    f"topic {topic} exists with {existing.partitions} partitions and"
-                    f" {existing.replicas} replicas"
-                )
+            _same_counts(topic, existing, meta)
             return [state for _, state in self.view.topic_partitions(topic)]
         placed = place_topic(
             meta.partitions, meta.replicas, self.view.brokers, self.view.partitions.values()
@@ -183,10 +192,20 @@ class Coordinator:
             Compare(meta_key, "CREATE", "EQUAL", 0),
             Compare(self.keys.coordinator, "CREATE", "EQUAL", self.epoch),
         ]
-        reply = await self.client.txn(compare, puts)
+        partitions_prefix = self.keys.partition(topic, 0)[:-1]
+        reply = await self.client.txn(
+            compare, puts, [Op("range", meta_key), Op("range", partitions_prefix, prefix=True)]
+        )
         if not reply.succeeded:
-            raise PlacementError(
-                f"topic {topic} was created meanwhile, or this lookupd was deposed"
-            )
+            found, states = reply.ranges
+            if not found:
+                raise NotCoordinator(self.view.coordinator)  # deposed meanwhile
+            _same_counts(topic, decode(found[0].value, TopicMeta), meta)
+            by_index = {self.keys.parse_topic_key(kv.key): kv for kv in states}
+            return [
+                decode(by_index[topic, n].value, PartitionState)
+                for n in range(meta.partitions)
+                if (topic, n) in by_index
+            ]
         log.info("created replicated topic %s: %s", topic, meta)
         return placed

@@ -132,18 +132,17 @@ def reconcile(
     """The partitions whose state must change, given the live brokers now.
 
     ``revisions``: each partition key's ``mod_revision``; ``live``: each live
-    broker's registration revision. A broker is lost when an ISR names it and it is
-    not live; a leader is also lost when it registered after its partition's state
-    was written: it restarted, and what it held in memory (the leadership above all)
-    is gone. Then every partition without a live in-sync leader gets one, if a live
-    ISR member is left.
+    broker's registration revision. An ISR member is lost when it is not live, or
+    when it registered after its partition's state was written: it restarted, and
+    neither what it held in memory (a leadership) nor its disk (it may have been
+    replaced) can be trusted until it has caught up again. Then every partition
+    without a live in-sync leader gets one, if a live ISR member is left.
     """
     changed: dict[tuple[str, int], PartitionState] = {}
     for key, state in partitions.items():
         new = state
-        lost = {r for r in new.isr if r not in live}
-        if new.leader in live and live[new.leader] > revisions.get(key, 0):
-            lost.add(new.leader)
+        written = revisions.get(key, 0)
+        lost = {r for r in new.isr if r not in live or live[r] > written}
         for broker in sorted(lost):
             new = after_loss(new, broker, live)
         new = elect(new, live)

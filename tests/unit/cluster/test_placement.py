@@ -161,6 +161,10 @@ def test_reconcile_moves_a_restarted_leader_and_drops_dead_members() -> None:
     # a registered again after the state was written: it restarted, b leads now
     moved = reconcile({where: state}, {where: 10}, {"a": 11, "b": 6, "c": 7})
     assert moved == {where: PartitionState(("a", "b", "c"), ("b", "c"), "b", 4)}
+    # c restarted (its disk may be new): it leaves the ISR until it has caught up
+    assert reconcile({where: state}, {where: 10}, {"a": 5, "b": 6, "c": 12}) == {
+        where: PartitionState(("a", "b", "c"), ("a", "b"), "a", 3)
+    }
     # c's lease went: it leaves the ISR, the leader stays
     shrunk = reconcile({where: state}, {where: 10}, {"a": 5, "b": 6})
     assert shrunk == {where: PartitionState(("a", "b", "c"), ("a", "b"), "a", 3)}
