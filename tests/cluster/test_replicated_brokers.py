@@ -4,6 +4,7 @@ leader's loss moves the partition to a follower holding everything acknowledged.
 
 from __future__ import annotations
 
+import shutil
 from typing import TYPE_CHECKING
 
 import httpx
@@ -14,10 +15,11 @@ from trionsq import NsqdConfig, serve_nsqd
 from trionsq.broker.events import Watcher
 from trionsq.cluster.coordinator import Coordinator
 from trionsq.cluster.etcd import EtcdClient
+from trionsq.cluster.etcd_process import free_port
 from trionsq.cluster.keys import ClusterKeys, CoordinatorInfo, TopicMeta
 from trionsq.cluster.replica_manager import ReplicaManager
 from trionsq.cluster.roles import FollowerRole, LeaderRole
-from trionsq.protocol import Pub, Rdy, Sub
+from trionsq.protocol import Mpub, Pub, Rdy, Sub
 from trionsq.testing import wait_until
 
 if TYPE_CHECKING:
@@ -46,8 +48,9 @@ class Cluster:
     async def start(self) -> None:
         await self.nursery.start(self.coordinator.run)
 
-    async def add_broker(self, name: str) -> BoundAddresses:
+    async def add_broker(self, name: str, tcp_port: int = 0) -> BoundAddresses:
         config = NsqdConfig.loopback(
+            tcp_address=f"127.0.0.1:{tcp_port}",
             data_path=str(self.tmp / name),
             etcd_endpoints=tuple(self.etcd.endpoints),
             cluster_id=self.cluster_id,
@@ -231,6 +234,49 @@ async def test_stats_metrics_ping_and_admin_events(
         leader,
     )
     assert any(e["type"] == "replica_left_isr" and e["replica"] == leader for e in seen)
+    await clients.close_all()
+    for _, scope in cluster.brokers.values():
+        scope.cancel()
+
+
+async def test_a_wiped_follower_catches_up_and_rejoins_the_isr(
+    etcd: EtcdServer, cluster_id: str, nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    cluster = Cluster(etcd, cluster_id, nursery, tmp_path)
+    await cluster.start()
+    ports = {name: free_port() for name in ("a", "b")}
+    for name, port in ports.items():
+        await cluster.add_broker(name, port)
+    await cluster.until(
+        lambda: cluster.coordinator.leading and len(cluster.coordinator.view.brokers) == 2
+    )
+    await cluster.coordinator.create_topic("w", TopicMeta(1, 2))
+    await cluster.until(lambda: cluster.settled("w", 1))
+    leader = cluster.leader_of("w", 0)
+    follower = next(b for b in cluster.brokers if b != leader)
+    clients = Clients()
+    producer = await clients.connect(cluster.brokers[leader][0].tcp)
+    body = b"x" * 1000
+    for _ in range(20):  # 4 MB
+        await producer.send(Mpub("w", (body,) * 200, partition=0))
+    for _ in range(20):
+        assert ok(await next_frame(producer))
+    leader_log = cluster.brokers[leader][0].broker.topics["w"].partitions[0].log
+    # the follower stops, loses its disk, and comes back under the same identity
+    cluster.brokers[follower][1].cancel()
+    del cluster.brokers[follower]
+    await cluster.until(lambda: cluster.coordinator.view.partitions["w", 0].isr == (leader,))
+    name = next(n for n, p in ports.items() if f"127.0.0.1:{p}" == follower)
+    shutil.rmtree(tmp_path / name)
+    started = trio.current_time()
+    await cluster.add_broker(name, ports[name])
+    await cluster.until(lambda: follower in cluster.coordinator.view.partitions["w", 0].isr)
+    seconds = trio.current_time() - started
+    copied = cluster.brokers[follower][0].broker.topics["w"].partitions[0].log
+    assert copied.next_id == leader_log.next_id == 4001
+    assert [r.body for r in copied.read(3990, 5)] == [body] * 5
+    megabytes = leader_log.next_offset / 1e6
+    print(f"catch-up: {megabytes:.1f} MB in {seconds:.2f} s")  # noqa: T201 - pytest -s shows it
     await clients.close_all()
     for _, scope in cluster.brokers.values():
         scope.cancel()

@@ -63,6 +63,8 @@ class ReplicaManager:
         self.roles: dict[tuple[str, int], Role] = {}
         self.files: dict[tuple[str, int], PartitionFiles] = {}
         self._nursery: trio.Nursery | None = None
+        self._upkeep_now = trio.Event()
+        """Set when a follower caught up: the ISR upkeep need not wait for its period."""
 
     # ------------------------------------------------------------------ the hook
 
@@ -241,6 +243,7 @@ class ReplicaManager:
                 files,
                 max_lag=self.config.replica_lag_time,
                 wake_readers=functools.partial(self._wake_readers, topic, index),
+                caught_up=self._catch_up_seen,
             )
             self._save(where)
             log.info(
@@ -281,6 +284,9 @@ class ReplicaManager:
                 self.broker, self.me, role, leader_address, functools.partial(self._save, where)
             )
 
+    def _catch_up_seen(self) -> None:
+        self._upkeep_now.set()
+
     def _wake_readers(self, topic: str, index: int) -> None:
         runners = self.broker.runners
         for name, channel in self.broker.topics[topic].partitions[index].channels.items():
@@ -316,7 +322,9 @@ class ReplicaManager:
         """Every share of the lag time: each led partition's lagging followers leave
         its ISR, caught-up ones join it (through etcd, compared on the key's revision)."""
         while True:
-            await trio.sleep(self.config.replica_lag_time / UPKEEP_SHARE)
+            with trio.move_on_after(self.config.replica_lag_time / UPKEEP_SHARE):
+                await self._upkeep_now.wait()
+            self._upkeep_now = trio.Event()
             for where, role in list(self.roles.items()):
                 if isinstance(role, LeaderRole) and not role.lost:
                     try:

@@ -56,10 +56,14 @@ class LeaderRole:
         *,
         max_lag: float,
         wake_readers: Callable[[], None],
+        caught_up: Callable[[], None] = lambda: None,
     ) -> None:
-        """``wake_readers``: wakes the partition's channel routers (the commit end moved)."""
+        """``wake_readers``: wakes the partition's channel routers (the commit end
+        moved); ``caught_up``: a follower outside the ISR holds everything now (the
+        ISR upkeep runs at once)."""
         self.partition = partition
         self._wake_readers = wake_readers
+        self._caught_up = caught_up
         self.state = state
         self.files = files
         self.epoch = state.epoch
@@ -123,7 +127,14 @@ class LeaderRole:
     def acked(self, follower: str, end: int) -> bool:
         """A follower's ACK; whether the commit end moved (the caller wakes routers)."""
         before = self.progress.committed
-        after = self.progress.ack(follower, end, trio.current_time())
+        progress = self.progress
+        after = progress.ack(follower, end, trio.current_time())
+        if (
+            follower not in progress.isr
+            and follower not in progress.joining
+            and end >= progress.end
+        ):
+            self._caught_up()
         if after == before:
             return False
         self._publish_commit(after)
