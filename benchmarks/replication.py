@@ -81,6 +81,39 @@ def in_sync(cluster: LocalCluster) -> list[str]:
     return []
 
 
+def leader_status(address: str) -> tuple[dict[str, object], int]:
+    """``rep``/0's replication status and log end offset on the broker at ``address``."""
+    import urllib.request
+
+    http_port = address  # the caller passes the HTTP port's address
+    with urllib.request.urlopen(
+        f"http://{http_port}/stats?format=json&topic=rep", timeout=5
+    ) as reply:
+        partition = orjson.loads(reply.read())["topics"][0]["partitions"][0]
+    status: dict[str, object] = partition["replication"]
+    end: int = partition["end_offset"]
+    return status, end
+
+
+def wiped_follower_catch_up(cluster: LocalCluster, leader_tcp: str) -> tuple[float, float]:
+    """Kill -9 a follower of ``rep``/0, wipe its disk, restart it; (MB, seconds) until
+    it is back in the ISR with every record."""
+    leader = next(b for b in cluster.brokers if leader_tcp.endswith(f":{b.tcp_port}"))
+    follower = next(b for b in cluster.brokers if b is not leader)
+    follower.kill()
+    follower.wipe()
+    started = time.perf_counter()
+    follower.start()
+    while True:
+        status, end = leader_status(f"127.0.0.1:{leader.http_port}")
+        isr = status.get("isr")
+        if isinstance(isr, list) and follower.broker_id in isr:
+            return end / 1e6, time.perf_counter() - started
+        if time.perf_counter() - started > 120:
+            raise SystemExit("the wiped follower did not rejoin the ISR")
+        time.sleep(0.02)
+
+
 def throughput(publisher: Publisher, batch: bytes, batches: int, window: int) -> float:
     start = time.perf_counter()
     publisher.send_all([batch] * batches, window)
@@ -133,10 +166,16 @@ def main() -> None:
             }
             publisher.close()
             isr = in_sync(cluster)
+            catch_up = wiped_follower_catch_up(cluster, address)
         finally:
             cluster.stop()
             etcd.stop()
     print(f"ISR of rep/0 at the end: {isr} (every acknowledged batch waited for all of them)")
+    megabytes, seconds = catch_up
+    print(
+        f"a follower killed, wiped and restarted caught up {megabytes:.1f} MB and rejoined the"
+        f" ISR in {seconds:.2f} s: {megabytes / seconds:.1f} MB/s"
+    )
     best = {kind: max(values) for kind, values in rates.items()}
     for kind, values in rates.items():
         print(

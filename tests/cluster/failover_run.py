@@ -35,6 +35,8 @@ from trionsq.protocol.identify import IdentifyRequest
 from trionsq.testing import ProtocolClient
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
     from trionsq.cluster.local_cluster import LocalCluster
 
 TOPIC = "failover"
@@ -233,10 +235,14 @@ async def consume_all(lookup: Lookup, partitions: int, history: History) -> None
         await trio.aclose_forcefully(client.stream)
 
 
-async def run_failover(
-    cluster: LocalCluster, *, partitions: int, replicas: int, kills: int, pause: float
+async def run_history(
+    cluster: LocalCluster,
+    *,
+    partitions: int,
+    replicas: int,
+    disrupt: Callable[[Lookup, History], Awaitable[None]],
 ) -> tuple[History, Verdict]:
-    """Create the topic, publish while killing leaders, consume, check."""
+    """Create the topic, publish while ``disrupt`` runs, then consume and check."""
     await create_topic(cluster.lookupd_http, partitions, replicas)
     lookup = Lookup(cluster.lookupd_http)
     with trio.fail_after(30):
@@ -248,8 +254,65 @@ async def run_failover(
     async with trio.open_nursery() as nursery:
         for partition in range(partitions):
             nursery.start_soon(_publish, partition, lookup, history, stop)
-        await _kill_leaders(cluster, lookup, history, kills, partitions, pause)
-        await trio.sleep(pause)
+        await disrupt(lookup, history)
         stop.set()
     await consume_all(lookup, partitions, history)
     return history, check(history)
+
+
+async def run_failover(
+    cluster: LocalCluster, *, partitions: int, replicas: int, kills: int, pause: float
+) -> tuple[History, Verdict]:
+    """Publish while killing leaders (``kills`` of them, ``pause`` apart), consume, check."""
+
+    async def disrupt(lookup: Lookup, history: History) -> None:
+        await _kill_leaders(cluster, lookup, history, kills, partitions, pause)
+        await trio.sleep(pause)
+
+    return await run_history(cluster, partitions=partitions, replicas=replicas, disrupt=disrupt)
+
+
+@attrs.define
+class Outage:
+    """What the brokers said while etcd was down."""
+
+    stopped_at: float = 0.0
+    started_at: float = 0.0
+    pings: list[tuple[float, str]] = attrs.Factory(list)
+    """(time, /ping body) of the brokers, sampled through the outage."""
+
+
+async def _ping(port: int) -> str:
+    try:
+        reply = await http_get(f"127.0.0.1:{port}", "/ping", connect_timeout=1, request_timeout=2)
+    except HttpClientError as error:
+        return f"unreachable: {error.reason}"
+    return reply.body.decode(errors="replace")
+
+
+async def run_etcd_outage(
+    cluster: LocalCluster, *, partitions: int, replicas: int, seconds: float
+) -> tuple[History, Verdict, Outage]:
+    """Publish; stop etcd for ``seconds`` (then start it again); publish on; check."""
+    outage = Outage()
+
+    async def disrupt(lookup: Lookup, history: History) -> None:
+        await trio.sleep(1.0)
+        outage.stopped_at = time.monotonic()
+        for member in cluster.etcd.members:
+            await trio.to_thread.run_sync(member.stop)
+        end = outage.stopped_at + seconds
+        while time.monotonic() < end:
+            for broker in cluster.brokers:
+                outage.pings.append((time.monotonic(), await _ping(broker.http_port)))
+            await trio.sleep(0.5)
+        for member in cluster.etcd.members:
+            await trio.to_thread.run_sync(member.start)
+        await trio.to_thread.run_sync(cluster.etcd.wait_healthy)
+        outage.started_at = time.monotonic()
+        await trio.sleep(max(3.0, seconds / 5))  # publishing resumes
+
+    history, verdict = await run_history(
+        cluster, partitions=partitions, replicas=replicas, disrupt=disrupt
+    )
+    return history, verdict, outage
