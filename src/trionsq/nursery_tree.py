@@ -42,6 +42,7 @@ below)::
     │       ├── registration   the broker's key on its etcd lease, renewed
     │       ├── cluster view   etcd's keys, kept by a watch; roles follow it
     │       ├── ISR upkeep     lagging followers leave the ISR, caught-up ones join
+    │       ├── consumer state shipper   channels' positions and settings, every 0.1 s
     │       └── per followed partition: follower stream [own CancelScope; role over = cancel]
     task_status.started(BoundAddresses(...))   # after every listener accepts
 
@@ -389,6 +390,7 @@ TREE: Final = (
     ("cluster view", "replica manager"),
     ("isr upkeep", "replica manager"),
     ("follower stream", "replica manager"),
+    ("consumer state shipper", "replica manager"),
 )
 """Each long-lived task and the task or nursery that is its parent, as data, so the
 tree in the docstring and the code that builds it can be checked against each other."""
@@ -434,6 +436,7 @@ TASKS: Final = {
     "cluster view": "follow_cluster",
     "isr upkeep": "ReplicaManager._upkeep_forever",
     "follower stream": "ReplicaManager._follow",
+    "consumer state shipper": "ReplicaManager._ship_state_forever",
 }
 """The coroutine each node of :data:`TREE` runs as, for the nodes that are tasks (the
 others are nurseries, or loops inside their parent's task): a test walks a running

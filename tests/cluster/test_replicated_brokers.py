@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import httpx
 import trio
 
-from tests.integration.raw import Clients, next_error, next_frame, next_message, ok
+from tests.integration.raw import Clients, next_error, next_frame, next_message, ok, quiet
 from trionsq import NsqdConfig, serve_nsqd
 from trionsq.broker.events import Watcher
 from trionsq.cluster.coordinator import Coordinator
@@ -19,7 +19,8 @@ from trionsq.cluster.etcd_process import free_port
 from trionsq.cluster.keys import ClusterKeys, CoordinatorInfo, TopicMeta
 from trionsq.cluster.replica_manager import ReplicaManager
 from trionsq.cluster.roles import FollowerRole, LeaderRole
-from trionsq.protocol import Mpub, Pub, Rdy, Sub
+from trionsq.protocol import Fin, Mpub, Pub, Rdy, Sub
+from trionsq.queues.cursor import ChannelCursor
 from trionsq.testing import wait_until
 
 if TYPE_CHECKING:
@@ -277,6 +278,57 @@ async def test_a_wiped_follower_catches_up_and_rejoins_the_isr(
     assert [r.body for r in copied.read(3990, 5)] == [body] * 5
     megabytes = leader_log.next_offset / 1e6
     print(f"catch-up: {megabytes:.1f} MB in {seconds:.2f} s")  # noqa: T201 - pytest -s shows it
+    await clients.close_all()
+    for _, scope in cluster.brokers.values():
+        scope.cancel()
+
+
+async def test_a_channel_resumes_on_the_new_leader_redelivering_only_what_was_in_flight(
+    etcd: EtcdServer, cluster_id: str, nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    cluster = Cluster(etcd, cluster_id, nursery, tmp_path)
+    await cluster.start()
+    for name in ("a", "b"):
+        await cluster.add_broker(name)
+    await cluster.until(
+        lambda: cluster.coordinator.leading and len(cluster.coordinator.view.brokers) == 2
+    )
+    await cluster.coordinator.create_topic("q", TopicMeta(1, 2))
+    await cluster.until(lambda: cluster.settled("q", 1))
+    leader = cluster.leader_of("q", 0)
+    follower = next(b for b in cluster.brokers if b != leader)
+    clients = Clients()
+    producer = await clients.connect(cluster.brokers[leader][0].tcp)
+    await producer.send(Mpub("q", tuple(b"m%d" % n for n in range(10)), partition=0))
+    assert ok(await next_frame(producer))
+    consumer = await clients.connect(cluster.brokers[leader][0].tcp)
+    await consumer.send(Sub("q", "c", partition=0), Rdy(10))
+    assert ok(await next_frame(consumer))
+    messages = [await next_message(consumer) for _ in range(10)]
+    finished = [m for m in messages if int(m.body[1:]) % 3 != 2]  # 7 finished, 3 in flight
+    await consumer.send(*(Fin(m.id) for m in finished))
+    follower_broker = cluster.brokers[follower][0].broker
+
+    def shipped() -> bool:
+        channel = follower_broker.topics["q"].partitions[0].channels.get("c")
+        if channel is None or not isinstance(channel.cursor, ChannelCursor):
+            return False
+        cursor = channel.cursor
+        return all(cursor.is_finished(int.from_bytes(m.id[:8], "big")) for m in finished)
+
+    await cluster.until(shipped)
+    cluster.brokers[leader][1].cancel()
+    del cluster.brokers[leader]
+    await cluster.until(lambda: cluster.leader_of("q", 0) == follower)
+    await cluster.until(
+        lambda: isinstance(cluster.manager(follower).roles.get(("q", 0)), LeaderRole)
+    )
+    again = await clients.connect(cluster.brokers[follower][0].tcp)
+    await again.send(Sub("q", "c", partition=0), Rdy(10))
+    assert ok(await next_frame(again))
+    redelivered = sorted(m.body for m in [await next_message(again) for _ in range(3)])
+    assert redelivered == [b"m2", b"m5", b"m8"]
+    assert await quiet(again, 0.5) == []
     await clients.close_all()
     for _, scope in cluster.brokers.values():
         scope.cancel()

@@ -40,6 +40,7 @@ NOT_RUNNING_HERE = frozenset(
         "cluster view",
         "isr upkeep",
         "follower stream",
+        "consumer state shipper",
         "https listener",
         "https connection",
         "channel pre-creation",

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Final
 import trio
 
 from ..broker.replica_log import CopyError, append_copies, restart_partition, truncate_partition
+from ..broker.replica_state import apply_consumer_state
 from ..config import split_host_port
 from ..protocol.replication import (
     MAGIC,
@@ -27,6 +28,7 @@ from ..protocol.replication import (
     Refuse,
     ReplicationError,
     Start,
+    State,
     encode,
 )
 from ..queues.record import RecordError
@@ -177,6 +179,16 @@ async def _copy(
                 appended = True
             elif isinstance(frame, Commit):
                 role.files.committed = max(role.files.committed, frame.commit)
+            elif isinstance(frame, State):
+                try:
+                    apply_consumer_state(broker, partition.topic, partition.index, frame.data)
+                except ValueError as error:
+                    log.warning(
+                        "%s/%d: consumer state not applied: %s",
+                        partition.topic,
+                        partition.index,
+                        error,
+                    )
             elif isinstance(frame, Refuse):
                 raise _Refused(frame.reason)
             else:

@@ -24,6 +24,7 @@ from ..protocol.replication import (
     Refuse,
     ReplicationError,
     Start,
+    State,
     encode,
 )
 
@@ -147,6 +148,7 @@ async def _send(
 ) -> None:
     """RECORDS from ``position`` on as the log grows; COMMIT when only that moved."""
     sent_commit = -1
+    sent_state = 0
     while not role.lost:
         grown = role.grown
         partition_log = role.partition.log
@@ -164,6 +166,10 @@ async def _send(
         if role.progress.committed != sent_commit:
             sent_commit = role.progress.committed
             await stream.send_all(encode(Commit(sent_commit)))
+            continue
+        if role.state_version != sent_state:  # caught up: the consumer state too
+            sent_state = role.state_version
+            await stream.send_all(encode(State(role.state_bytes)))
             continue
         with trio.move_on_after(heartbeat):
             await grown.wait()

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Final
 
 import trio
 
+from ..broker.replica_state import capture_consumer_state
 from ..broker.replication import not_leader, not_writable
 from ..persist import read_optional, write_atomic
 from .epochs import EpochHistory
@@ -45,6 +46,9 @@ __all__ = ["ReplicaManager"]
 log = logging.getLogger("trionsq.cluster")
 
 Role = LeaderRole | FollowerRole
+STATE_INTERVAL: Final = 0.1
+"""Seconds between captures of the consumer state a leader ships: after a failover a
+channel redelivers what was in flight and what was finished in the last one."""
 UPKEEP_SHARE: Final = 4
 """The ISR upkeep runs this many times per ``replica_lag_time``."""
 
@@ -168,6 +172,7 @@ class ReplicaManager:
                 await nursery.start(self.registration.run)
                 await nursery.start(follow_cluster, self.client, self.view, self._changed)
                 nursery.start_soon(self._upkeep_forever)
+                nursery.start_soon(self._ship_state_forever)
                 task_status.started()
                 await trio.sleep_forever()
             finally:
@@ -315,6 +320,17 @@ class ReplicaManager:
         path = self._epochs_path(where)
         if path is not None:
             write_atomic(path, self.files[where].history.dumps())
+
+    # ------------------------------------------------------------------ consumer state
+
+    async def _ship_state_forever(self) -> None:
+        """Every :data:`STATE_INTERVAL`: each led partition's consumer state, which the
+        follower streams send when it changed (broker/replica_state.py)."""
+        while True:
+            await trio.sleep(STATE_INTERVAL)
+            for (topic, index), role in list(self.roles.items()):
+                if isinstance(role, LeaderRole) and not role.lost:
+                    role.ship_state(capture_consumer_state(self.broker, topic, index))
 
     # ------------------------------------------------------------------ ISR upkeep
 

@@ -81,6 +81,10 @@ class LeaderRole:
         """Set (and replaced) when the commit end moves or leadership is lost."""
         self.scope = trio.CancelScope()
         """Around the role's tasks (ISR upkeep): cancelled when the role ends."""
+        self.state_bytes = b""
+        """The partition's consumer state as last captured (broker/replica_state.py)."""
+        self.state_version = 0
+        """Grows with each change of :attr:`state_bytes`: streams send it again."""
         self.callbacks: list[Callable[[], None]] = []
         """Called once at the next commit move or the role's end (connections that
         hold publishes' answers)."""
@@ -98,6 +102,13 @@ class LeaderRole:
             if len(self._encoded) > ENCODED_BATCHES:
                 del self._encoded[next(iter(self._encoded))]
         return data
+
+    def ship_state(self, data: bytes) -> None:
+        """The consumer state now: the follower streams send it if it changed."""
+        if data != self.state_bytes:
+            self.state_bytes = data
+            self.state_version += 1
+            self._wake()
 
     def _wake(self) -> None:
         self.grown.set()

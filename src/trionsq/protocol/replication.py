@@ -3,7 +3,8 @@
 A follower opens a TCP connection to the partition leader's replication listener,
 sends the magic ``b"  R1"`` and a FOLLOW frame; the leader answers START (where
 the follower's log must be cut, and the commit end), then RECORDS as the partition
-grows and COMMIT when only the commit end moved; the follower sends ACK with its
+grows, COMMIT when only the commit end moved and STATE when the consumer state
+(channels and their positions) changed; the follower sends ACK with its
 log end after each durable append. Either side may send REFUSE and close.
 
 Every frame is ``[4-byte size][1-byte type][payload]``, the size counting type and
@@ -30,6 +31,7 @@ __all__ = [
     "Refuse",
     "ReplicationError",
     "Start",
+    "State",
     "encode",
 ]
 
@@ -43,7 +45,7 @@ _QQQ: Final = struct.Struct(">qqq")
 _QQQQ: Final = struct.Struct(">qqqq")
 _Q: Final = struct.Struct(">q")
 
-FOLLOW, START, RECORDS, ACK, COMMIT, REFUSE = 1, 2, 3, 4, 5, 6
+FOLLOW, START, RECORDS, ACK, COMMIT, REFUSE, STATE = 1, 2, 3, 4, 5, 6, 7
 
 
 class ReplicationError(ValueError):
@@ -106,13 +108,21 @@ class Commit:
 
 
 @attrs.frozen
+class State:
+    """The partition's consumer state on the leader (broker/replica_state.py's JSON):
+    channels, their positions and settings, sent when it changed."""
+
+    data: bytes
+
+
+@attrs.frozen
 class Refuse:
     """The other side will not go on (a stale epoch, not the leader, a bad request)."""
 
     reason: str
 
 
-Frame = Follow | Start | Records | Ack | Commit | Refuse
+Frame = Follow | Start | Records | Ack | Commit | State | Refuse
 
 
 def _frame(kind: int, payload: bytes) -> bytes:
@@ -132,6 +142,8 @@ def encode(frame: Frame) -> bytes:
         return _frame(START, _QQQ.pack(frame.epoch, frame.end, frame.commit))
     if isinstance(frame, Follow):
         return _frame(FOLLOW, orjson.dumps(attrs.asdict(frame)))
+    if isinstance(frame, State):
+        return _frame(STATE, frame.data)
     return _frame(REFUSE, frame.reason.encode())
 
 
@@ -179,6 +191,8 @@ def _decode(kind: int, payload: memoryview) -> Frame:
         return _follow(payload)
     if kind == REFUSE:
         return Refuse(bytes(payload).decode(errors="replace"))
+    if kind == STATE:
+        return State(bytes(payload))
     raise ReplicationError(f"unknown frame type {kind}")
 
 

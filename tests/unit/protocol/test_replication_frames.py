@@ -16,6 +16,7 @@ from trionsq.protocol.replication import (
     Refuse,
     ReplicationError,
     Start,
+    State,
     encode,
 )
 
@@ -29,6 +30,7 @@ _frames = st.one_of(
     st.builds(Ack, _int),
     st.builds(Commit, _int),
     st.builds(Refuse, st.text(max_size=30)),
+    st.builds(State, st.binary(max_size=100)),
 )
 
 
