@@ -7,11 +7,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import httpx
+import orjson
 import trio
 
 from trionsq import NsqdConfig, serve_nsqd
+from trionsq.client.producer import open_producer
+from trionsq.cluster.replica_manager import ReplicaManager
+from trionsq.cluster.roles import LeaderRole
 from trionsq.lookupd.config import LookupdConfig
 from trionsq.lookupd.server import serve_lookupd
+from trionsq.protocol.commands import ExtMessage
 from trionsq.testing import wait_until
 
 if TYPE_CHECKING:
@@ -128,3 +133,64 @@ async def test_create_and_lookup_through_the_coordinator(
         )
         assert (reply.status_code, reply.json()["message"]) == (400, "E_FAILED_ON_NOT_LEADER")
     nursery.cancel_scope.cancel()
+
+
+async def test_the_client_publishes_through_a_leader_change(
+    etcd: EtcdServer, cluster_id: str, nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    cluster = {
+        "etcd_endpoints": (",".join(etcd.endpoints),),
+        "cluster_id": cluster_id,
+        "cluster_lease_ttl": 1.0,
+    }
+    lookupd: LookupdAddresses = await nursery.start(
+        serve_lookupd, LookupdConfig.loopback(**cluster)
+    )
+    scopes: dict[int, trio.CancelScope] = {}
+    brokers: dict[int, BoundAddresses] = {}
+    for name in ("a", "b"):
+        config = NsqdConfig.loopback(
+            data_path=str(tmp_path / name), broadcast_address="127.0.0.1", **cluster
+        )
+        scope = trio.CancelScope()
+
+        async def run(
+            task_status: trio.TaskStatus[BoundAddresses],
+            config: NsqdConfig = config,
+            scope: trio.CancelScope = scope,
+        ) -> None:
+            with scope:
+                await serve_nsqd(config, task_status=task_status)
+
+        started: BoundAddresses = await nursery.start(run)
+        scopes[started.tcp[1]] = scope
+        brokers[started.tcp[1]] = started
+    lookupd_http = f"127.0.0.1:{lookupd.http[1]}"
+    async with httpx.AsyncClient() as http:
+        for _ in range(100):
+            reply = await http.post(
+                f"http://{lookupd_http}/topic/create?topic=e&partition_num=1&replicator=2&extend=true"
+            )
+            if reply.status_code == 200:
+                break
+            await trio.sleep(0.05)
+        assert reply.status_code == 200, reply.text
+    async with open_producer(lookupd=lookupd_http) as producer:
+        for number in range(60):
+            if number == 30:  # the leader goes: the next publishes wait for the new one
+                leader = next(b for b in brokers.values() if _leads(b, "e"))
+                scopes[leader.tcp[1]].cancel()
+                survivor = next(b for b in brokers.values() if b is not leader)
+            header = orjson.dumps({"##idempotency_key": f"k{number}"})
+            await producer.publish_ext("e", ExtMessage(header, b"%d" % number), partition=0)
+    partition = survivor.broker.topics["e"].partitions[0]
+    bodies = [r.body for r in partition.log.read(1, 100)]
+    assert bodies == [b"%d" % n for n in range(60)]  # each once, in order
+    nursery.cancel_scope.cancel()
+
+
+def _leads(broker: BoundAddresses, topic: str) -> bool:
+    manager = broker.broker.replication
+    return isinstance(manager, ReplicaManager) and isinstance(
+        manager.roles.get((topic, 0)), LeaderRole
+    )

@@ -23,6 +23,7 @@ stored twice. (A throttling limit, the broker's default, only delays the answer.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import random
 from contextlib import asynccontextmanager
@@ -36,6 +37,7 @@ from ..protocol.commands import Dpub, Mpub, MpubExt, Pub, PubExt, PubTrace
 from .batching import Batcher
 from .connection import Connection, ConnectionClosedError, NsqError, open_connection
 from .discovery import Discovery, LookupError_, Placement, Target
+from .failover import FailoverRetry
 from .groups import single_errors
 from .options import ConnectionOptions
 from .partitioning import partition_for_key
@@ -76,6 +78,9 @@ class ProducerSettings:
     """Publishing by key without lookupd: how many partitions the topics have."""
     trace: bool = False
     """Publish with PUB_TRACE and log where each message went (``trionsq.client.trace``)."""
+    failover_timeout: float = 10.0
+    """Seconds a publish keeps retrying (looking the topic up again, backing off)
+    while its partition's leader is gone or refuses it (client/failover.py)."""
     rate_limit_timeout: float = 30.0
     """Seconds a publish refused by a topic's publish limit is retried (backing off
     from 50 ms to 1 s) before its error is raised."""
@@ -299,33 +304,60 @@ class Producer:
         where: list[tuple[Connection, Target]] | None,
         pinned: Target | None,
     ) -> Response:
-        """One request, retried over lost connections and stale placements."""
-        for attempt in range(ATTEMPTS):
-            last = attempt == ATTEMPTS - 1
-            target = pinned or await self._target(topic, partition, key)
-            slot = next(self._slots)
-            connection = await self._connection(target.address, slot)
+        """One request, retried over lost connections and stale placements, and for
+        up to ``failover_timeout`` while a replicated partition changes leader."""
+        failover = FailoverRetry(self.settings.failover_timeout)
+        attempt = 0
+        while True:
             try:
+                target = pinned or await self._target(topic, partition, key)
+            except LookupError_:  # a partition without a leader yet (being elected)
+                if topic not in self._discoveries or not await self._again(
+                    topic, attempt, failover, unreachable=True
+                ):
+                    raise
+                attempt += 1
+                continue
+            slot = next(self._slots)
+            try:
+                connection = await self._connection(target.address, slot)
                 reply = await connection.request(command(target))
-            except ConnectionClosedError:
+            except (ConnectionClosedError, OSError) as error:
                 self._connections.pop((target.address, slot), None)
-                if last:
+                unreachable = not isinstance(error, ConnectionClosedError)
+                if not await self._again(topic, attempt, failover, unreachable=unreachable):
                     raise
             except NsqError as error:
-                if last or error.code not in REFRESH_ERRORS:
+                if error.code not in REFRESH_ERRORS:
                     raise
                 if error.fatal:
                     self._connections.pop((target.address, slot), None)
-                discovery = self._discoveries.get(topic)
-                if discovery is not None:
-                    await discovery.lookup()
-                    pinned = None  # the refreshed lookup decides again
+                if not await self._again(topic, attempt, failover):
+                    raise
+                pinned = None  # the refreshed lookup decides again
             else:
                 if where is not None:
                     where.append((connection, target))
                 return reply
+            attempt += 1
             self.retries += 1
-        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _again(
+        self, topic: str, attempt: int, failover: FailoverRetry, *, unreachable: bool = False
+    ) -> bool:
+        """Whether to try again: at once for the first retries, then, for a topic
+        found through lookupd (whose leaders may move), after a backoff while the
+        failover window lasts; the topic is looked up again first. A broker named
+        directly that cannot be reached fails at once, as always."""
+        discovery = self._discoveries.get(topic)
+        if discovery is None and (unreachable or attempt >= ATTEMPTS - 1):
+            return False
+        if attempt >= ATTEMPTS - 1 and not await failover.wait():
+            return False
+        if discovery is not None:
+            with contextlib.suppress(LookupError_):  # the last placement stands meanwhile
+                await discovery.lookup()
+        return True
 
     async def _connection(self, address: str, slot: int) -> Connection:
         """The open connection to ``address`` (pool ``slot``); one task opens it,
