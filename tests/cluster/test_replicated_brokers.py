@@ -332,3 +332,53 @@ async def test_a_channel_resumes_on_the_new_leader_redelivering_only_what_was_in
     await clients.close_all()
     for _, scope in cluster.brokers.values():
         scope.cancel()
+
+
+async def _raw_reply(address: tuple[str, int], command: bytes) -> bytes:
+    """The first frame's bytes after the magic and ``command`` (what Go clients parse)."""
+    stream = await trio.open_tcp_stream(*address)
+    async with stream:
+        await stream.send_all(b"  V2" + command)
+        data = b""
+        with trio.fail_after(5):
+            while len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], "big"):
+                chunk = await stream.receive_some(1024)
+                assert chunk, data
+                data += chunk
+        return data[: 4 + int.from_bytes(data[:4], "big")]
+
+
+async def test_youzan_error_frames_byte_for_byte(
+    etcd: EtcdServer, cluster_id: str, nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """What Youzan's go-nsq TopicProducerMgr reacts to: error frames (type 1) whose
+    text is the code and a space, for PUB on a follower and below min_isr."""
+    cluster = Cluster(etcd, cluster_id, nursery, tmp_path)
+    await cluster.start()
+    for name in ("a", "b"):
+        await cluster.add_broker(name)
+    await cluster.until(
+        lambda: cluster.coordinator.leading and len(cluster.coordinator.view.brokers) == 2
+    )
+    await cluster.coordinator.create_topic("y", TopicMeta(1, 2, min_isr=2))
+    await cluster.until(lambda: cluster.settled("y", 1))
+    leader = cluster.leader_of("y", 0)
+    follower = next(b for b in cluster.brokers if b != leader)
+    pub = b"PUB y 0\n\x00\x00\x00\x01x"
+    assert await _raw_reply(cluster.brokers[follower][0].tcp, pub) == (
+        b"\x00\x00\x00\x1b\x00\x00\x00\x01E_FAILED_ON_NOT_LEADER "
+    )
+    assert (
+        await _raw_reply(cluster.brokers[leader][0].tcp, pub)
+        == b"\x00\x00\x00\x06\x00\x00\x00\x00OK"
+    )
+    # the follower goes: one in-sync replica left, min_isr 2: not writable
+    cluster.brokers[follower][1].cancel()
+    del cluster.brokers[follower]
+    await cluster.until(lambda: cluster.coordinator.view.partitions["y", 0].isr == (leader,))
+    await cluster.until(lambda: len(cluster.manager(leader).roles["y", 0].state.isr) == 1)
+    assert await _raw_reply(cluster.brokers[leader][0].tcp, pub) == (
+        b"\x00\x00\x00\x1d\x00\x00\x00\x01E_FAILED_ON_NOT_WRITABLE "
+    )
+    for _, scope in cluster.brokers.values():
+        scope.cancel()
