@@ -9,8 +9,11 @@ import trio
 
 from trionsq.cluster.etcd import EtcdClient, EtcdUnavailable, LeaseExpired
 from trionsq.cluster.etcd_json import Compare, EtcdReplyError, Op, WatchBatch
+from trionsq.cluster.etcd_process import start_etcd
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from trionsq.cluster.etcd_process import EtcdServer
 
 
@@ -127,3 +130,25 @@ async def test_etcd_errors_are_raised(etcd: EtcdServer) -> None:
     client = EtcdClient(etcd.endpoints)
     with pytest.raises(EtcdReplyError, match="lease not found"):
         await client.put(b"k", b"v", lease=0x1234)
+
+
+async def test_three_member_etcd_survives_a_member(tmp_path: Path) -> None:
+    """The client given every member goes on when the one it used dies: keys, leases
+    and a watch (which reconnects through follow_cluster's caller; here, once)."""
+    server = start_etcd(tmp_path, members=3)
+    try:
+        client = EtcdClient(server.endpoints, timeout=1.0)
+        lease = await client.grant(5)
+        first = await client.put(b"/three/k", b"1", lease=lease)
+        await trio.to_thread.run_sync(server.members[0].stop)  # the one it talked to
+        assert await client.put(b"/three/k", b"2", lease=lease) > first
+        assert await client.keep_alive_once(lease) >= 1
+        kv = await client.get(b"/three/k")
+        assert kv is not None
+        assert kv.value == b"2"
+        txn = await client.txn(
+            [Compare(b"/three/k", "VALUE", "EQUAL", b"2")], [Op("put", b"/three/k", b"3")]
+        )
+        assert txn.succeeded
+    finally:
+        server.stop()
