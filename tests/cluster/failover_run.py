@@ -52,6 +52,10 @@ class History:
     kills: list[tuple[int, str, float]] = attrs.Factory(list)
     """(partition, broker id, time) of each SIGKILL."""
     consumed: dict[int, list[bytes]] = attrs.Factory(dict)
+    consumed_ids: dict[bytes, int] = attrs.Factory(dict)
+    """Each consumed message's id in the final leader's log."""
+    acked_by: dict[bytes, str] = attrs.Factory(dict)
+    """The broker that acknowledged each message."""
     errors: dict[str, int] = attrs.Factory(dict)
 
 
@@ -99,8 +103,8 @@ def check(history: History) -> Verdict:
 class Lookup:
     """Each partition's leader, from the lookupd (asked again after a failure)."""
 
-    def __init__(self, lookupd_http: int) -> None:
-        self.address = f"127.0.0.1:{lookupd_http}"
+    def __init__(self, lookupd_http: int, host: str = "127.0.0.1") -> None:
+        self.address = f"{host}:{lookupd_http}"
         self.leaders: dict[int, tuple[str, int, str]] = {}
 
     async def refresh(self) -> None:
@@ -117,18 +121,21 @@ class Lookup:
             return
         partitions = orjson.loads(reply.body).get("partitions", {})
         self.leaders = {
-            int(n): ("127.0.0.1", entry["tcp_port"], entry["id"]) for n, entry in partitions.items()
+            int(n): (entry["broadcast_address"], entry["tcp_port"], entry["id"])
+            for n, entry in partitions.items()
         }
 
 
-async def create_topic(lookupd_http: int, partitions: int, replicas: int) -> None:
+async def create_topic(
+    lookupd_http: int, partitions: int, replicas: int, host: str = "127.0.0.1"
+) -> None:
     """The replicated ext topic (ext: PUB_EXT carries the idempotency keys)."""
     query = f"topic={TOPIC}&partition_num={partitions}&replicator={replicas}&extend=true"
     with trio.fail_after(20):  # until the coordinator is elected and sees every broker
         while True:
             reply = await http_request(
                 "POST",
-                f"127.0.0.1:{lookupd_http}",
+                f"{host}:{lookupd_http}",
                 f"/topic/create?{query}",
                 connect_timeout=2,
                 request_timeout=10,
@@ -144,6 +151,7 @@ async def _publish(partition: int, lookup: Lookup, history: History, stop: trio.
     acked = history.acked.setdefault(partition, [])
     client: ProtocolClient | None = None
     opened = 0.0
+    leader_id = ""
     sequence = 0
     while not stop.is_set():
         body = f"{partition}-{sequence}".encode()
@@ -160,12 +168,14 @@ async def _publish(partition: int, lookup: Lookup, history: History, stop: trio.
                     with trio.fail_after(1):
                         client = await ProtocolClient.connect(leader[:2])
                     opened = time.monotonic()
+                    leader_id = leader[2]
                 command = PubExt(TOPIC, ExtMessage(header, body), partition=partition)
                 await client.send(command)
                 with trio.fail_after(5):
                     [frame] = await client.read(1)
                 if isinstance(frame, Response) and frame.is_ok:
                     acked.append((body, time.monotonic(), opened))
+                    history.acked_by[body] = leader_id
                     break
                 code = frame.code if isinstance(frame, ErrorReply) else type(frame).__name__
                 history.errors[code] = history.errors.get(code, 0) + 1
@@ -230,7 +240,10 @@ async def consume_all(lookup: Lookup, partitions: int, history: History) -> None
             messages = [f.message for f in frames if isinstance(f, MessageFrame)]
             if not messages:
                 break
-            consumed += [_without_header(m.body) for m in messages]
+            for message in messages:
+                body = _without_header(message.body)
+                consumed.append(body)
+                history.consumed_ids[body] = int.from_bytes(message.id[:8], "big")
             await client.send(*(Fin(m.id) for m in messages))
         await trio.aclose_forcefully(client.stream)
 
@@ -243,8 +256,8 @@ async def run_history(
     disrupt: Callable[[Lookup, History], Awaitable[None]],
 ) -> tuple[History, Verdict]:
     """Create the topic, publish while ``disrupt`` runs, then consume and check."""
-    await create_topic(cluster.lookupd_http, partitions, replicas)
-    lookup = Lookup(cluster.lookupd_http)
+    await create_topic(cluster.lookupd_http, partitions, replicas, cluster.lookupd_host)
+    lookup = Lookup(cluster.lookupd_http, cluster.lookupd_host)
     with trio.fail_after(30):
         while len(lookup.leaders) < partitions:
             await lookup.refresh()
@@ -282,9 +295,9 @@ class Outage:
     """(time, /ping body) of the brokers, sampled through the outage."""
 
 
-async def _ping(port: int) -> str:
+async def _ping(host: str, port: int) -> str:
     try:
-        reply = await http_get(f"127.0.0.1:{port}", "/ping", connect_timeout=1, request_timeout=2)
+        reply = await http_get(f"{host}:{port}", "/ping", connect_timeout=1, request_timeout=2)
     except HttpClientError as error:
         return f"unreachable: {error.reason}"
     return reply.body.decode(errors="replace")
@@ -304,7 +317,7 @@ async def run_etcd_outage(
         end = outage.stopped_at + seconds
         while time.monotonic() < end:
             for broker in cluster.brokers:
-                outage.pings.append((time.monotonic(), await _ping(broker.http_port)))
+                outage.pings.append((time.monotonic(), await _ping(broker.host, broker.http_port)))
             await trio.sleep(0.5)
         for member in cluster.etcd.members:
             await trio.to_thread.run_sync(member.start)

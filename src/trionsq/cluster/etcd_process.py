@@ -51,24 +51,28 @@ class EtcdMember:
     client_port: int
     peer_port: int
     initial_cluster: str
+    host: str = "127.0.0.1"
+    prefix: tuple[str, ...] = ()
+    """What the command runs under (e.g. ``ip netns exec NS``: another network namespace)."""
     process: subprocess.Popen[bytes] | None = None
     started_once: bool = False
 
     @property
     def url(self) -> str:
-        """The client URL (``http://127.0.0.1:port``)."""
-        return f"http://127.0.0.1:{self.client_port}"
+        """The client URL (``http://<host>:port``)."""
+        return f"http://{self.host}:{self.client_port}"
 
     def start(self) -> None:
         """Start (or restart, keeping its data) this member."""
         arguments = [
+            *self.prefix,
             ETCD_BINARY,
             f"--name={self.name}",
             f"--data-dir={self.directory / 'data'}",
             f"--listen-client-urls={self.url}",
             f"--advertise-client-urls={self.url}",
-            f"--listen-peer-urls=http://127.0.0.1:{self.peer_port}",
-            f"--initial-advertise-peer-urls=http://127.0.0.1:{self.peer_port}",
+            f"--listen-peer-urls=http://{self.host}:{self.peer_port}",
+            f"--initial-advertise-peer-urls=http://{self.host}:{self.peer_port}",
             f"--initial-cluster={self.initial_cluster}",
             f"--initial-cluster-state={'existing' if self.started_once else 'new'}",
             "--heartbeat-interval=50",
@@ -136,16 +140,23 @@ class EtcdServer:
             member.stop()
 
 
-def start_etcd(directory: Path, *, members: int = 1) -> EtcdServer:
-    """Start an etcd of ``members`` members under ``directory`` and wait until healthy."""
+def start_etcd(
+    directory: Path, *, members: int = 1, host: str = "127.0.0.1", prefix: tuple[str, ...] = ()
+) -> EtcdServer:
+    """Start an etcd of ``members`` members under ``directory`` and wait until healthy;
+    on loopback (free ports), or on ``host`` run under ``prefix`` (another network
+    namespace: etcd's own ports there)."""
     names = [f"m{i}" for i in range(members)]
-    ports = [(free_port(), free_port()) for _ in names]
+    if host == "127.0.0.1":
+        ports = [(free_port(), free_port()) for _ in names]
+    else:
+        ports = [(2379 + 10 * i, 2380 + 10 * i) for i, _ in enumerate(names)]
     initial = ",".join(
-        f"{n}=http://127.0.0.1:{peer}" for n, (_, peer) in zip(names, ports, strict=True)
+        f"{n}=http://{host}:{peer}" for n, (_, peer) in zip(names, ports, strict=True)
     )
     server = EtcdServer(
         [
-            EtcdMember(name, directory / name, client, peer, initial)
+            EtcdMember(name, directory / name, client, peer, initial, host, prefix)
             for name, (client, peer) in zip(names, ports, strict=True)
         ]
     )

@@ -29,11 +29,13 @@ TRIONSQ: Final = str(Path(sys.executable).with_name("trionsq"))
 START_TIMEOUT: Final = 30.0
 
 
-def _wait_http(port: int, path: str, process: subprocess.Popen[bytes], timeout: float) -> None:
+def _wait_http(
+    port: int, path: str, process: subprocess.Popen[bytes], timeout: float, host: str = "127.0.0.1"
+) -> None:
     deadline = time.monotonic() + timeout
     while True:
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=1):
+            with urllib.request.urlopen(f"http://{host}:{port}{path}", timeout=1):
                 return
         except (urllib.error.URLError, OSError):
             pass
@@ -53,24 +55,27 @@ class BrokerProcess:
     http_port: int
     directory: Path
     arguments: list[str]
+    host: str = "127.0.0.1"
+    prefix: tuple[str, ...] = ()
+    """What the command runs under (``ip netns exec NS``: another network namespace)."""
     process: subprocess.Popen[bytes] | None = None
 
     @property
     def broker_id(self) -> str:
         """Its identity in etcd."""
-        return f"127.0.0.1:{self.tcp_port}"
+        return f"{self.host}:{self.tcp_port}"
 
     def start(self) -> None:
         """Start (or restart) and wait until its HTTP answers."""
         self.directory.mkdir(parents=True, exist_ok=True)
         with open(self.directory / "broker.log", "ab") as log:
             self.process = subprocess.Popen(  # noqa: S603 - our own arguments
-                [TRIONSQ, "serve", *self.arguments],
+                [*self.prefix, TRIONSQ, "serve", *self.arguments],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
-        _wait_http(self.http_port, "/ping", self.process, START_TIMEOUT)
+        _wait_http(self.http_port, "/ping", self.process, START_TIMEOUT, self.host)
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         """Send ``sig`` (SIGKILL: a crash) and reap it."""
@@ -102,9 +107,18 @@ class LocalCluster:
     lookupd_http: int = 0
     lookupd_tcp: int = 0
     lease_ttl: str = "2s"
+    lookupd_host: str = "127.0.0.1"
+    """Where the lookupd listens (it runs in this process's network namespace)."""
 
-    def start(self, count: int, *, extra: tuple[str, ...] = ()) -> None:
-        """The lookupd, then ``count`` brokers."""
+    def start(
+        self,
+        count: int,
+        *,
+        extra: tuple[str, ...] = (),
+        hosts: tuple[tuple[str, tuple[str, ...]], ...] = (),
+    ) -> None:
+        """The lookupd, then ``count`` brokers (on loopback, free ports; or on
+        ``hosts``: (address, command prefix) each, ports 4150/4151)."""
         endpoints = ",".join(self.etcd.endpoints)
         self.lookupd_http, self.lookupd_tcp = free_port(), free_port()
         with open(self.directory / "lookupd.log", "ab") as log:
@@ -112,9 +126,9 @@ class LocalCluster:
                 [
                     TRIONSQ,
                     "lookupd",
-                    f"--http-address=127.0.0.1:{self.lookupd_http}",
-                    f"--tcp-address=127.0.0.1:{self.lookupd_tcp}",
-                    "--broadcast-address=127.0.0.1",
+                    f"--http-address={self.lookupd_host}:{self.lookupd_http}",
+                    f"--tcp-address={self.lookupd_host}:{self.lookupd_tcp}",
+                    f"--broadcast-address={self.lookupd_host}",
                     f"--etcd-endpoints={endpoints}",
                     f"--cluster-id={self.cluster_id}",
                     f"--cluster-lease-ttl={self.lease_ttl}",
@@ -123,23 +137,24 @@ class LocalCluster:
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
-        _wait_http(self.lookupd_http, "/ping", self.lookupd, START_TIMEOUT)
+        _wait_http(self.lookupd_http, "/ping", self.lookupd, START_TIMEOUT, self.lookupd_host)
         for number in range(count):
-            tcp, http = free_port(), free_port()
+            host, prefix = hosts[number] if hosts else ("127.0.0.1", ())
+            tcp, http = (free_port(), free_port()) if not hosts else (4150, 4151)
             directory = self.directory / f"broker{number}"
             arguments = [
-                f"--tcp-address=127.0.0.1:{tcp}",
-                f"--http-address=127.0.0.1:{http}",
-                "--broadcast-address=127.0.0.1",
+                f"--tcp-address={host}:{tcp}",
+                f"--http-address={host}:{http}",
+                f"--broadcast-address={host}",
                 f"--data-path={directory / 'data'}",
                 f"--etcd-endpoints={endpoints}",
                 f"--cluster-id={self.cluster_id}",
                 f"--cluster-lease-ttl={self.lease_ttl}",
-                f"--lookupd-tcp-address=127.0.0.1:{self.lookupd_tcp}",
+                f"--lookupd-tcp-address={self.lookupd_host}:{self.lookupd_tcp}",
                 "--log-level=info",
                 *extra,
             ]
-            broker = BrokerProcess(f"broker{number}", tcp, http, directory, arguments)
+            broker = BrokerProcess(f"broker{number}", tcp, http, directory, arguments, host, prefix)
             (directory / "data").mkdir(parents=True, exist_ok=True)
             self.brokers.append(broker)
         for broker in self.brokers:
