@@ -19,12 +19,12 @@ $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(RUNTIME): pyproject.toml setup.py src/trionsq/_speedups.c | $(VENV)/bin/python
+$(RUNTIME): pyproject.toml setup.py src/trionsq/_speedups.c src/trionsq/_speedups_publish.c | $(VENV)/bin/python
 	$(BIN)/python -m pip install --quiet -e .
 	$(COMPILE)
 	touch $(RUNTIME)
 
-$(STAMP): pyproject.toml setup.py src/trionsq/_speedups.c | $(VENV)/bin/python
+$(STAMP): pyproject.toml setup.py src/trionsq/_speedups.c src/trionsq/_speedups_publish.c | $(VENV)/bin/python
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	$(COMPILE)
 	touch $(RUNTIME) $(STAMP)

@@ -13,6 +13,7 @@ setup(
         Extension(
             "trionsq._speedups",
             ["src/trionsq/_speedups.c"],
+            depends=["src/trionsq/_speedups_publish.c"],  # included by _speedups.c
             optional=True,
             extra_compile_args=["-O2"],
         )

@@ -1,6 +1,7 @@
-"""Four NSQ clients side by side on one broker: trionsq.client, pynsq (tornado), gnsq
-(gevent) and ansq (asyncio), each publishing one message per call, publishing in MPUB
-batches and consuming with a no-op handler (issue 16).
+"""NSQ clients side by side on one broker: trionsq.client (Trio), its blocking client
+(threads), pynsq (tornado), gnsq (gevent) and ansq (asyncio), each publishing one
+message per call, publishing in MPUB batches and consuming with a no-op handler
+(issues 16 and 31).
 
 Not a timed test; prints one table. By default it starts its own in-memory broker
 (``trionsq serve --in-memory`` on 127.0.0.1, ports picked by the kernel) pinned to
@@ -13,7 +14,8 @@ Each client, with the same count of 200-byte bodies per phase, on a fresh topic:
 
 - **publish single**: one PUB per message, each answered before its caller goes on,
   ``--concurrency`` (64) at a time, the way each library's users get concurrency:
-  64 Trio tasks sharing one ``open_producer``; 64 asyncio tasks sharing one ansq
+  64 Trio tasks sharing one ``open_producer``; 64 threads sharing one blocking
+  ``connect_producer`` (trionsq-blocking); 64 asyncio tasks sharing one ansq
   ``create_writer``; 64 greenlets sharing one gnsq ``Producer`` (blocking
   ``publish``); for pynsq, whose ``Writer.pub`` only calls back, 64 ``pub`` calls
   outstanding, each callback sending the next (its natural pipelined use). p50/p99 are
@@ -37,7 +39,7 @@ every topic is deleted after its phase so later phases meet an empty broker. MB/
 body bytes (10^6) per second. Peak RSS is the largest ``VmHWM`` of the client's three
 processes (its interpreter and library included). Usage::
 
-    .venv/bin/python benchmarks/client.py                        # all four, 200,000
+    .venv/bin/python benchmarks/client.py                        # all five, 200,000
     .venv/bin/python benchmarks/client.py --count 50000 --clients trionsq,ansq
     .venv/bin/python benchmarks/client.py --nsqd-tcp-address 127.0.0.1:4150 \\
         --nsqd-http-address 127.0.0.1:4151                       # a running broker
@@ -49,6 +51,7 @@ import argparse
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -67,7 +70,7 @@ from trionsq.client import open_producer
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-CLIENTS: Final = ("trionsq", "pynsq", "gnsq", "ansq")
+CLIENTS: Final = ("trionsq", "trionsq-blocking", "pynsq", "gnsq", "ansq")
 RUNNERS: Final = Path(__file__).resolve().parent / "client_runners"
 CHANNEL: Final = "bench"
 LISTENING: Final = re.compile(r"(TCP|HTTP): listening on (127\.0\.0\.1:\d+)")
@@ -197,7 +200,7 @@ def run_phase(
     command = [
         *pin,
         sys.executable,
-        str(RUNNERS / f"run_{client}.py"),
+        str(RUNNERS / f"run_{client.replace('-', '_')}.py"),
         phase,
         f"--nsqd-tcp-address={arguments.nsqd_tcp_address}",
         f"--topic={topic}",
@@ -236,12 +239,12 @@ def measure(client: str, arguments: argparse.Namespace, pin: list[str]) -> Clien
                     fill, arguments.nsqd_tcp_address, topic, count, arguments.size, arguments.batch
                 )
             outcome = result.phases[phase] = run_phase(client, phase, topic, arguments, pin)
-            print(f"  {client:8} {phase:8} {outcome.rate:12,.0f} msg/s", flush=True)
+            print(f"  {client:16} {phase:8} {outcome.rate:12,.0f} msg/s", flush=True)
             if phase != "consume" and (stored := message_count(http_address, topic)) != count:
                 raise BenchError(f"the broker holds {stored:,} messages, not {count:,}")
         except (BenchError, OSError) as error:
             result.errors.append(f"{phase}: {error}")
-            print(f"  {client:8} {phase:8} error: {error}", flush=True)
+            print(f"  {client:16} {phase:8} error: {error}", flush=True)
         finally:
             with suppress(BenchError):  # never created: a runner that failed to connect
                 http(http_address, "/topic/delete", topic=topic)
@@ -258,7 +261,7 @@ def _row(result: ClientResult, size: int) -> str:
     rss = max((phase.peak_rss_kib for phase in result.phases.values()), default=None)
     return " ".join(
         [
-            f"{result.client:8}",
+            f"{result.client:16}",
             _cell(pub.rate if pub else None, ",.0f", 10),
             _cell(pub.p50_ms if pub else None, ".2f", 7),
             _cell(pub.p99_ms if pub else None, ".2f", 7),
@@ -273,7 +276,7 @@ def _row(result: ClientResult, size: int) -> str:
 
 def print_table(results: list[ClientResult], size: int) -> None:
     print(
-        f"\n{'client':8} {'pub msg/s':>10} {'p50 ms':>7} {'p99 ms':>7} {'MPUB msg/s':>11}"
+        f"\n{'client':16} {'pub msg/s':>10} {'p50 ms':>7} {'p99 ms':>7} {'MPUB msg/s':>11}"
         f" {'consume msg/s':>14} {'consume MB/s':>13} {'peak RSS MiB':>13} {'wall s':>7}"
     )
     for result in results:
@@ -302,8 +305,20 @@ def main(arguments: argparse.Namespace) -> None:
             f" clients on CPU {'-' if arguments.no_pin else arguments.client_cpu}",
             flush=True,
         )
-        results = [measure(client, arguments, client_pin) for client in clients]
-    print_table(results, arguments.size)
+        rounds: list[list[ClientResult]] = []
+        for number in range(arguments.rounds):  # the clients in turn, round after round
+            if arguments.rounds > 1:
+                print(f"round {number + 1} of {arguments.rounds}", flush=True)
+            rounds.append([measure(client, arguments, client_pin) for client in clients])
+    for number, results in enumerate(rounds, 1):
+        if arguments.rounds > 1:
+            print(f"\nround {number}:", end="")
+        print_table(results, arguments.size)
+    if arguments.rounds > 1:
+        print("\nmedian of each figure over the rounds:", end="")
+        print_table(
+            [median_result(by_client) for by_client in zip(*rounds, strict=True)], arguments.size
+        )
     print(
         f"\ntotal {time.perf_counter() - started:.1f} s; load average before"
         f" {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f} (1 min; anything else"
@@ -312,16 +327,35 @@ def main(arguments: argparse.Namespace) -> None:
     if arguments.json:
         print(
             json.dumps(
-                {
-                    result.client: {
-                        "phases": {name: vars(phase) for name, phase in result.phases.items()},
-                        "errors": result.errors,
-                        "wall_seconds": result.wall_seconds,
+                [
+                    {
+                        result.client: {
+                            "phases": {name: vars(phase) for name, phase in result.phases.items()},
+                            "errors": result.errors,
+                            "wall_seconds": result.wall_seconds,
+                        }
+                        for result in results
                     }
-                    for result in results
-                }
+                    for results in rounds
+                ]
             )
         )
+
+
+def median_result(results: tuple[ClientResult, ...]) -> ClientResult:
+    """One client's rounds as one row: each phase's median rate (and its latencies
+    and peak RSS from that round), the median wall time, every error."""
+    merged = ClientResult(results[0].client)
+    for name in ("pub", "mpub", "consume"):
+        phases = sorted(
+            (result.phases[name] for result in results if name in result.phases),
+            key=lambda phase: phase.rate,
+        )
+        if phases:
+            merged.phases[name] = phases[len(phases) // 2]
+    merged.errors = [error for result in results for error in result.errors]
+    merged.wall_seconds = statistics.median(result.wall_seconds for result in results)
+    return merged
 
 
 @contextmanager
@@ -345,5 +379,6 @@ if __name__ == "__main__":
     parser.add_argument("--client-cpu", default="1")
     parser.add_argument("--no-pin", action="store_true", help="run without taskset")
     parser.add_argument("--phase-timeout", type=float, default=300.0, help="seconds")
+    parser.add_argument("--rounds", type=int, default=1, help="the clients in turn, this often")
     parser.add_argument("--json", action="store_true", help="also print results as JSON")
     main(parser.parse_args())

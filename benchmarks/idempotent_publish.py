@@ -14,7 +14,8 @@ batches in flight. Phases, each run ``--rounds`` times in turn:
 - ``ext+key replay``: the keyed batches of the round again: every message is a
   duplicate and nothing is stored (what a replayed Spark micro-batch costs).
 
-Then RSS: 1,000,000 unkeyed, then 1,000,000 keyed messages to two fresh ext topics,
+Each phase also gives the broker's CPU time per message (/proc), what compares on
+a shared machine. Then RSS: 1,000,000 unkeyed, then 1,000,000 keyed messages to two fresh ext topics,
 VmRSS read from ``/proc`` around each. Prints numbers; not a test::
 
     .venv/bin/python benchmarks/idempotent_publish.py
@@ -165,11 +166,18 @@ class Publisher:
         self.sock.close()
 
 
-def timed(publisher: Publisher, encoded: list[bytes], window: int) -> float:
-    """Messages per second for sending ``encoded``."""
-    start = time.perf_counter()
-    sent = publisher.send_all(encoded, window)
-    return sent * BATCH / (time.perf_counter() - start)
+def cpu_seconds(pid: int) -> float:
+    """The broker's CPU time so far (user + system), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def timed(publisher: Publisher, encoded: list[bytes], window: int, pid: int) -> tuple[float, float]:
+    """Messages per second for sending ``encoded``, and the broker's CPU µs a message
+    (the figure that compares on a shared machine)."""
+    start, cpu = time.perf_counter(), cpu_seconds(pid)
+    sent = publisher.send_all(encoded, window) * BATCH
+    return sent / (time.perf_counter() - start), (cpu_seconds(pid) - cpu) / sent * 1e6
 
 
 def main() -> None:
@@ -198,7 +206,7 @@ def run(arguments: argparse.Namespace, pid: int, tcp: str, web: str) -> None:
         http(web, "/topic/create", topic=topic, ext="true")
     http(web, "/topic/create", topic="plain")
     publisher = Publisher(tcp)
-    results: dict[str, list[float]] = {
+    results: dict[str, list[tuple[float, float]]] = {
         "mpub": [],
         "ext": [],
         "ext+key": [],
@@ -210,17 +218,23 @@ def run(arguments: argparse.Namespace, pid: int, tcp: str, web: str) -> None:
     publisher.send_all(unkeyed[:50], window)
     for round_number in range(rounds):
         keyed = list(batches("keyed", "##idempotency_key", f"r{round_number}", count))
-        results["mpub"].append(timed(publisher, plain, window))
-        results["ext"].append(timed(publisher, unkeyed, window))
-        results["ext+key"].append(timed(publisher, keyed, window))
-        results["ext+key replay"].append(timed(publisher, keyed, window))
+        results["mpub"].append(timed(publisher, plain, window, pid))
+        results["ext"].append(timed(publisher, unkeyed, window, pid))
+        results["ext+key"].append(timed(publisher, keyed, window, pid))
+        results["ext+key replay"].append(timed(publisher, keyed, window, pid))
     expected = rounds * count * BATCH
     stored = message_count(web, "keyed")
     print(f"MPUB batches of {BATCH}, {len(BODY)}-byte bodies, one connection, {window} in flight")
-    print(f"{count * BATCH:,} messages per phase, {rounds} rounds; msg/s median (min-max):")
-    for name, rates in results.items():
+    print(
+        f"{count * BATCH:,} messages per phase, {rounds} rounds; msg/s median (min-max),"
+        " broker CPU µs a message median (min-max):"
+    )
+    for name, figures in results.items():
+        rates = [rate for rate, _ in figures]
+        costs = [cost for _, cost in figures]
         print(
             f"  {name:16} {statistics.median(rates):>10,.0f}  ({min(rates):,.0f}-{max(rates):,.0f})"
+            f"  {statistics.median(costs):5.2f} µs ({min(costs):.2f}-{max(costs):.2f})"
         )
     print(
         f"  keyed topic holds {stored:,} messages (expected {expected:,}: replays stored nothing)"

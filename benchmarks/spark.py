@@ -6,9 +6,10 @@ many rows, on ``local[2]``, against Parquet holding the same data in the same ru
 The broker runs as its own durable process (``trionsq serve``), as users run it.
 Prints rows/s, MB/s of bodies, per-micro-batch durations and the RSS of the broker
 and of Spark's driver JVM. Writes run in ``--rounds`` alternating rounds (exactly
-once to a fresh ext topic, ``exactlyOnce=false``, Parquet), then the first
-exactly-once job against the later ones and exactly once against plain. Not a
-test: figures go in the issue's closing note.
+once to a fresh ext topic, ``exactlyOnce=false``, Parquet), each with the CPU time
+per row of the broker, of Spark's Python workers and of its JVM (what compares on a
+shared machine), then the first exactly-once job against the later ones and exactly
+once against plain. Not a test: figures go in the issue's closing note.
 """
 
 from __future__ import annotations
@@ -79,6 +80,66 @@ def post(address: str, path: str, **query: str) -> None:
         pass
 
 
+_TICKS: Final = os.sysconf("SC_CLK_TCK")
+
+
+def _stat(pid: int) -> list[str]:
+    """The fields of /proc/<pid>/stat after the command name (field 3 on)."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    return text[text.rindex(")") + 2 :].split()
+
+
+def cpu_seconds(pid: int, *, children: bool = False) -> float:
+    """CPU seconds of a process (user + system), with its reaped children's if asked."""
+    try:
+        fields = _stat(pid)
+    except FileNotFoundError:  # it ended meanwhile
+        return 0.0
+    ticks = int(fields[11]) + int(fields[12])  # utime, stime
+    if children:
+        ticks += int(fields[13]) + int(fields[14])  # cutime, cstime
+    return ticks / _TICKS
+
+
+def spark_cpu() -> tuple[float, float]:
+    """CPU seconds so far of Spark's JVM (a child of this driver) and of the Python
+    processes under it (its daemon, the workers it forked, the ended ones it reaped)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int(_stat(int(entry.name))[1])
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+    jvms = [pid for pid, parent in parents.items() if parent == os.getpid()]
+    below = set(jvms)
+    grew = True
+    while grew:
+        found = {pid for pid, parent in parents.items() if parent in below} - below
+        below |= found
+        grew = bool(found)
+    jvm = sum(cpu_seconds(pid) for pid in jvms)
+    python = sum(cpu_seconds(pid, children=True) for pid in below - set(jvms))
+    return jvm, python
+
+
+class CpuMeter:
+    """CPU seconds spent by the broker, Spark's Python workers and its JVM over a step."""
+
+    def __init__(self, broker_pid: int) -> None:
+        self.broker_pid = broker_pid
+        self.start = self._now()
+
+    def _now(self) -> tuple[float, float, float]:
+        jvm, python = spark_cpu()
+        return cpu_seconds(self.broker_pid), python, jvm
+
+    def per_row(self, rows: int) -> str:
+        spent = [b - a for a, b in zip(self.start, self._now(), strict=True)]
+        broker, python, jvm = (seconds / rows * 1e6 for seconds in spent)
+        return f"CPU us/row: broker {broker:.1f}, Python workers {python:.1f}, JVM {jvm:.1f}"
+
+
 def rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -130,9 +191,18 @@ def run_stream(frame: DataFrame, checkpoint: Path) -> tuple[float, StreamingQuer
     return time.perf_counter() - started, query
 
 
-def report(name: str, rows: int, seconds: float, size: int, query: StreamingQuery | None) -> None:
+def report(
+    name: str,
+    rows: int,
+    seconds: float,
+    size: int,
+    query: StreamingQuery | None,
+    cpu: CpuMeter | None = None,
+) -> None:
     line = f"{name:<34} {rows:>9,} rows {seconds:7.2f} s {rows / seconds:>10,.0f} rows/s"
     line += f" {rows * size / seconds / 1e6:7.1f} MB/s"
+    if cpu is not None:
+        line += f"  {cpu.per_row(rows)}"
     if query is not None:
         durations = [
             p["durationMs"]["triggerExecution"] / 1000
@@ -148,7 +218,7 @@ def report(name: str, rows: int, seconds: float, size: int, query: StreamingQuer
 
 
 def compare_writes(
-    spark: SparkSession, rows: DataFrame, http: str, work: Path, rounds: int, size: int
+    rows: DataFrame, http: str, work: Path, rounds: int, size: int, broker_pid: int
 ) -> dict[str, list[float]]:
     """Writes of ``rows`` in alternating rounds (exactly once, plain, Parquet), each
     exactly-once round to a fresh ext topic (so no key is a repeat): rows/s of each."""
@@ -162,6 +232,7 @@ def compare_writes(
         topic = f"bench_write_{round_}"
         post(http, "/topic/create", topic=topic, partition_num="2", ext="true")
         for name in figures:
+            cpu = CpuMeter(broker_pid)
             started = time.perf_counter()
             if name == "Parquet":
                 rows.write.mode("overwrite").parquet(str(work / "parquet-write"))
@@ -173,7 +244,7 @@ def compare_writes(
                 )
             seconds = time.perf_counter() - started
             figures[name].append(count / seconds)
-            report(f"write {name} (round {round_ + 1})", count, seconds, size, None)
+            report(f"write {name} (round {round_ + 1})", count, seconds, size, None, cpu)
     return figures
 
 
@@ -216,7 +287,7 @@ def main(arguments: argparse.Namespace) -> None:
             F.concat(F.lit("r"), F.lpad(F.col("id").cast("string"), size - 1, "x")).alias("body")
         )
         rows.cache().count()
-        writes = compare_writes(spark, rows, http, work, arguments.rounds, size)
+        writes = compare_writes(rows, http, work, arguments.rounds, size, broker_pid)
         first, *later = writes["exactlyOnce=true"]
         if later:
             print(

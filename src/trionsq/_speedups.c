@@ -18,6 +18,10 @@
  * timestamp i64, internal id u64, trace id u64, flags u8, ext version u8, then
  * deliver-at i64 if flags & DEFERRED, then ext length u16 + ext if ext version,
  * then the body; all big-endian.
+ *
+ * Keyed publishing's loops (issue 32: key_digests, read_keyed_parts, encode_ext,
+ * keyed_chunks) are in _speedups_publish.c, included below as a section of this
+ * file (one translation unit: they share crc32_of and the byte helpers).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -364,6 +368,66 @@ static void put_be64(unsigned char *p, uint64_t v)
     put_be32(p + 4, (uint32_t)v);
 }
 
+/* The Records of an encoded batch into records (n items) and, into offsets, where
+ * each starts and where the last ends (n + 1): make(offset, size, id, timestamp,
+ * body, trace id, ext_version, ext, 0) with each body object itself, and each ext
+ * (exts NULL: none, the empty bytes). Returns 0, or -1 with an exception set. */
+static int fill_records(PyObject *const *bodies, PyObject *const *exts, PyObject *traces,
+                        Py_ssize_t n, long long timestamp, unsigned long long first_id,
+                        long long offset, long ext_version, PyObject *make, PyObject *records,
+                        PyObject *offsets)
+{
+    PyObject *zero = PyLong_FromLong(0), *empty = PyBytes_FromStringAndSize(NULL, 0);
+    PyObject *stamp = PyLong_FromLongLong(timestamp), *version = PyLong_FromLong(ext_version);
+    long long at = offset;
+    int failed = zero == NULL || empty == NULL || stamp == NULL || version == NULL;
+    for (Py_ssize_t i = 0; i < n && !failed; i++) {
+        Py_ssize_t size = FIXED_SIZE + PyBytes_GET_SIZE(bodies[i]);
+        if (exts != NULL)
+            size += 2 + PyBytes_GET_SIZE(exts[i]);
+        PyObject *start = PyLong_FromLongLong(at);
+        PyObject *call[9] = {
+            start,
+            PyLong_FromSsize_t(size),
+            PyLong_FromUnsignedLongLong(first_id + (unsigned long long)i),
+            stamp,
+            bodies[i],
+            traces == NULL ? zero : PySequence_Fast_GET_ITEM(traces, i),
+            version,
+            exts == NULL ? empty : exts[i],
+            zero,
+        };
+        PyObject *record = NULL;
+        if (call[0] != NULL && call[1] != NULL && call[2] != NULL)
+            record = PyObject_Vectorcall(make, call, 9, NULL);
+        Py_XDECREF(call[1]);
+        Py_XDECREF(call[2]);
+        if (record == NULL) {
+            Py_XDECREF(start);
+            failed = 1;
+            break;
+        }
+        PyList_SET_ITEM(records, i, record);
+        PyList_SET_ITEM(offsets, i, start); /* the list takes the reference */
+        at += size;
+    }
+    if (!failed) {
+        PyObject *end = PyLong_FromLongLong(at);
+        if (end == NULL)
+            failed = 1;
+        else
+            PyList_SET_ITEM(offsets, n, end);
+    }
+    Py_XDECREF(zero);
+    Py_XDECREF(empty);
+    Py_XDECREF(stamp);
+    Py_XDECREF(version);
+    return failed ? -1 : 0;
+}
+
+/* ---- keyed publishing (issue 32): its own file, a section of this one */
+#include "_speedups_publish.c"
+
 PyDoc_STRVAR(encode_plain_doc,
 "encode_plain(bodies, timestamp, first_id, offset, trace_ids, make)\n"
 "-> (data, records, offsets) | None\n\n"
@@ -450,48 +514,8 @@ static PyObject *encode_plain(PyObject *Py_UNUSED(self), PyObject *const *args, 
     offsets = PyList_New(n + 1);
     if (records == NULL || offsets == NULL)
         goto done;
-    PyObject *zero = PyLong_FromLong(0), *empty = PyBytes_FromStringAndSize(NULL, 0);
-    PyObject *stamp = PyLong_FromLongLong(timestamp);
-    long long at = offset;
-    int failed = zero == NULL || empty == NULL || stamp == NULL;
-    for (Py_ssize_t i = 0; i < n && !failed; i++) {
-        Py_ssize_t size = FIXED_SIZE + PyBytes_GET_SIZE(bodies[i]);
-        PyObject *start = PyLong_FromLongLong(at);
-        PyObject *call[9] = {
-            start,
-            PyLong_FromSsize_t(size),
-            PyLong_FromUnsignedLongLong(first_id + (unsigned long long)i),
-            stamp,
-            bodies[i],
-            traces == NULL ? zero : PySequence_Fast_GET_ITEM(traces, i),
-            zero,
-            empty,
-            zero,
-        };
-        PyObject *record = NULL;
-        if (call[0] != NULL && call[1] != NULL && call[2] != NULL)
-            record = PyObject_Vectorcall(make, call, 9, NULL);
-        Py_XDECREF(call[1]);
-        Py_XDECREF(call[2]);
-        if (record == NULL) {
-            Py_XDECREF(start);
-            failed = 1;
-            break;
-        }
-        PyList_SET_ITEM(records, i, record);
-        PyList_SET_ITEM(offsets, i, start); /* the list takes the reference */
-        at += size;
-    }
-    if (!failed) {
-        PyObject *end = PyLong_FromLongLong(at);
-        if (end == NULL)
-            failed = 1;
-        else
-            PyList_SET_ITEM(offsets, n, end);
-    }
-    Py_XDECREF(zero);
-    Py_XDECREF(empty);
-    Py_XDECREF(stamp);
+    int failed = fill_records(bodies, NULL, traces, n, timestamp, first_id, offset, 0, make,
+                              records, offsets);
     if (!failed)
         result = PyTuple_Pack(3, data, records, offsets);
 done:
@@ -699,6 +723,15 @@ static PyObject *crc32_py(PyObject *Py_UNUSED(self), PyObject *arg)
 }
 
 static PyMethodDef methods[] = {
+    /* keyed publishing (issue 32), _speedups_publish.c */
+    {"key_digests", key_digests, METH_O, key_digests_doc},
+    {"read_keyed_parts", (PyCFunction)(void (*)(void))read_keyed_parts, METH_FASTCALL,
+     read_keyed_parts_doc},
+    {"encode_ext", (PyCFunction)(void (*)(void))encode_ext, METH_FASTCALL, encode_ext_doc},
+    {"keyed_chunks", (PyCFunction)(void (*)(void))keyed_chunks, METH_FASTCALL,
+     keyed_chunks_doc},
+    {"blake2b", blake2b_py, METH_O, "BLAKE2b-128 of a bytes-like object (for the tests)."},
+    /* the consume path's */
     {"decode_run", (PyCFunction)(void (*)(void))decode_run, METH_FASTCALL, decode_run_doc},
     {"hex_id_frames", hex_id_frames, METH_O, hex_id_frames_doc},
     {"encode_plain", (PyCFunction)(void (*)(void))encode_plain, METH_FASTCALL, encode_plain_doc},

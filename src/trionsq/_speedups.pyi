@@ -3,12 +3,56 @@
 from collections.abc import Callable, Sequence
 from typing import Final
 
+from typing_extensions import Buffer
+
+from trionsq.protocol.commands import ExtMessage
+
 from .broker.channel import Delivery
 from .protocol.tubemq import Frame, FrameError
 from .queues.record import Record
 
 FIXED_SIZE: Final[int]
 MESSAGE_HEAD: Final[int]
+
+# keyed publishing (issue 32), _speedups_publish.c
+def key_digests(keys: Sequence[str | None], /) -> list[bytes | None] | None: ...
+def read_keyed_parts(
+    data: bytes,
+    at: int,
+    count: int,
+    budget: int,
+    max_msg: int,
+    make: type[ExtMessage],
+    out: list[ExtMessage],
+    /,
+) -> tuple[int, int, int, bool]: ...
+def encode_ext(
+    bodies: Sequence[bytes],
+    exts: Sequence[bytes],
+    ext_version: int,
+    timestamp: int,
+    first_id: int,
+    offset: int,
+    trace_ids: Sequence[int] | None,
+    make: type[Record],
+    /,
+) -> tuple[bytes, list[Record], list[int]] | None: ...
+def keyed_chunks(
+    offsets: Buffer,
+    data: Buffer,
+    first: int,
+    count: int,
+    wide: bool,
+    prefix: bytes,
+    extra: bytes,
+    seen: dict[bytes, int],
+    partitions: int,
+    batch_size: int,
+    /,
+) -> list[tuple[int, int, bytes]]: ...
+def blake2b(data: Buffer, /) -> bytes: ...
+
+# the consume path's
 
 def decode_run(
     buffer: bytes,

@@ -164,7 +164,11 @@ main.add_command(
     show_default=True,
     help="Order of topics and channels.",
 )
-@click.option("--once", is_flag=True, help="Print the first snapshot and exit (for scripts).")
+@click.option(
+    "--once",
+    is_flag=True,
+    help="Print the view after two snapshots (rates are measured between them) and exit.",
+)
 def _top(
     http_address: str,
     topics: tuple[str, ...],
@@ -176,8 +180,8 @@ def _top(
     """Watch a broker: its topics and channels (depth, in-flight, rates, clients)
     and its events as they happen, from the broker's admin stream.
 
-    Stops on Ctrl-C; exits with 1 when the broker cannot be reached or closes
-    the stream."""
+    Stops on q or Ctrl-C; exits with 1 when the broker cannot be reached or
+    closes the stream."""
     from .durations import parse_duration
     from .top import Sort
     from .top import main as top_main

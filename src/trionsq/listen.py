@@ -17,6 +17,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import ssl
 from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 import trio
@@ -34,9 +35,31 @@ OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EN
 """accept(2) failures that mean "not now": the loop waits and tries again."""
 RETRY_AFTER = 0.1
 """Seconds between accepts while the process is out of descriptors or memory."""
-PEER_GONE = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+PEER_GONE = (
+    trio.BrokenResourceError,
+    trio.ClosedResourceError,
+    ConnectionError,
+    TimeoutError,
+    ssl.SSLError,
+)
 """How a connection ends when its peer vanishes (reset, broken pipe, a TLS failure):
 logged at debug level, as nsqd does not complain about them either."""
+PEER_GONE_ERRNOS = frozenset(
+    {
+        errno.ECONNRESET,
+        errno.ECONNABORTED,
+        errno.EPIPE,
+        errno.ENOTCONN,
+        errno.ESHUTDOWN,
+        errno.ETIMEDOUT,
+        errno.EHOSTUNREACH,
+        errno.ENETUNREACH,
+        errno.ENETDOWN,
+    }
+)
+"""A socket's own failures given as a plain ``OSError``. Any other ``OSError`` (a
+file the disk refused, no descriptor left) is the broker's trouble, not the peer's:
+logged as an error with its traceback."""
 
 StreamT = TypeVar("StreamT", bound=trio.abc.AsyncResource)
 
@@ -123,7 +146,9 @@ def connection_ended(error: BaseException) -> bool:
     """Whether ``error`` (or every error in its group) only says the peer went away."""
     if isinstance(error, BaseExceptionGroup):
         return all(connection_ended(inner) for inner in error.exceptions)
-    return isinstance(error, PEER_GONE)
+    if isinstance(error, PEER_GONE):
+        return True
+    return isinstance(error, OSError) and error.errno in PEER_GONE_ERRNOS
 
 
 def _peer(stream: trio.abc.AsyncResource) -> str:

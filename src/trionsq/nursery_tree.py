@@ -454,24 +454,37 @@ CLIENT_TREE: Final = (
     ("consumer RDY redistribution", "consumer nursery"),
     ("consumer discovery", "consumer nursery"),
     ("consumer backoff wait", "consumer nursery"),
+    ("consumer goodbye nursery", "caller task"),
+    ("consumer goodbye", "consumer goodbye nursery"),
     ("handle call", "caller task"),
     ("handler nursery", "handle call"),
-    ("handler", "handler nursery"),
+    ("handler group", "handler nursery"),
+    ("handler workers", "handler group"),
+    ("handler", "handler workers"),
     ("producer nursery", "caller task"),
     ("producer connection", "producer nursery"),
     ("producer connection writer", "producer connection"),
     ("producer connection reader", "producer connection"),
     ("producer batcher", "producer nursery"),
+    ("producer batch sends", "producer batcher"),
+    ("producer batch send", "producer batch sends"),
     ("producer discovery", "producer nursery"),
     ("blocking nursery", "caller task"),
     ("blocking message pump", "blocking nursery"),
     ("blocking answer flusher", "blocking nursery"),
+    ("blocking publish gatherer", "blocking nursery"),
 )
 """The tasks :mod:`trionsq.client` starts, under the task that opens the producer or
 consumer (``async with open_consumer(...)`` runs its nursery in the caller's task):
-none outlives the ``async with`` block that owns it. The blocking client runs the
-same tree in its thread's ``trio.run`` (the caller task is ``_Hosted._main``), with
-a consumer's pump and answer flusher beside the consumer's nursery."""
+none outlives the ``async with`` block that owns it. A consumer's connections run in
+cancel scopes of their own, shielded while subscribed, so that a cancelled consumer
+still stops gracefully over them: its goodbye (CLS and CLOSE_WAIT on each, one task
+a connection, in the caller's task as the block ends) comes first, then they are
+cancelled. Handler mode's tasks run in a scope shielded until the consumer stops,
+then for ``drain_timeout``. The blocking client runs the same tree in its thread's
+``trio.run`` (the caller task is ``_Hosted._main``), with a consumer's pump and
+answer flusher, or a producer's gatherer of the threads' publishes, beside the
+client's nursery."""
 
 CLIENT_TASKS: Final = {
     "consumer subscription": "Consumer._serve",  # reconnects in a loop
@@ -480,15 +493,19 @@ CLIENT_TASKS: Final = {
     "consumer RDY redistribution": "Consumer._redistribute_forever",
     "consumer discovery": "Discovery.run",
     "consumer backoff wait": "Consumer._backoff_wait",
+    "consumer goodbye": "Consumer._say_goodbye",
     "handle call": "Consumer.handle",
+    "handler group": "Consumer._handlers",
     "handler": "Consumer._handle_forever",
     "producer connection": "Producer._serve",
     "producer connection writer": "open_connection.<locals>.write",
     "producer connection reader": "open_connection.<locals>.read",
     "producer batcher": "Batcher.run",
+    "producer batch send": "Batcher._send_then_release",
     "producer discovery": "Discovery.run",
     "blocking message pump": "BlockingConsumer._pump",
     "blocking answer flusher": "BlockingConsumer._flush_forever",
+    "blocking publish gatherer": "ThreadPublishes.gather_forever",
 }
 """The coroutine each task node of :data:`CLIENT_TREE` runs as (checked by
 tests/integration/test_task_tree.py on a running producer and consumer)."""

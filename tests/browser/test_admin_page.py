@@ -25,6 +25,7 @@ from trionsq.config import NsqdConfig
 from trionsq.nursery_tree import serve_nsqd
 
 from ..auth_server import grant, start_auth_server
+from ..integration.fake_go_nsqd import FakeGoNsqd
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 
     from playwright.sync_api import Page
 
+    from trionsq.lookupd.server import LookupdAddresses
     from trionsq.nursery_tree import BoundAddresses
     from trionsq.testing import NsqCluster
 
@@ -213,13 +215,67 @@ def drive_cluster_page(cluster: NsqCluster, tmp_path: Path) -> None:
         # a broker that goes away is retried with backoff, and followed again once back
         trio.from_thread.run(lambda: cluster.stop_broker(1, wait=False))
         expect(page.get_by_test_id(f"broker-status-{keys[1]}")).to_contain_text("retrying")
+        lost = page.locator(f'[data-testid="event"][data-type="broker_lost"]:has-text("{keys[1]}")')
+        expect(lost).to_have_count(1)  # the event log says so, once
         expect(page.get_by_test_id(f"topic-broker-shared@{keys[1]}")).to_have_class("stale")
         reason = page.get_by_test_id(f"broker-detail-{keys[1]}")
         expect(reason).to_have_text(re.compile(r"^.+ \(\d{4}\)$"))  # why, and the close code
         trio.from_thread.run(lambda: cluster.start_broker(1))
         expect(page.get_by_test_id(f"broker-status-{keys[1]}")).to_have_text("connected")
         expect(page.get_by_test_id(f"broker-status-{keys[0]}")).to_have_text("connected")
+        back = page.locator(f'[data-testid="event"][data-type="broker_back"]:has-text("{keys[1]}")')
+        expect(back).to_have_count(1)
     print(f"cluster browser test took {time.monotonic() - started:.1f}s")  # noqa: T201
+
+
+async def run_go_nsqd(
+    lookupd: LookupdAddresses,
+    *,
+    task_status: trio.TaskStatus[tuple[FakeGoNsqd, trio.CancelScope]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """A fake Go nsqd the test can stop by cancelling the scope it hands back."""
+    with trio.CancelScope() as scope:
+        async with trio.open_nursery() as inner:
+            go = await inner.start(FakeGoNsqd().serve, lookupd)
+            task_status.started((go, scope))
+
+
+@pytest.mark.nsq_cluster(brokers=1, lookupds=1)
+async def test_lookupd_page_polls_a_go_nsqd_that_has_no_stream(
+    nsq_cluster: NsqCluster, nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """Go nsqd has no /admin/stream: the page shows it from its /stats (through the
+    lookupd, polled) instead of "cannot connect" for ever, with rates from the change
+    between two answers, read-only; when it goes, the event log says so."""
+    go, stop = await nursery.start(run_go_nsqd, nsq_cluster.lookupds[0])
+    await nsq_cluster.wait_registered()
+    await trio.to_thread.run_sync(drive_go_nsqd_page, nsq_cluster, go, stop, tmp_path)
+
+
+def drive_go_nsqd_page(
+    cluster: NsqCluster, go: FakeGoNsqd, stop: trio.CancelScope, tmp_path: Path
+) -> None:
+    lookupd = cluster.lookupds[0].http
+    trionsq = f"127.0.0.1:{http_of(cluster.brokers[0])[1]}"
+    with browser_page() as page:
+        page.goto(http_url(lookupd, "/admin"))
+        expect(page.get_by_test_id("page-mode")).to_have_text("cluster")
+        expect(page.get_by_test_id(f"broker-status-{trionsq}")).to_have_text("connected")
+        expect(page.get_by_test_id(f"broker-status-{go.key}")).to_have_text("polled")
+        expect(page.get_by_test_id(f"broker-mode-{go.key}")).to_have_text("READ-ONLY")
+        expect(page.get_by_test_id(f"broker-version-{go.key}")).to_have_text("nsqd 1.3.0")
+        expect(page.get_by_test_id(f"broker-health-{go.key}")).to_have_text("OK")
+        expect(page.get_by_test_id(f"topic-broker-depth-gotopic@{go.key}")).to_have_text("5")
+        rate = page.get_by_test_id(f"topic-broker-rate-gotopic@{go.key}")
+        expect(rate).not_to_have_text("0")  # 100 messages more at each answer
+        expect(page.get_by_test_id("channel-depth-gotopic/c")).to_have_text("7")
+        page.screenshot(path=tmp_path / "admin_go_nsqd.png", full_page=True)
+        print(f"\nGo nsqd page screenshot: {tmp_path / 'admin_go_nsqd.png'}")  # noqa: T201
+
+        trio.from_thread.run_sync(stop.cancel)  # it stops answering and leaves lookupd
+        expect(page.get_by_test_id(f"broker-status-{go.key}")).not_to_have_text("polled")
+        lost = page.locator(f'[data-testid="event"][data-type="broker_lost"]:has-text("{go.key}")')
+        expect(lost).to_have_count(1)
 
 
 async def test_broker_page_asks_for_the_auth_secret(nursery: trio.Nursery) -> None:

@@ -53,16 +53,17 @@ async def publish_share(address: tuple[str, int], bodies: list[bytes]) -> None:
 
 
 async def consume(script: str, cluster: NsqCluster, channel: str) -> dict[str, list[str]]:
+    return await run_reader(script, cluster.lookupd_http_addresses, TOPIC, channel, MESSAGES)
+
+
+async def run_reader(
+    script: str, lookupds: list[str], topic: str, channel: str, count: int
+) -> dict[str, list[str]]:
+    """Run a reader script of ``clients/`` until it has ``count`` bodies: its summary
+    (``bodies`` in arrival order, the brokers it was ``connections`` to)."""
     with trio.fail_after(150):
         result = await trio.run_process(
-            [
-                sys.executable,
-                str(CLIENTS / script),
-                ",".join(cluster.lookupd_http_addresses),
-                TOPIC,
-                channel,
-                str(MESSAGES),
-            ],
+            [sys.executable, str(CLIENTS / script), ",".join(lookupds), topic, channel, str(count)],
             capture_stdout=True,
             capture_stderr=True,
             check=False,

@@ -18,12 +18,20 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import orjson
 import pytest
 import trio
 
 from trionsq.descriptors import HTTP_RESERVE
-from trionsq.protocol import Dpub, Pub, Rdy, Sub
-from trionsq.protocol.client import ErrorReply, MessageFrame, Response
+from trionsq.protocol import Dpub, IdentifyRequest, MpubExt, Pub, PubExt, Rdy, Sub
+from trionsq.protocol.client import (
+    ErrorReply,
+    MessageFrame,
+    Response,
+    encode_commands,
+    encode_identify,
+)
+from trionsq.protocol.commands import ExtMessage
 from trionsq.testing import ProtocolClient
 
 from .test_storage_faults import (
@@ -80,6 +88,35 @@ async def replies(client: ProtocolClient, commands: Sequence[Command]) -> list[F
     """Send ``commands`` in one write; their answers (fewer if the broker closed)."""
     await client.send(*commands)
     return await client.read(len(commands))
+
+
+def data_with_topics(tmp_path: Path, count: int, *, ext: bool, max_attempts: int = 0) -> Path:
+    """A data path whose metadata.json (as an earlier run left it) lists ``count``
+    topics, each with the durable channel ``c`` (with that dead-letter bound)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    channel = {"name": "c", "paused": False} | (
+        {"max_attempts": max_attempts} if max_attempts else {}
+    )
+    topics = [
+        {"name": topic_name(n), "partitions": 1, "paused": False, "ext": ext}
+        | {"ordered": False, "channels": [channel]}
+        for n in range(count)
+    ]
+    (data / "metadata.json").write_text(json.dumps({"version": 1, "topics": topics}))
+    return data
+
+
+async def all_acknowledged(broker: BrokerProcess, commands: Sequence[Command]) -> None:
+    """Send ``commands`` on one connection, a hundred per write; each must get OK."""
+    client = await ProtocolClient.connect(broker.tcp)
+    for start in range(0, len(commands), 100):
+        sent = commands[start : start + 100]
+        frames = await replies(client, sent)
+        refused = [f for f in frames if not (isinstance(f, Response) and f.is_ok)]
+        assert len(frames) == len(sent), (broker.open_descriptors(), broker.stderr[-600:])
+        assert not refused, (len(refused), refused[:1], broker.stderr[-600:])
+    await client.aclose()
 
 
 async def publish_one_per_topic(broker: BrokerProcess, count: int) -> list[int]:
@@ -179,26 +216,13 @@ async def test_channels_with_parked_delays_on_520_topics_under_1024_descriptors(
     the budget, the DPUB to the 378th topic failed with EMFILE). The topics and
     channels come from an earlier run's metadata.json, so the start restores 520
     durable channels too."""
-    data = tmp_path / "data"
-    data.mkdir()
     count = 520
-    channel = {"name": "c", "paused": False}
-    topics = [
-        {"name": topic_name(n), "partitions": 1, "paused": False, "ext": False}
-        | {"ordered": False, "channels": [channel]}
-        for n in range(count)
-    ]
-    (data / "metadata.json").write_text(json.dumps({"version": 1, "topics": topics}))
+    data = data_with_topics(tmp_path, count, ext=False)
     async with limited_broker(data) as broker:
-        client = await ProtocolClient.connect(broker.tcp)
         hour = 3_600_000  # parked: due long after the test
-        for start in range(0, count, 130):
-            dpubs = [Dpub(topic_name(n), hour, body_of(n)) for n in range(start, start + 130)]
-            frames = await replies(client, dpubs)
-            refused = [f for f in frames if not (isinstance(f, Response) and f.is_ok)]
-            assert len(frames) == len(dpubs), broker.stderr[-600:]
-            assert not refused, (refused[:1], broker.stderr[-600:])
-        await client.aclose()
+        await all_acknowledged(
+            broker, [Dpub(topic_name(n), hour, body_of(n)) for n in range(count)]
+        )
         assert len(list((data / "channels").glob("*/c.delays"))) == count
         assert await broker.http("GET", "/ping") == (200, b"OK")
         broker.process.send_signal(signal.SIGKILL)
@@ -213,6 +237,92 @@ async def test_channels_with_parked_delays_on_520_topics_under_1024_descriptors(
         assert not lost, f"{len(lost)} channels lost their parked message, e.g. {lost[:5]}"
         assert await broker.http("GET", "/ping") == (200, b"OK")
     assert b"Traceback" not in broker.stderr
+
+
+def keyed(key: str, body: bytes) -> ExtMessage:
+    return ExtMessage(orjson.dumps({"##idempotency_key": key}), body)
+
+
+async def deliver_unfinished(broker: BrokerProcess, topic: str) -> tuple[bytes, int]:
+    """An ext consumer on ``topic``'s channel ``c`` takes its first message and goes
+    away without finishing it: its body and attempts (it goes back to the channel)."""
+    consumer = await ProtocolClient.connect(broker.tcp)
+    consumer.decoder.extended = True  # only message frames differ
+    try:
+        identify = encode_identify(IdentifyRequest(extend_support=True))
+        await consumer.stream.send_all(identify + encode_commands([Sub(topic, "c"), Rdy(1)]))
+        identified, subscribed, message = await consumer.read(3)
+        assert isinstance(identified, Response), identified
+        assert isinstance(subscribed, Response), subscribed
+        assert isinstance(message, MessageFrame), (message, broker.stderr[-600:])
+        return message.message.body, message.message.attempts
+    finally:
+        await consumer.aclose()
+
+
+async def deliver_each_unfinished(
+    broker: BrokerProcess, numbers: range
+) -> dict[int, tuple[bytes, int]]:
+    """:func:`deliver_unfinished` on each topic, sixteen consumers at a time."""
+    got: dict[int, tuple[bytes, int]] = {}
+    limiter = trio.CapacityLimiter(16)
+
+    async def one(number: int) -> None:
+        async with limiter:
+            got[number] = await deliver_unfinished(broker, topic_name(number))
+
+    async with trio.open_nursery() as nursery:
+        for number in numbers:
+            nursery.start_soon(one, number)
+    return got
+
+
+async def test_keyed_topics_with_bounded_channels_on_600_topics_under_1024_descriptors(
+    tmp_path: Path,
+) -> None:
+    """Each of 600 ext topics holds a segment and an idempotency key journal, and its
+    channel (with a dead-letter bound) a delivery journal: 1,800 files under 1,024
+    descriptors, each reached through the budget. The topics and channels come from
+    an earlier run's metadata.json."""
+    count = 600
+    data = data_with_topics(tmp_path, count, ext=True, max_attempts=5)
+    async with limited_broker(data) as broker:
+        pubs = [PubExt(topic_name(n), keyed(f"k{n}", body_of(n))) for n in range(count)]
+        await all_acknowledged(broker, pubs)
+        got = await deliver_each_unfinished(broker, range(count))
+        assert got == {n: (body_of(n), 1) for n in range(count)}
+        assert len(list(data.glob("*.keys"))) == count
+        assert len({path.parent for path in (data / "channels").glob("*/c.journal.*")}) == count
+        assert await broker.http("GET", "/ping") == (200, b"OK")
+        assert broker.open_descriptors() < LIMIT
+        budget = await descriptor_figures(broker)  # a segment and two journals per topic
+        assert budget["evictions"] >= 3 * count - budget["pool"]
+        assert b"ERROR" not in broker.stderr, broker.stderr[-600:]  # no journal write failed
+        broker.process.send_signal(signal.SIGKILL)
+        await broker.process.wait()
+
+    # each key is remembered and each delivery counted after a restart under the limit
+    async with limited_broker(data) as broker:
+        assert broker.open_descriptors() < 200, broker.open_descriptors()
+        mpubs = [
+            MpubExt(topic_name(n), (keyed(f"k{n}", b"again"), keyed(f"new{n}", b"new")))
+            for n in range(count)
+        ]
+        await all_acknowledged(broker, mpubs)
+        depths = {
+            topic["topic_name"]: sum(c["depth"] for c in topic["channels"])
+            for topic in json.loads(await stats(broker))["topics"]
+        }
+        wrong = {name: depths.get(name) for name in map(topic_name, range(count))}
+        wrong = {name: depth for name, depth in wrong.items() if depth != 2}
+        assert not wrong, f"{len(wrong)} channels hold other than 2 messages: {wrong}"[:300]
+        again = await deliver_each_unfinished(broker, range(0, count, 7))
+        assert again == {n: (body_of(n), 2) for n in range(0, count, 7)}
+        assert await broker.http("GET", "/ping") == (200, b"OK")
+        assert broker.open_descriptors() < LIMIT
+        assert broker.process.returncode is None
+    assert b"Traceback" not in broker.stderr
+    assert b"ERROR" not in broker.stderr, broker.stderr[-600:]
 
 
 async def served(client: ProtocolClient) -> bool:

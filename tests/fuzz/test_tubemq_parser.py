@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -136,3 +137,11 @@ def test_mutated_valid_frames(data: st.DataObject, picks: list[bytes], cut_at: l
 @given(payload=st.binary(max_size=512), serial=st.integers(0, 2**32 - 1))
 def test_arbitrary_payloads_in_good_frames(payload: bytes, serial: int) -> None:
     run([t.encode_frame(serial, payload)])
+
+
+def test_a_length_past_the_index_range_is_unreadable() -> None:
+    # found by CI's fuzzing: protobuf's own reader raised OverflowError on this varint
+    frame = t.Frame(0, b"\x80\x80\x80\x80\x80\x80\x80\x80\x80\x01")
+    with pytest.raises(ValueError, match="index-sized"):
+        t.decode_reply(frame)
+    assert isinstance(t.decode_request(frame, SERVICES), t.CallRefused)

@@ -9,6 +9,7 @@ keys, plain publishing left alone, and what a restart remembers
 
 from __future__ import annotations
 
+import struct
 from typing import TYPE_CHECKING, Final
 
 import httpx
@@ -20,7 +21,7 @@ from trionsq import NsqdConfig, serve_nsqd
 from trionsq.client import ConnectionOptions, NsqError, open_consumer, open_producer
 from trionsq.client.blocking import connect_producer
 from trionsq.protocol import IdentifyRequest, Mpub, MpubExt, Pub, PubExt
-from trionsq.protocol.client import ErrorReply, Response
+from trionsq.protocol.client import ErrorReply, Response, encode_command, encode_mpub_ext_parts
 from trionsq.protocol.commands import ExtMessage
 from trionsq.queues.topic_log import TopicLog
 from trionsq.testing import wait_until
@@ -403,6 +404,27 @@ async def test_a_restart_keeps_the_window_of_the_keys(
     assert log.read(1001, 1)[0].body == b"again"
 
 
+async def test_a_key_journal_the_file_system_refuses_fails_the_publish_not_the_connection(
+    clients: Clients, nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """The first keyed publish opens the partition's ``.keys``: when it cannot (here a
+    directory is in its place; under the descriptor budget, no descriptor), the
+    publish gets E_PUB_FAILED naming the file and stores nothing, as a refused append
+    does, and the connection goes on (it was closed without a word before)."""
+    addresses = await start(nursery, NsqdConfig.loopback(data_path=str(tmp_path)))
+    await create(addresses, "t", ext="true")
+    (tmp_path / "t-0.keys").mkdir()
+    producer = await clients.connect(addresses.tcp)
+    await producer.send(PubExt("t", keyed("k", b"refused")))
+    error = await next_frame(producer)
+    assert isinstance(error, ErrorReply), error
+    assert (error.error.text, error.fatal) == ("E_PUB_FAILED t-0.keys: is a directory", False)
+    assert stored(addresses, "t") == []
+    (tmp_path / "t-0.keys").rmdir()
+    await publish(producer, PubExt("t", keyed("k", b"stored")), PubExt("t", keyed("k", b"dup")))
+    assert stored(addresses, "t") == [b"stored"]
+
+
 # ---------------------------------------------------------------- the blocking client
 
 
@@ -418,3 +440,30 @@ def test_the_blocking_producer_publishes_a_keyed_batch_once(nsqd_thread: BoundAd
         answer = http.get("/stats", params={"format": "json", "topic": "t"})
     (topic,) = answer.json()["topics"]
     assert topic["message_count"] == 5
+
+
+def test_an_encoded_batch_of_keyed_parts_is_stored_once(nsqd_thread: BoundAddresses) -> None:
+    """What the Spark sink sends: MPUB_EXT parts built in bulk, as encoded commands
+    (``publish_encoded``); the broker reads them in bulk and keeps each key once."""
+    assert nsqd_thread.http is not None
+    host, port = nsqd_thread.http
+    batch = [keyed(f"e{n}", b"body %d" % n) for n in range(300)]
+    parts = b"".join(
+        struct.pack(">iH", 2 + len(m.header) + len(m.body), len(m.header)) + m.header + m.body
+        for m in batch
+    )
+    command = encode_mpub_ext_parts("e", 0, len(batch), parts)
+    assert command == encode_command(MpubExt("e", tuple(batch), 0))
+    with httpx.Client(base_url=f"http://{host}:{port}", timeout=10) as http:
+        assert http.post("/topic/create", params={"topic": "e", "ext": "true"}).status_code == 200
+        with connect_producer(tcp(nsqd_thread)) as producer:
+            producer.publish_encoded("e", 0, command)
+            producer.publish_encoded("e", 0, command)  # a replayed chunk
+            assert http.post("/topic/create", params={"topic": "p"}).status_code == 200
+            with pytest.raises(NsqError, match="E_EXT_NOT_SUPPORT"):  # a refusal is raised
+                producer.publish_encoded("p", 0, encode_mpub_ext_parts("p", 0, 300, parts))
+        answer = http.get("/stats", params={"format": "json", "topic": "e"})
+    (topic,) = answer.json()["topics"]
+    assert topic["message_count"] == 300
+    assert stored(nsqd_thread, "e")[:2] == [b"body 0", b"body 1"]
+    assert duplicates(nsqd_thread, "e") == 300

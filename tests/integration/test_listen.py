@@ -4,8 +4,10 @@ connection; only the listener's own failure ends the server; cancellation passes
 
 from __future__ import annotations
 
+import errno
 import functools
 import logging
+import ssl
 from typing import TYPE_CHECKING
 
 import pytest
@@ -145,3 +147,13 @@ def test_connection_ended_knows_a_vanished_peer_from_a_bug() -> None:
     assert connection_ended(ExceptionGroup("", [reset, trio.BrokenResourceError()]))
     assert not connection_ended(Boom())
     assert not connection_ended(ExceptionGroup("", [reset, Boom()]))
+
+
+def test_a_file_the_disk_refused_is_not_a_vanished_peer() -> None:
+    """A storage error escaping a command (no space, no descriptor) is logged as the
+    broker's failure, with its traceback, not as a peer that went away."""
+    assert connection_ended(OSError(errno.EPIPE, "Broken pipe"))
+    assert connection_ended(OSError(errno.ECONNRESET, "Connection reset by peer"))
+    assert connection_ended(ssl.SSLError(1, "tlsv1 alert unknown ca"))
+    assert not connection_ended(OSError(errno.ENOSPC, "No space left on device"))
+    assert not connection_ended(OSError(errno.EMFILE, "Too many open files"))

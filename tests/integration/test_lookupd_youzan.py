@@ -415,12 +415,14 @@ async def test_a_plain_registration_is_partition_zero_and_plain_meta(
     one = await peers.connect(lookupd)
     await one.identify(nsqd_info(4150, host="nsqd1"))
     await one.register("plain", "c")
+    alone = (await lookup(http, "topic=plain&access=r&metainfo=true")).json()
+    assert list(alone["partitions"]) == ["0"]
     two = await peers.connect(lookupd)
     await two.identify(nsqd_info(4250, host="nsqd2"))
     await two.register("plain")
     document = (await lookup(http, "topic=plain&access=r&metainfo=true")).json()
     assert document["channels"] == ["c"]
-    assert list(document["partitions"]) == ["0"]
+    assert list(document["partitions"]) == []  # on several brokers: none (issue 31)
     assert [p["tcp_port"] for p in document["producers"]] == [4150, 4250]
     assert document["meta"] == {
         "partition_num": 1,

@@ -11,7 +11,7 @@ import trio
 
 from trionsq import NsqdConfig, serve_nsqd
 from trionsq.client import open_consumer, open_producer
-from trionsq.client.blocking import connect_consumer
+from trionsq.client.blocking import connect_consumer, connect_producer
 from trionsq.lookupd.config import LookupdConfig
 from trionsq.lookupd.server import serve_lookupd
 from trionsq.nursery_tree import CLIENT_TASKS, CLIENT_TREE, TASKS, TREE
@@ -195,11 +195,15 @@ async def test_every_task_of_a_running_client_is_where_client_tree_says(
                 assert [pair for pair in seen if pair not in allowed] == []
                 seen_names = {child for child, _ in seen}
                 missing = {node for node, name in CLIENT_TASKS.items() if name not in seen_names}
-                # only while backing off; and the blocking client's, checked below
+                # only while backing off, sending a batch or closing; and the
+                # blocking client's, checked below
                 assert missing == {
                     "consumer backoff wait",
+                    "consumer goodbye",
+                    "producer batch send",
                     "blocking message pump",
                     "blocking answer flusher",
+                    "blocking publish gatherer",
                 }
                 handlers.cancel_scope.cancel()
 
@@ -229,4 +233,30 @@ def test_the_blocking_consumers_tasks_are_where_client_tree_says(
     assert [pair for pair in seen if pair not in allowed] == []
     seen_names = {child for child, _ in seen}
     for node in ("blocking message pump", "blocking answer flusher", "consumer subscription"):
+        assert CLIENT_TASKS[node] in seen_names
+
+
+def test_the_blocking_producers_tasks_are_where_client_tree_says(
+    nsqd_thread: BoundAddresses,
+) -> None:
+    address = f"127.0.0.1:{nsqd_thread.tcp[1]}"
+    seen: list[tuple[str, str]] = []
+    with connect_producer(address) as producer:
+        producer.publish("t", b"x")  # gathered: the batcher and a connection exist
+
+        def walk() -> None:
+            root = trio.lowlevel.current_root_task()
+            assert root is not None
+            seen.extend(tasks_under(find(root, "_Hosted._main")))
+
+        trio.from_thread.run_sync(walk, trio_token=producer._token)
+    names = {**CLIENT_TASKS, "caller task": "_Hosted._main"}
+    allowed = {
+        (names[node], names[parent])
+        for node in CLIENT_TASKS
+        if (parent := client_task_parent(node))
+    }
+    assert [pair for pair in seen if pair not in allowed] == []
+    seen_names = {child for child, _ in seen}
+    for node in ("blocking publish gatherer", "producer batcher", "producer connection"):
         assert CLIENT_TASKS[node] in seen_names

@@ -5,9 +5,14 @@ no broker), and the ``trionsq top --once`` command as a subprocess."""
 from __future__ import annotations
 
 import io
+import os
+import pty
 import re
+import select
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -337,3 +342,90 @@ def test_top_refuses_bad_options(arguments: list[str], message: str) -> None:
     done = run_top(*arguments)
     assert done.returncode == 2
     assert message in done.stderr
+
+
+# --- issue 31, item 8 ------------------------------------------------------------
+
+
+def test_top_once_shows_rates_from_two_snapshots(nsqd_thread: BoundAddresses) -> None:
+    """A rate is the change between two snapshots: one alone shows every rate as 0."""
+    url = http_url(nsqd_thread)
+    stop = threading.Event()
+
+    def publish_until_stopped() -> None:
+        with httpx.Client(base_url=url) as http:
+            http.post("/topic/create", params={"topic": "busy"}).raise_for_status()
+            http.post("/channel/create", params={"topic": "busy", "channel": "c"})
+            while not stop.is_set():
+                http.post("/mpub", params={"topic": "busy"}, content=b"a\nb\nc\nd")
+
+    publisher = threading.Thread(target=publish_until_stopped)
+    publisher.start()
+    try:
+        assert nsqd_thread.http is not None
+        host, port = nsqd_thread.http
+        done = run_top("--once", "--interval", "200ms", "--http-address", f"{host}:{port}")
+    finally:
+        stop.set()
+        publisher.join()
+    assert done.returncode == 0, done.stderr
+    _name, _depth, rate, *_ = line_of(done.stdout, "busy")
+    assert float(rate.replace(",", "")) > 0, done.stdout
+    channel = line_of(done.stdout, "c")
+    assert float(channel[4].replace(",", "")) > 0, done.stdout  # its msg/s
+
+
+def test_q_quits_top_without_echoing_it(nsqd_thread: BoundAddresses) -> None:
+    """In a terminal, ``q`` ends ``trionsq top`` at once (exit 0) and, as in top(1),
+    no key typed is echoed over the view."""
+    assert nsqd_thread.http is not None
+    host, port = nsqd_thread.http
+    leader, follower = pty.openpty()
+    process = subprocess.Popen(  # noqa: S603 - our own command
+        [TRIONSQ, "top", "--http-address", f"{host}:{port}"],
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+        env={
+            "COLUMNS": "120",
+            "LINES": "40",
+            "PATH": str(Path(sys.executable).parent),
+            "TERM": "xterm",
+        },
+        close_fds=True,
+    )
+    os.close(follower)
+    seen = bytearray()
+
+    def read_for(seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0:
+            ready, _, _ = select.select([leader], [], [], left)
+            if not ready:
+                return
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the process closed the terminal
+                return
+            if not chunk:
+                return
+            seen.extend(chunk)
+
+    try:
+        deadline = time.monotonic() + 15
+        while b"topics, by" not in seen and time.monotonic() < deadline:
+            read_for(0.2)
+        assert b"topics, by" in seen, seen.decode(errors="replace")
+        before = len(seen)
+        os.write(leader, b"zz")  # no key of top's: ignored, and not shown
+        read_for(0.5)
+        assert b"z" not in seen[before:], seen[before:].decode(errors="replace")
+        assert process.poll() is None
+        os.write(leader, b"q")
+        read_for(0.2)
+        assert process.wait(timeout=5) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        os.close(leader)

@@ -17,6 +17,7 @@ import pytest
 import trio
 import trustme
 
+import trionsq.client as client_api
 from trionsq import NsqdConfig, serve_nsqd
 from trionsq.client import (
     ConnectionOptions,
@@ -173,9 +174,29 @@ async def test_tls_asked_without_a_context_uses_the_default_one(nsqd: BoundAddre
     """The system's CAs do not know the test CA: the handshake fails, and says why."""
     plain = ConnectionOptions(IdentifyRequest(tls_v1=True, snappy=True))
     async with open_producer(tcp(nsqd), options=plain) as producer:
-        with pytest.raises(trio.BrokenResourceError) as failed:
+        with pytest.raises(client_api.NsqTlsError) as failed:
             await producer.publish("t", b"x")
     assert isinstance(failed.value.__cause__, ssl.SSLCertVerificationError)
+
+
+async def test_a_certificate_that_does_not_verify_is_a_tls_error_caused_by_the_ssl_error(
+    nsqd: BoundAddresses,
+) -> None:
+    """Issue 31, item 3: the consumer's nursery used to drop the cause (an empty
+    BrokenResourceError); the producer's too must say it is TLS."""
+    plain = ConnectionOptions(IdentifyRequest(tls_v1=True))
+    with pytest.raises(Exception) as failed:  # noqa: PT011 - the class is what is checked
+        async with open_consumer("t", "c", tcp(nsqd), options=plain):
+            pass
+    assert isinstance(failed.value.__cause__, ssl.SSLCertVerificationError), repr(failed.value)
+    assert isinstance(failed.value, client_api.NsqTlsError)
+    assert isinstance(failed.value, client_api.NsqSecurityError)
+    assert isinstance(failed.value, client_api.NsqClientError)
+    assert "certificate verify failed" in str(failed.value)
+    async with open_producer(tcp(nsqd), options=plain) as producer:
+        with pytest.raises(client_api.NsqTlsError) as publish_failed:
+            await producer.publish("t", b"x")
+    assert isinstance(publish_failed.value.__cause__, ssl.SSLCertVerificationError)
 
 
 async def test_the_certificate_is_checked_against_tls_server_name(
@@ -183,7 +204,7 @@ async def test_the_certificate_is_checked_against_tls_server_name(
 ) -> None:
     wrong = attrs.evolve(options(pki, "wrong", tls_v1=True), tls_server_name="other.example")
     async with open_producer(tcp(nsqd), options=wrong) as producer:
-        with pytest.raises(trio.BrokenResourceError) as failed:
+        with pytest.raises(client_api.NsqTlsError) as failed:
             await producer.publish("t", b"x")
     assert "other.example" in str(failed.value.__cause__)
     named = attrs.evolve(options(pki, "named", tls_v1=True), tls_server_name="localhost")
@@ -254,6 +275,8 @@ async def test_without_a_secret_the_client_refuses_before_any_command(
             pass
     assert not_subscribed.value.code == "E_AUTH_REQUIRED"
     assert server.requests == []
+    assert isinstance(not_subscribed.value, client_api.NsqAuthError)
+    assert isinstance(not_subscribed.value, client_api.NsqSecurityError)
 
 
 async def test_auth_goes_through_tls_and_snappy(pki: Pki, nursery: trio.Nursery) -> None:

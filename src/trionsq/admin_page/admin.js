@@ -3,11 +3,14 @@
 //
 // Served by a broker, it follows that broker's stream. Served by a lookupd (which answers
 // /nodes, where a broker answers 404), it follows the stream of every broker lookupd
-// lists and merges each topic across them. Events change the view at once; snapshots
-// (every second) replace every number. Actions go over the same socket and their
-// replies are shown.
+// lists and merges each topic across them; a broker without a stream (Go nsqd) is shown
+// from its /stats instead, which the lookupd fetches for the page (a browser may not
+// read another origin's), polled. Events change the view at once; snapshots (every
+// second) replace every number. Actions go over the same socket and their replies are
+// shown. A broker lost, back or gone from lookupd's list is an event of the log.
 
 import { $, HISTORY_MS, clock, h, hostPort, setText, show } from "./admin_dom.js";
+import { mergeTopics, newChannel, newTopic, topicFromStats, topicsFromPolls } from "./admin_model.js";
 import { BrokerView, OPS, TopicView, bind } from "./admin_views.js";
 
 const SAMPLE_MS = 1000; // one sparkline point per second
@@ -15,6 +18,7 @@ const EVENT_LOG_SIZE = 100;
 const RETRY_FIRST_MS = 500;
 const RETRY_MAX_MS = 15000;
 const NODES_REFRESH_MS = 10000; // lookupd has no push: look at /nodes again this often
+const POLL_MS = 2000; // a broker without a stream: its /stats this often
 const TOAST_MS = 8000;
 
 const CLOSE_REASONS = {
@@ -25,49 +29,6 @@ const CLOSE_REASONS = {
 };
 
 // ------------------------------------------------------------------ the model
-
-// Per broker, from its snapshots and events. Names follow /stats where they can.
-function newTopic(name) {
-  return { name, depth: 0, message_count: 0, message_rate: 0, paused: false, partitions: 1, channels: new Map() };
-}
-
-function newChannel(name) {
-  return {
-    name,
-    depth: 0,
-    in_flight_count: 0,
-    deferred_count: 0,
-    message_count: 0,
-    finish_count: 0,
-    requeue_count: 0,
-    timeout_count: 0,
-    message_rate: 0,
-    finish_rate: 0,
-    requeue_rate: 0,
-    timeout_rate: 0,
-    paused: false,
-    clients: new Map(),
-  };
-}
-
-function topicFromStats(stats) {
-  const topic = newTopic(stats.topic_name);
-  topic.depth = stats.depth || 0;
-  topic.message_count = stats.message_count || 0;
-  topic.message_rate = stats.message_rate || 0;
-  topic.paused = Boolean(stats.paused);
-  topic.partitions = Array.isArray(stats.partitions) ? Math.max(1, stats.partitions.length) : 1;
-  for (const c of stats.channels || []) {
-    const channel = newChannel(c.channel_name);
-    for (const key of Object.keys(channel)) {
-      if (key !== "name" && key !== "clients" && key in c) channel[key] = c[key];
-    }
-    channel.paused = Boolean(c.paused);
-    for (const client of c.clients || []) channel.clients.set(String(client.client_id), client);
-    topic.channels.set(channel.name, channel);
-  }
-  return topic;
-}
 
 const page = {
   mode: null, // "broker" or "cluster"
@@ -82,9 +43,13 @@ const page = {
 };
 
 class Broker {
-  constructor(key, url) {
+  constructor(key, url, node = null) {
     this.key = key;
     this.url = url;
+    this.node = node; // its /nodes entry (on a lookupd's page)
+    this.streamed = false; // its stream ever opened: a broker with a stream
+    this.lost = false; // it went after being seen: its return is logged
+    this.polledAt = 0;
     this.hello = null;
     this.info = null; // the last snapshot's broker-wide fields
     this.topics = new Map();
@@ -101,7 +66,55 @@ class Broker {
   }
 
   get connected() {
-    return this.state === "connected";
+    return this.state === "connected" || this.state === "polled";
+  }
+
+  // Seen (a hello, or a /stats answer): after a loss, that is an event.
+  seen() {
+    if (this.lost) logLine(this, "broker_back", "", Date.now());
+    this.lost = false;
+  }
+
+  // Gone after being seen: an event, once per loss.
+  gone(why) {
+    if (!this.lost && (this.state === "connected" || this.state === "polled")) {
+      this.lost = true;
+      logLine(this, "broker_lost", why, Date.now());
+    }
+  }
+
+  // No stream here (Go nsqd has none): ask the lookupd for the broker's /stats.
+  async poll() {
+    this.timer = 0;
+    if (this.stopped) return;
+    let stats;
+    try {
+      const response = await fetch(`/admin/broker_stats?broker=${encodeURIComponent(this.key)}`, { cache: "no-store" });
+      const answer = await response.json();
+      if (!response.ok) throw new Error(answer.message || `HTTP ${response.status}`);
+      stats = answer;
+    } catch (error) {
+      if (this.stopped) return;
+      this.gone(`no stream, and /stats failed: ${error.message}`);
+      this.polledAt = 0;
+      this.retry(`no stream, and /stats failed: ${error.message}`);
+      return;
+    }
+    if (this.stopped) return;
+    const now = Date.now();
+    this.topics = topicsFromPolls(stats, this.polledAt ? this.topics : null, (now - this.polledAt) / 1000);
+    this.polledAt = now;
+    const node = this.node || {};
+    this.hello = { hostname: node.hostname || this.key, version: stats.version, tcp_port: node.tcp_port, http_port: node.http_port, mode: "read-only" };
+    this.unlocked = true; // nothing to unlock: no actions without a stream (see act)
+    const clients = (stats.producers || []).length + [...this.topics.values()].reduce((n, t) => n + [...t.channels.values()].reduce((m, c) => m + c.clients.size, 0), 0);
+    this.info = { health: stats.health, start_time: stats.start_time, client_count: clients };
+    this.state = "polled";
+    this.detail = "no admin stream (Go nsqd?): its /stats, polled through lookupd";
+    this.retryMs = RETRY_FIRST_MS;
+    this.seen();
+    changed();
+    this.timer = setTimeout(() => this.poll(), POLL_MS);
   }
 
   connect() {
@@ -162,6 +175,11 @@ class Broker {
     if (code === 4008) this.retryMs = RETRY_FIRST_MS; // a fresh start is the cure
     const why = CLOSE_REASONS[code] || (event.reason ? `closed: ${event.reason}` : "closed");
     const wasConnected = this.state === "connected";
+    if (page.mode === "cluster" && !this.streamed && code === 1006) {
+      this.poll(); // never opened: no stream there, or the broker is down; /stats tells
+      return;
+    }
+    this.gone(`${why} (${code})`);
     this.retry(wasConnected || code !== 1006 ? `${why} (${code})` : `cannot connect to ${this.url}`);
   }
 
@@ -183,7 +201,7 @@ class Broker {
 
   stop() {
     this.stopped = true;
-    clearTimeout(this.timer);
+    clearTimeout(this.timer); // a reconnect, or the next poll
     const ws = this.ws;
     this.ws = null;
     if (ws) ws.close(1000);
@@ -212,6 +230,8 @@ function handle(broker, message) {
   }
   switch (message.type) {
     case "hello":
+      broker.streamed = true;
+      broker.seen();
       broker.hello = message;
       broker.retryMs = RETRY_FIRST_MS;
       broker.detail = "";
@@ -385,7 +405,11 @@ function setupDialog() {
   });
 }
 
-async function act(op, topic, channel, targets) {
+async function act(op, topic, channel, everywhere) {
+  const polled = everywhere.filter((broker) => broker.state === "polled");
+  for (const broker of polled) toast(`${op} on ${broker.key}: it has no admin stream (read-only)`, "error");
+  const targets = everywhere.filter((broker) => broker.state !== "polled");
+  if (!targets.length) return;
   const locked = targets.filter((broker) => !broker.unlocked);
   if (locked.length) {
     // --admin-secret: ask for it, then do this once the brokers took it
@@ -487,45 +511,6 @@ function setupAuth() {
   });
 }
 
-// ------------------------------------------------------------------ merging brokers
-
-const byName = (map) => new Map([...map.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
-
-function mergeTopics() {
-  const merged = new Map();
-  for (const broker of page.brokers.values()) {
-    for (const topic of broker.topics.values()) {
-      let m = merged.get(topic.name);
-      if (!m) {
-        m = { name: topic.name, on: [], depth: 0, message_count: 0, message_rate: 0, partitions: 0, paused: 0, channels: new Map() };
-        merged.set(topic.name, m);
-      }
-      m.on.push({ broker, topic });
-      m.depth += topic.depth;
-      m.message_count += topic.message_count;
-      m.message_rate += topic.message_rate;
-      m.partitions += topic.partitions;
-      if (topic.paused) m.paused += 1;
-      for (const channel of topic.channels.values()) {
-        let c = m.channels.get(channel.name);
-        if (!c) {
-          c = { ...newChannel(channel.name), on: [], paused: 0, consumers: [] };
-          delete c.clients;
-          m.channels.set(channel.name, c);
-        }
-        c.on.push({ broker, channel });
-        for (const key of ["depth", "in_flight_count", "deferred_count", "message_count", "finish_count", "requeue_count", "timeout_count", "message_rate", "finish_rate", "requeue_rate", "timeout_rate"]) {
-          c[key] += channel[key] || 0;
-        }
-        if (channel.paused) c.paused += 1;
-        for (const client of channel.clients.values()) c.consumers.push({ broker, client });
-      }
-    }
-  }
-  for (const m of merged.values()) m.channels = byName(m.channels);
-  return byName(merged);
-}
-
 // ------------------------------------------------------------------ sparklines
 
 function record(now) {
@@ -559,7 +544,7 @@ function changed() {
 }
 
 function render(now) {
-  page.merged = mergeTopics();
+  page.merged = mergeTopics(page.brokers.values());
   renderBrokers(now);
   const box = $("topics");
   for (const m of page.merged.values()) {
@@ -626,7 +611,7 @@ function renderOverall() {
 
 function tick() {
   const now = Date.now();
-  page.merged = mergeTopics();
+  page.merged = mergeTopics(page.brokers.values());
   record(now);
   render(now);
   for (const view of views.topics.values()) view.draw(now);
@@ -658,13 +643,14 @@ function followNodes(producers) {
     keys.add(key);
     if (!page.brokers.has(key)) {
       // a lookupd lists HTTP ports only: the streams are plain ws (an https page's browser refuses them)
-      const broker = new Broker(key, `ws://${key}/admin/stream`);
+      const broker = new Broker(key, `ws://${key}/admin/stream`, node);
       page.brokers.set(key, broker);
       broker.connect();
     }
   }
   for (const [key, broker] of page.brokers) {
     if (!keys.has(key)) {
+      logLine(broker, "broker_removed", "lookupd no longer lists it", Date.now());
       broker.stop();
       page.brokers.delete(key);
     }

@@ -101,7 +101,8 @@ export class BrokerView {
     if (broker.state === "authenticating") status = "checking the secret";
     setText(this.status, status);
     setText(this.host, hello ? hello.hostname : broker.key);
-    setText(this.version, hello ? `nsqd ${hello.version} · trionsq ${hello.trionsq_version}` : "");
+    const trionsq = hello && hello.trionsq_version ? ` · trionsq ${hello.trionsq_version}` : "";
+    setText(this.version, hello ? `nsqd ${hello.version}${trionsq}` : "");
     show(this.auth, Boolean(hello && hello.auth_required));
     // read-only (--admin-stream), or actions locked until the admin secret is given
     const mode = !hello ? "" : hello.mode === "read-only" ? "READ-ONLY" : broker.unlocked ? "" : "LOCKED";
@@ -109,6 +110,7 @@ export class BrokerView {
     this.mode.title = mode === "LOCKED" ? "actions need the broker's admin secret (--admin-secret)" : "";
     show(this.mode, Boolean(mode));
     setText(this.detail, broker.detail);
+    this.detail.classList.toggle("note", broker.state === "polled"); // how it is seen, not a fault
     show(this.detail, Boolean(broker.detail));
     setText(this.health, info ? info.health : "–");
     this.health.classList.toggle("bad", Boolean(info && info.health !== "OK"));

@@ -13,7 +13,6 @@ import logging
 import time
 from typing import TYPE_CHECKING, Final, Protocol
 
-import attrs
 import trio
 
 from ..protocol.message import EXT_VERSION_JSON
@@ -29,9 +28,15 @@ from .offsets import OffsetError, resolve_offset
 from .rate_limits import PublishLimit, PublishMode, RateLimit, Rates
 from .subscription import Subscription
 from .topic import Topic
+from .topology import (
+    TopologyChange,
+    TopologyListeners,
+    partition_registrations,
+    registrations,
+)
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Iterable, Sequence
 
     from ..config import NsqdConfig
     from ..protocol.commands import OffsetSpec
@@ -57,19 +62,6 @@ class ConnectedClient(Protocol):
     def statistics(self) -> ClientStatistics:
         """A snapshot of the connection's counters and settings."""
         ...
-
-
-@attrs.frozen
-class TopologyChange:
-    """A topic (``channel`` None) or a channel came to exist or went away.
-
-    What nsqd tells every nsqlookupd (REGISTER/UNREGISTER), ephemeral names included.
-    A channel counts once over a topic's partitions: it exists while any has it.
-    """
-
-    topic: str
-    channel: str | None
-    exists: bool
 
 
 class Broker:
@@ -108,7 +100,7 @@ class Broker:
         self._since_release: dict[str, int] = {}
         self.trace_log: bool = config.trace_log
         """Log traced messages at publish and delivery (Youzan's trace log)."""
-        self._listeners: list[Callable[[TopologyChange], None]] = []
+        self._listeners = TopologyListeners()
         self.events = EventHub()
         """The admin stream's watchers (docs/admin.md): told every change here."""
         self.group_coordinator = GroupCoordinator(self, nursery, self._wake)
@@ -128,37 +120,42 @@ class Broker:
 
         Called synchronously, never on the message path: a listener queues and returns.
         """
-        self._listeners.append(listener)
+        self._listeners.add(listener)
 
     def remove_listener(self, listener: Callable[[TopologyChange], None]) -> None:
         """Stop hearing (a listener that is not there is ignored)."""
-        if listener in self._listeners:
-            self._listeners.remove(listener)
+        self._listeners.remove(listener)
 
-    def _announce(self, topic: str, channel: str | None, exists: bool) -> None:
-        self._state_changed()
-        if self.events.watchers:
-            state = "created" if exists else "deleted"
-            if channel is None:
-                self.events.emit("topic", f"topic_{state}", topic)
-            else:
-                self.events.emit("channel", f"channel_{state}", topic, channel=channel)
+    def _announce(
+        self,
+        topic: str,
+        channel: str | None,
+        exists: bool,
+        partitions: Iterable[int],
+        *,
+        whole: bool = True,
+    ) -> None:
+        """Tell the listeners (a :class:`TopologyChange`); a ``whole`` change (the name
+        came or went) is also persisted and streamed to the admin watchers."""
+        if whole:
+            self._state_changed()
+            if self.events.watchers:
+                state = "created" if exists else "deleted"
+                if channel is None:
+                    self.events.emit("topic", f"topic_{state}", topic)
+                else:
+                    self.events.emit("channel", f"channel_{state}", topic, channel=channel)
         if self._listeners:
-            change = TopologyChange(topic, channel, exists)
-            for listener in list(self._listeners):
-                listener(change)
+            change = TopologyChange(topic, channel, exists, tuple(partitions), whole)
+            self._listeners.tell(change)
 
     def registrations(self) -> list[tuple[str, str | None]]:
-        """What a lookupd is told on (re)connect: each channel as (topic, channel), and
-        (topic, None) for a topic without channels (a channel registers its topic too)."""
-        found: list[tuple[str, str | None]] = []
-        for name, topic in self.topics.items():
-            channels = dict.fromkeys(c for p in topic.partitions for c in p.channels)
-            if channels:
-                found.extend((name, channel) for channel in channels)
-            else:
-                found.append((name, None))
-        return found
+        """What a lookupd is told on (re)connect (see :func:`.topology.registrations`)."""
+        return registrations(self.topics)
+
+    def partition_registrations(self) -> list[tuple[str, int, str | None]]:
+        """The same in Youzan's form (see :func:`.topology.partition_registrations`)."""
+        return partition_registrations(self.topics)
 
     def register_client(
         self, client_id: int, client: ConnectedClient, remote_address: str = ""
@@ -206,6 +203,7 @@ class Broker:
                     self.events.emit(
                         "partition", "partition_created", name, partition=partition.index
                     )
+                self._announce(name, None, True, _indexes(added), whole=False)
             return topic
         storage = self.storage
         try:
@@ -232,7 +230,7 @@ class Broker:
             self._restore_keys(topic.partitions)
         topic.ttl.dead_letter = self.config.ttl_dead_letter
         self.topics[name] = topic
-        self._announce(name, None, True)
+        self._announce(name, None, True, _indexes(topic.partitions))
         for partition in topic.partitions:
             self.events.emit("partition", "partition_created", name, partition=partition.index)
         return topic
@@ -358,8 +356,8 @@ class Broker:
         exist (the caller checked it).
 
         Raises:
-            StorageFault: the log refused the write: nothing of the batch is stored,
-                and no key of it is remembered.
+            StorageFault: the log (or the key journal it needs first) refused the
+                write: nothing of the batch is stored, and no key of it is remembered.
             ReplicaRefusal: a replicated partition this broker may not write now
                 (checked first: a follower answers no duplicate either).
         """
@@ -381,7 +379,11 @@ class Broker:
                     source=source,
                 )
                 return Stored.of(stored[0]) if stored else None
-            table = partition.idempotence = idempotence.new_table(partition.log, window)
+            try:  # the key journal's file (a refusal must answer E_PUB_FAILED)
+                table = idempotence.new_table(partition.log, window)
+            except OSError as error:
+                raise self._storage_fault(APPEND, error) from error
+            partition.idempotence = table
         kept, digests = table.split(keys)
         first: Stored | None = None
         first_key = keys[0] if keys else None
@@ -400,7 +402,7 @@ class Broker:
                 exts=exts if everything else [exts[i] for i in kept],
                 source=source,
             )
-            table.remember(digests, records)
+            table.remember(digests, records, fresh=None not in digests)
         table.duplicates += len(bodies) - len(kept)
         if kept and kept[0] == 0:
             first = Stored.of(records[0]) if records else None
@@ -458,10 +460,11 @@ class Broker:
         runner = self.runners.get(key)
         if runner is None:
             partitions = self.topic(topic_name).partitions
-            is_new = not any(channel_name in p.channels for p in partitions)
+            new_here = channel_name not in partitions[partition].channels
+            is_new = new_here and not any(channel_name in p.channels for p in partitions)
             channel = partitions[partition].channel(channel_name)
-            if is_new:
-                self._announce(topic_name, channel_name, True)
+            if new_here:
+                self._announce(topic_name, channel_name, True, (partition,), whole=is_new)
             persisted = self.storage is not None and self.storage.enabled
             runner = self._drive(
                 channel,
@@ -531,12 +534,13 @@ class Broker:
         if channel is not None:
             if self.storage is not None:
                 self.storage.delete_channel_files(topic_name, partition, channel_name)
-            if not any(channel_name in p.channels for p in topic.partitions):
+            gone = not any(channel_name in p.channels for p in topic.partitions)
+            if gone:
                 topic.channel_limits.pop(channel_name, None)
-                self._announce(topic_name, channel_name, False)
+            self._announce(topic_name, channel_name, False, (partition,), whole=gone)
         if topic.ephemeral and not any(p.channels for p in topic.partitions):
             del self.topics[topic_name]
-            self._announce(topic_name, None, False)
+            self._announce(topic_name, None, False, _indexes(topic.partitions))
         return channel
 
     # ------------------------------------------------------------- admin (HTTP, embedding)
@@ -554,13 +558,15 @@ class Broker:
         pre-created channels everything the new topic held). Their state is made
         before any await, so nothing published meanwhile tells them apart."""
         partitions = self.topic(topic_name).partitions
-        new = [n for n in channel_names if not any(n in p.channels for p in partitions)]
+        lacking = {n: [p.index for p in partitions if n not in p.channels] for n in channel_names}
         for partition in partitions:
             first = not partition.channels
             for name in channel_names:
                 partition.channel(name, oldest=first)
-        for name in new:
-            self._announce(topic_name, name, True)
+        for name, indexes in lacking.items():
+            if indexes:
+                whole = len(indexes) == len(partitions)
+                self._announce(topic_name, name, True, indexes, whole=whole)
         for name in channel_names:
             await self.create_channel(topic_name, name)
 
@@ -578,7 +584,7 @@ class Broker:
             for channel_name in list(partition.channels):
                 self.delete_channel(topic_name, partition.index, channel_name)
         if self.topics.pop(topic_name, None) is not None:  # an ephemeral one is gone already
-            self._announce(topic_name, None, False)
+            self._announce(topic_name, None, False, _indexes(topic.partitions))
         if self.storage is not None:
             self.storage.delete_topic_files(topic_name, len(topic.partitions))
         self._since_release.pop(topic_name, None)
@@ -763,3 +769,7 @@ class Broker:
         for partition in self.topics[topic_name].partitions:
             for channel in partition.channels.values():
                 self._wake(channel)
+
+
+def _indexes(partitions: Iterable[Partition]) -> list[int]:
+    return [partition.index for partition in partitions]

@@ -30,26 +30,38 @@ from __future__ import annotations
 import hashlib
 import struct
 from collections import deque
-from typing import TYPE_CHECKING, Final, NamedTuple
+from itertools import chain, starmap
+from operator import attrgetter
+from typing import TYPE_CHECKING, Final, NamedTuple, cast
 
 from ..protocol.ext_header import IDEMPOTENCY_KEY, idempotency_key_of, stored_fields
 from ..protocol.message import EXT_VERSION_JSON
 from ..queues.segment_format import storage_log
+from ..speedups import compiled
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from ..queues.key_journal import KeyJournal
     from ..queues.partition_log import PartitionLog
     from ..queues.record import Record
 
-__all__ = ["IdempotenceTable", "Stored", "key_digest", "new_table", "remember_copies", "restore"]
+__all__ = [
+    "IdempotenceTable",
+    "Stored",
+    "key_digest",
+    "key_digests",
+    "new_table",
+    "remember_copies",
+    "restore",
+]
 
 _MARK: Final = IDEMPOTENCY_KEY.encode()
 """What a stored header must contain before it is parsed for a key (at restore)."""
 _PLACE: Final = struct.Struct(">QQQI")
 """A remembered record: internal id, trace id, offset, raw size (28 bytes: a bytes
 value is 64 bytes of memory where a tuple of four ints is over 140)."""
+_PLACE_FIELDS: Final = attrgetter("internal_id", "trace_id", "offset", "raw_size")
 _DIGEST: Final = 16
 _ENTRY: Final = _DIGEST + _PLACE.size
 """A journal entry: the digest, then the place (queues/key_journal.py's ENTRY_SIZE)."""
@@ -80,6 +92,28 @@ def key_digest(key: str) -> bytes:
 
 
 _blake2b: Final = hashlib.blake2b
+
+
+def _key_digests_py(keys: Sequence[str | None]) -> list[bytes | None]:
+    """:func:`key_digest` of each key (None: no key); the pure-Python twin of
+    ``trionsq._speedups.key_digests``."""
+    return [None if key is None else key_digest(key) for key in keys]
+
+
+_key_digests_c: Final[Callable[[Sequence[str | None]], list[bytes | None] | None] | None] = (
+    None if compiled is None else compiled.key_digests
+)
+
+
+def key_digests(keys: Sequence[str | None]) -> list[bytes | None]:
+    """:func:`key_digest` of each key of a batch (None: no key): compiled where built
+    (0.6 -> 0.1 us a key), else :func:`_key_digests_py`, which also takes a key with a
+    lone surrogate."""
+    if _key_digests_c is not None:
+        digests = _key_digests_c(keys)
+        if digests is not None:
+            return digests
+    return _key_digests_py(keys)
 
 
 class IdempotenceTable:
@@ -120,15 +154,17 @@ class IdempotenceTable:
         with a key neither remembered nor earlier in the batch, and their digests
         (None: no key). The rest are duplicates."""
         places = self._places
+        every = key_digests(keys)
+        if None not in every and places.keys().isdisjoint(every) and len(set(every)) == len(every):
+            return list(range(len(every))), every  # the common case: each key new, once
         kept: list[int] = []
         digests: list[bytes | None] = []
         seen: set[bytes] = set()
-        for index, key in enumerate(keys):
-            if key is None:
+        for index, digest in enumerate(every):
+            if digest is None:
                 kept.append(index)
                 digests.append(None)
                 continue
-            digest = key_digest(key)
             if digest in places or digest in seen:
                 continue
             seen.add(digest)
@@ -136,10 +172,31 @@ class IdempotenceTable:
             digests.append(digest)
         return kept, digests
 
-    def remember(self, digests: Sequence[bytes | None], records: Sequence[Record]) -> None:
+    def remember(
+        self, digests: Sequence[bytes | None], records: Sequence[Record], *, fresh: bool = False
+    ) -> None:
         """These records were stored with these key digests (None: no key): remember
         them; past the window the oldest keys go. A digest remembered already keeps
-        its first record and its place in the order."""
+        its first record and its place in the order. ``fresh``: every digest is one
+        that :meth:`split` kept (none None, none remembered, none twice), so the batch
+        is remembered with a few calls over it instead of a step per record."""
+        places = self._places
+        order = self._order
+        if fresh and len(records) == len(digests):
+            keyed = cast("Sequence[bytes]", digests)
+            new = list(starmap(_PLACE.pack, map(_PLACE_FIELDS, records)))
+            places.update(zip(keyed, new, strict=True))
+            order.extend(keyed)
+            entries = b"".join(chain.from_iterable(zip(keyed, new, strict=True)))
+        else:
+            entries = self._remember_each(digests, records)
+        for _ in range(len(order) - self.window):
+            del places[order.popleft()]
+        if entries and self.journal is not None:
+            self._journal(entries)
+
+    def _remember_each(self, digests: Sequence[bytes | None], records: Sequence[Record]) -> bytes:
+        """:meth:`remember`, record by record; the new journal entries."""
         places = self._places
         order = self._order
         pack = _PLACE.pack
@@ -152,10 +209,7 @@ class IdempotenceTable:
             )
             order.append(digest)
             entries += (digest, place)
-        for _ in range(len(order) - self.window):
-            del places[order.popleft()]
-        if entries and self.journal is not None:
-            self._journal(b"".join(entries))
+        return b"".join(entries)
 
     def _journal(self, entries: bytes) -> None:
         """Write new entries to the journal; after a refused write they wait for the

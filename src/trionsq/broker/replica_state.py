@@ -23,7 +23,7 @@ from ..queues.cursor import ChannelCursor
 from ..queues.cursor_state import decode_state, encode_state, restore_channel
 from . import metadata
 from .rate_limits import PublishLimit, PublishMode, RateLimit, Rates
-from .storage import channel_state
+from .state_writes import channel_state
 
 if TYPE_CHECKING:
     from ..queues.cursor_state import ChannelState

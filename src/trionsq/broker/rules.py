@@ -74,6 +74,6 @@ def ext_refusal(topic: Topic | None, headers: Iterable[bytes]) -> Refusal | None
         return Refusal.TOPIC_NOT_EXIST
     if not topic.ext:
         return Refusal.EXT_NOT_SUPPORTED
-    if any(len(header) > MAX_EXT_LENGTH for header in headers):
+    if max(map(len, headers), default=0) > MAX_EXT_LENGTH:
         return Refusal.EXT_TOO_LONG
     return None

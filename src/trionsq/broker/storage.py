@@ -34,11 +34,9 @@ from .. import crash_points
 from ..descriptors import DescriptorBudget
 from ..persist import ensure_directory, remove_file, remove_stale_temps, write_atomic
 from ..protocol.names import is_ephemeral
-from ..queues.cursor import ChannelCursor
 from ..queues.cursor_state import (
     ChannelState,
     ChannelStateError,
-    capture_state,
     delays_path,
     encode_state,
     load_state,
@@ -66,6 +64,7 @@ from .metadata import (
 )
 from .rate_limits import PublishLimit, PublishMode, RateLimit, Rates
 from .reader_holds import HoldsError, fit_holds, holds_path, load_holds, save_holds
+from .state_writes import channel_state, sync_logs, sync_then_write
 from .topic import ChannelFiles
 
 if TYPE_CHECKING:
@@ -254,7 +253,9 @@ class Storage:
         key = (topic, partition, channel)
         path = state_path(self.directory, topic, partition, channel)
         try:
-            journal, replay = DeliveryJournal.open(path, on_error=self._delays_failed)
+            journal, replay = DeliveryJournal.open(
+                path, on_error=self._delays_failed, files=self.descriptors
+            )
         except OSError as error:
             log.error("storage: cannot read %s: %s", path, go_error_text(error))
             self.health.failed(PERSIST, error)
@@ -529,7 +530,7 @@ class Storage:
         self._sync_due = trio.Event()
         if not logs:
             return
-        failed = await trio.to_thread.run_sync(_sync_logs, logs)
+        failed = await trio.to_thread.run_sync(sync_logs, logs)
         if failed is None:
             if not self.health.healthy:
                 self.health.succeeded(SYNC)
@@ -647,7 +648,7 @@ class Storage:
         logs, self._moved_to = self._moved_to, set()
         if not writes and not syncs and not logs:
             return
-        written, error = await trio.to_thread.run_sync(_sync_then_write, syncs, logs, writes)
+        written, error = await trio.to_thread.run_sync(sync_then_write, syncs, logs, writes)
         if error is None:
             if not self.health.healthy:
                 self.health.succeeded(PERSIST)
@@ -711,23 +712,6 @@ class _Changed(NamedTuple):
     fingerprint: tuple[object, ...] | None
 
 
-def channel_state(channel: Channel, now: float, wall: int) -> ChannelState:
-    """What a durable channel persists, read on the broker's thread."""
-
-    cursor = channel.cursor
-    if not isinstance(cursor, ChannelCursor):
-        raise TypeError("an ephemeral channel has no state")
-    return capture_state(
-        cursor,
-        channel.deferred,
-        paused=channel.paused,
-        now_monotonic=now,
-        now_wall_ns=wall,
-        finished_ahead=channel.finished_ahead(),
-        attempts=channel.delivery_counts(),
-    )
-
-
 def _left_behind(what: str, error: OSError) -> None:
     """A deletion the file system refused: the broker forgets the topic or channel,
     but its files stay, and it comes back at the next start."""
@@ -750,64 +734,9 @@ def _set_aside(path: Path) -> Path:
     return bad
 
 
-def _sync_logs(logs: set[TopicLog]) -> tuple[set[TopicLog], OSError] | None:
-    """fsync each log; None, or the logs not synced and the first error."""
-    failed: set[TopicLog] = set()
-    first: OSError | None = None
-    for topic_log in logs:
-        try:
-            topic_log.sync()
-        except OSError as error:
-            failed.add(topic_log)
-            first = first or error
-    return None if first is None else (failed, first)
-
-
-def _sync_then_write(
-    syncs: list[tuple[DelayStore, FileHandle]],
-    logs: set[TopicLog],
-    writes: list[tuple[Path, bytes]],
-) -> tuple[list[bool], OSError | None]:
-    """fsync the delay stores and the logs dead letters went to, then write the files
-    (:func:`_write_all`); when an fsync fails nothing is written (a state must not
-    count a message as finished whose PARK or dead letter may not be on disk), and
-    they are synced again later."""
-    first: OSError | None = None
-    for store, handle in syncs:
-        try:
-            handle.fsync()
-        except OSError as error:
-            first = first or error
-            store.unsynced_again()  # a flag: safe from this thread
-    failed = _sync_logs(logs) if first is None else None
-    if failed is not None:
-        first = failed[1]
-    if first is not None:
-        return [False] * len(writes), first
-    if logs and crash_points.ARMED:
-        crash_points.reached("storage.dead_letters_synced")
-    return _write_all(writes)
-
-
 def _restore_parked(channel: Channel, parked: list[ParkedMessage], now: float, wall: int) -> None:
     """The delay store's messages back in the channel's deferred heap, due at the
     same wall-clock moment (through this process's monotonic clock)."""
     for message in parked:
         due = now + (message.due_ns - wall) / 1e9
         channel.restore_parked(message.record, due, message.attempts)
-
-
-def _write_all(writes: list[tuple[Path, bytes]]) -> tuple[list[bool], OSError | None]:
-    """Write each file atomically: which were written, and the first error."""
-    written: list[bool] = []
-    first: OSError | None = None
-    for path, data in writes:
-        try:
-            ensure_directory(path.parent)
-            write_atomic(path, data)
-        except OSError as error:
-            first = first or error
-            written.append(False)
-        else:
-            written.append(True)
-    return written, first

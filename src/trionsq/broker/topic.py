@@ -272,7 +272,7 @@ class Partition:
             deliver_at=deliver_at,
         )
         self.message_count += len(records)
-        self.message_bytes += sum(len(body) for body in bodies)
+        self.message_bytes += sum(map(len, bodies))
         if not self.paused:
             for channel in self.channels.values():
                 if channel.feed is not None:

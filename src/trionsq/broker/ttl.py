@@ -11,8 +11,6 @@ at for one; the topic remembers this in its metadata).
 
 from __future__ import annotations
 
-from itertools import repeat
-from operator import contains
 from typing import TYPE_CHECKING, Final
 
 import attrs
@@ -49,7 +47,8 @@ class TopicTtl:
     def note_published(self, exts: Sequence[bytes]) -> bool:
         """A batch of ext headers was published: whether it is the first to carry
         ``##ttl`` (from now on the topic's messages are looked at for one)."""
-        if self.headers or not any(map(contains, exts, repeat(TTL_NEEDLE))):
+        # one search over the batch (a newline cannot be part of the needle)
+        if self.headers or TTL_NEEDLE not in b"\n".join(exts):
             return False
         self.headers = True
         return True

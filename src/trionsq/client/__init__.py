@@ -1,17 +1,29 @@
 """The Trio client: :func:`open_producer` and :func:`open_consumer` over the
 project's sans-IO protocol core (:mod:`trionsq.protocol.client`), implementing
-Youzan's smart-client design (seed 003): discovery through nsqlookupd, one
-connection per partition, ordered consumption, tracing, ext headers and tags,
-with go-nsq's RDY, backoff and retry rules where the design is silent.
-:mod:`trionsq.client.blocking` offers the same for code that is not Trio.
-See docs/client.md.
+Youzan's smart-client design: discovery through nsqlookupd, one connection per
+partition, ordered consumption, tracing, ext headers and tags, with go-nsq's RDY,
+backoff and retry rules where the design is silent. Everything it raises is an
+:class:`NsqClientError` (:mod:`.errors`). :mod:`trionsq.client.blocking` offers the
+same for code that is not Trio. See docs/client.md.
 """
 
 from __future__ import annotations
 
-from .connection import Connection, ConnectionClosedError, NsqError, open_connection
+from .connection import Connection, open_connection
 from .consumer import Consumer, ConsumerSettings, open_consumer
-from .discovery import LookupError_, Placement, Target
+from .discovery import Placement, Target
+from .errors import (
+    ConnectionClosedError,
+    NsqAuthError,
+    NsqClientError,
+    NsqConfigError,
+    NsqConnectionError,
+    NsqDiscoveryError,
+    NsqError,
+    NsqSecurityError,
+    NsqTlsError,
+    renamed,
+)
 from .message import ClientMessage
 from .options import ConnectionOptions
 from .ordering import OffsetSkip
@@ -25,8 +37,14 @@ __all__ = [
     "ConnectionOptions",
     "Consumer",
     "ConsumerSettings",
-    "LookupError_",
+    "NsqAuthError",
+    "NsqClientError",
+    "NsqConfigError",
+    "NsqConnectionError",
+    "NsqDiscoveryError",
     "NsqError",
+    "NsqSecurityError",
+    "NsqTlsError",
     "OffsetSkip",
     "Placement",
     "Producer",
@@ -37,3 +55,8 @@ __all__ = [
     "open_producer",
     "partition_for_key",
 ]
+
+
+def __getattr__(name: str) -> type[NsqClientError]:
+    """``LookupError_``, the old name of :class:`NsqDiscoveryError` (deprecated)."""
+    return renamed(__name__, name)

@@ -1,6 +1,7 @@
 """Many publishers, one MPUB: concurrent single publishes to one topic and
-partition wait in a bounded queue while the previous batch is out, then leave
-together, up to ``max_batch`` bodies per MPUB.
+partition wait in a bounded queue while the previous batches are out (at most
+``batches_out`` at once, pipelined on the connection), then leave together, up to
+``max_batch`` bodies per MPUB.
 
 A lone publish goes at once (as a PUB), so batching adds no latency when idle;
 under load the batch grows with the round trip. Memory is bounded: past
@@ -12,28 +13,39 @@ is sent again one message at a time, so only the bad one fails.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 import trio
 
-from .connection import NsqError
+from .errors import NsqConfigError, NsqError
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-__all__ = ["Batcher"]
+__all__ = ["Batcher", "Slot"]
 
 MESSAGE_ERRORS: Final = frozenset({"E_BAD_MESSAGE", "E_BAD_BODY"})
 
 
+class Slot(Protocol):
+    """Who hears how one queued body's publish ended."""
+
+    def settle(self, error: BaseException | None) -> None:
+        """Stored (None), or not: ``error``. Called once, in the Trio thread."""
+
+
 class _Slot:
-    """One publish's outcome."""
+    """One awaiting task's publish: the outcome it waits for."""
 
     __slots__ = ("done", "error")
 
     def __init__(self) -> None:
         self.done = trio.Event()
         self.error: BaseException | None = None
+
+    def settle(self, error: BaseException | None) -> None:
+        self.error = error
+        self.done.set()
 
 
 class Batcher:
@@ -45,12 +57,16 @@ class Batcher:
         *,
         max_batch: int,
         max_waiting: int,
+        batches_out: int = 1,
     ) -> None:
         if max_batch < 1 or max_waiting < max_batch:
-            raise ValueError("need 1 <= max_batch <= max_waiting")
+            raise NsqConfigError("need 1 <= max_batch <= max_waiting")
+        if batches_out < 1:
+            raise NsqConfigError("need batches_out >= 1")
         self._send = send
         self.max_batch = max_batch
         self.max_waiting = max_waiting
+        self.batches_out = batches_out
         self.batches = 0
         """MPUBs (or PUBs) sent: published / batches is the mean batch."""
         self.split_batches = 0
@@ -58,7 +74,7 @@ class Batcher:
         self.peak_waiting = 0
         """The most bodies that ever waited at once (never over ``max_waiting``)."""
         self._bodies: deque[bytes] = deque()
-        self._slots: deque[_Slot] = deque()
+        self._slots: deque[Slot] = deque()
         self._work = trio.Event()
         self._room = trio.Event()
 
@@ -66,34 +82,60 @@ class Batcher:
     def waiting(self) -> int:
         return len(self._bodies)
 
-    async def publish(self, body: bytes) -> None:
-        """Queue ``body`` and return once the broker stored it (or raise its error)."""
-        while len(self._bodies) >= self.max_waiting:
+    @property
+    def full(self) -> bool:
+        """``max_waiting`` bodies wait: :meth:`put_nowait` must wait for room first."""
+        return len(self._bodies) >= self.max_waiting
+
+    async def wait_for_room(self) -> None:
+        """Until fewer than ``max_waiting`` bodies wait."""
+        while self.full:
             await self._room.wait()
-        slot = _Slot()
+
+    def put_nowait(self, body: bytes, slot: Slot) -> None:
+        """Queue ``body``; ``slot`` hears how it went. The caller made sure it is not
+        :attr:`full` (bounded memory is the point)."""
         self._bodies.append(body)
         self._slots.append(slot)
         self.peak_waiting = max(self.peak_waiting, len(self._bodies))
         self._work.set()
+
+    async def publish(self, body: bytes) -> None:
+        """Queue ``body`` and return once the broker stored it (or raise its error)."""
+        await self.wait_for_room()
+        slot = _Slot()
+        self.put_nowait(body, slot)
         await slot.done.wait()
         if slot.error is not None:
             raise slot.error
 
     async def run(self) -> None:
-        """Send what waits, a batch at a time, for as long as the producer is open."""
+        """Send what waits, a batch at a time and at most ``batches_out`` batches at
+        once, for as long as the producer is open."""
         bodies, slots = self._bodies, self._slots
-        while True:
-            await self._work.wait()
-            self._work = trio.Event()
-            while bodies:
-                count = min(len(bodies), self.max_batch)
-                batch = tuple(bodies.popleft() for _ in range(count))
-                taken = [slots.popleft() for _ in range(count)]
-                self._room.set()
-                self._room = trio.Event()
-                await self._send_batch(batch, taken)
+        out = trio.Semaphore(self.batches_out)
+        async with trio.open_nursery() as sending:
+            while True:
+                await self._work.wait()
+                self._work = trio.Event()
+                while bodies:
+                    await out.acquire()
+                    count = min(len(bodies), self.max_batch)
+                    batch = tuple(bodies.popleft() for _ in range(count))
+                    taken = [slots.popleft() for _ in range(count)]
+                    self._room.set()
+                    self._room = trio.Event()
+                    sending.start_soon(self._send_then_release, batch, taken, out)
 
-    async def _send_batch(self, batch: tuple[bytes, ...], slots: list[_Slot]) -> None:
+    async def _send_then_release(
+        self, batch: tuple[bytes, ...], slots: list[Slot], out: trio.Semaphore
+    ) -> None:
+        try:
+            await self._send_batch(batch, slots)
+        finally:
+            out.release()
+
+    async def _send_batch(self, batch: tuple[bytes, ...], slots: list[Slot]) -> None:
         self.batches += 1
         try:
             await self._send(batch)
@@ -110,7 +152,6 @@ class Batcher:
             _settle(slots, None)
 
 
-def _settle(slots: list[_Slot], error: BaseException | None) -> None:
+def _settle(slots: list[Slot], error: BaseException | None) -> None:
     for slot in slots:
-        slot.error = error
-        slot.done.set()
+        slot.settle(error)

@@ -10,8 +10,11 @@ threads share the connections.
 
 Crossing threads is what costs, so it is rare:
 
-- a publish is one :func:`trio.from_thread.run` (several user threads may publish at
-  once; their commands share the connection's pipeline);
+- single publishes from any number of threads only append to a deque and wake the
+  Trio thread when no wake-up is pending; it hands them all to the async producer's
+  batchers at once, so concurrent publishes leave together as MPUBs
+  (:mod:`.thread_publishing`); every other publish is one
+  :func:`trio.from_thread.run` (their commands share the connection's pipeline);
 - delivered messages cross in batches: the Trio side takes every message a read
   brought and puts them in a :class:`queue.SimpleQueue` as one list;
 - FIN, REQ and TOUCH only append to a deque in the user's thread. The first one
@@ -29,7 +32,11 @@ with the load): consuming and finishing 300,000 with ``max_in_flight=2500``,
 ~4.4 us of CPU per message against its ~3.5 (0.3 us in the user's thread); MPUB
 of 200 from one thread 190-290k msg/s (async 235-320k); one PUB per call 2.5-2.7k
 msg/s from one thread (async, awaiting each: 3.5-4.9k) and 6-13k from 8 threads
-(async, 8 tasks: 23k), as each call costs two thread wake-ups. Flushing answers
+(async, 8 tasks: 23k), as each call cost two thread wake-ups. Since single publishes
+from many threads are gathered into MPUBs (:mod:`.thread_publishing`), 64 threads
+publish 15-26k msg/s one per call in ``benchmarks/client.py`` (8.3-8.4k before, in
+alternating runs; gnsq's 64 greenlets 11-21k in the same runs), at about 20 us of
+CPU a publish, close to the cost of any blocking call between two threads. Flushing answers
 only when the user's thread waits for messages (plus a timer) measured the same
 as the flush scheduled by the first pending answer, which was kept as it never
 holds a FIN back; queueing every answer as a callable cost ~10% more CPU than the
@@ -49,10 +56,11 @@ from typing import TYPE_CHECKING, Final, Generic, NamedTuple, ParamSpec, TypeVar
 
 import trio
 
-from .connection import ConnectionClosedError
 from .consumer import Consumer, open_consumer
+from .errors import ConnectionClosedError
 from .message import MessageFields
 from .producer import Producer, open_producer
+from .thread_publishing import ThreadPublishes
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
@@ -84,7 +92,7 @@ _END: Final = None
 
 def _unwrapped(error: BaseException) -> BaseException:
     """The one error inside nested single-error groups (what a nursery wraps a
-    failed start in), so the caller sees the NsqError or OSError itself."""
+    failed start in), so the caller sees the NsqError or NsqConnectionError itself."""
     while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
         error = error.exceptions[0]
     return error
@@ -191,11 +199,15 @@ class _Hosted(Generic[T]):
                     self._announced = True
                     started.put(_Started(hosted, token, stop))
                     await stop.wait()
+                    await self._draining()
                     nursery.cancel_scope.cancel()
                 self._closing()
 
     def _serve(self, nursery: trio.Nursery, hosted: T) -> None:
         """Start what runs beside the hosted value (a consumer's message pump)."""
+
+    async def _draining(self) -> None:
+        """Closing, in the Trio thread, before what :meth:`_serve` started is cancelled."""
 
     def _closing(self) -> None:
         """Called in the Trio thread before the hosted value is exited."""
@@ -209,6 +221,7 @@ class BlockingProducer(_Hosted[Producer]):
     :func:`connect_producer`). Every method may be called from any thread, at once."""
 
     def __init__(self, opener: Callable[[], AbstractAsyncContextManager[Producer]]) -> None:
+        self._gathered: ThreadPublishes | None = None
         super().__init__(opener, "trionsq-producer")
 
     @property
@@ -225,8 +238,18 @@ class BlockingProducer(_Hosted[Producer]):
         key: bytes | str | None = None,
     ) -> None:
         """PUB one message (to ``partition``, or the partition ``key`` hashes to);
-        concurrent calls from several threads leave together as one MPUB."""
-        self._call(partial(self._hosted.publish, topic, body, partition=partition, key=key))
+        concurrent calls from several threads leave together as one MPUB.
+
+        Raises:
+            NsqError: the broker refused it.
+            NsqConnectionError: the broker cannot be reached, or the connection was
+                lost (ConnectionClosedError: also when the producer is closed).
+        """
+        gathered = self._gathered
+        if gathered is None:  # trace, or batching off: one call at a time
+            self._call(partial(self._hosted.publish, topic, body, partition=partition, key=key))
+        else:
+            gathered.publish(topic, body, partition, key)
 
     def publish_many(
         self,
@@ -267,6 +290,10 @@ class BlockingProducer(_Hosted[Producer]):
             partial(self._hosted.publish_many_ext, topic, messages, partition=partition, key=key)
         )
 
+    def publish_encoded(self, topic: str, partition: int, command: bytes) -> None:
+        """A publish encoded already (see :meth:`.Producer.publish_encoded`)."""
+        self._call(partial(self._hosted.publish_encoded, topic, partition, command))
+
     def publish_traced(
         self,
         topic: str,
@@ -282,6 +309,20 @@ class BlockingProducer(_Hosted[Producer]):
                 self._hosted.publish_traced, topic, body, trace_id, partition=partition, key=key
             )
         )
+
+    def _serve(self, nursery: trio.Nursery, hosted: Producer) -> None:
+        if hosted.settings.batching and not hosted.settings.trace:
+            token = trio.lowlevel.current_trio_token()
+            self._gathered = ThreadPublishes(hosted, token)
+            nursery.start_soon(self._gathered.gather_forever)
+
+    async def _draining(self) -> None:
+        if self._gathered is not None:
+            await self._gathered.drain()
+
+    def _ended(self) -> None:
+        if self._gathered is not None:
+            self._gathered.ended()
 
     def _call(self, request: Callable[[], Awaitable[R]]) -> R:
         """Run ``request`` in the Trio thread; what it raises is raised here.
@@ -384,7 +425,8 @@ class BlockingConsumer(_Hosted[Consumer]):
 
     def close(self) -> None:
         """Send the answers still pending, close the connections and end the thread;
-        messages received but not taken are redelivered by the broker."""
+        every message received and not answered goes back to the broker (REQ 0: the
+        async consumer's graceful stop), taken or not."""
         super().close()
         self._ready.clear()
 
@@ -469,8 +511,7 @@ class BlockingConsumer(_Hosted[Consumer]):
     async def _pump(self, consumer: Consumer) -> None:
         """Hand the messages over in batches: every message waiting at once."""
         inbox = self._inbox
-        while True:
-            batch = await consumer.next_batch()
+        while batch := await consumer.next_batch():  # none: the consumer is stopping
             inbox.put([BlockingMessage(message, self) for message in batch])
 
     def _closing(self) -> None:

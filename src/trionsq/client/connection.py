@@ -43,6 +43,15 @@ from ..protocol.commands import Auth, Nop
 from ..protocol.errors import ProtocolError
 from ..protocol.frames import MAGIC_V2
 from ..protocol.identify import IdentifyResponse, decode_identify_response
+from .errors import (
+    ConnectionClosedError,
+    NsqClientError,
+    NsqConfigError,
+    NsqConnectionError,
+    NsqError,
+    NsqTlsError,
+    error_for,
+)
 from .groups import single_errors
 from .layers import Codec, Layers
 from .options import ConnectionOptions
@@ -64,19 +73,6 @@ are logged and counted, never taken as the answer to a waiting command."""
 FLUSH_TIMEOUT: Final = 1.0
 """Seconds a closing connection waits for what is queued to be written."""
 AUTH_NEEDED: Final = ProtocolError("E_AUTH_REQUIRED", "the broker requires AUTH: pass auth_secret")
-
-
-class NsqError(Exception):
-    """An error frame from the broker, as the answer to a command."""
-
-    def __init__(self, reply: ErrorReply) -> None:
-        super().__init__(reply.error.text)  # "CODE description", as the frame says
-        self.code = reply.code
-        self.fatal = reply.fatal
-
-
-class ConnectionClosedError(Exception):
-    """The connection ended before the command's answer came."""
 
 
 class _Waiter:
@@ -118,6 +114,8 @@ class Connection:
         """We were silent for the session timeout (a process stopped, then resumed):
         the broker closed the connection and gave what we hold to another member, so
         nothing more of it is handled here."""
+        self.lost = False
+        """The connection ended without warning (not after a fatal error frame)."""
         self._on_group_owner = on_group_owner
         self.async_errors = 0
         """E_FIN_FAILED, E_REQ_FAILED and E_TOUCH_FAILED received."""
@@ -183,8 +181,9 @@ class Connection:
         self._outgoing += data
         self._has_output.set()
 
-    async def request(self, command: Command) -> Response:
-        """Send a command that gets an answer (PUB, MPUB, SUB, CLS, ...) and wait for it.
+    async def request(self, command: Command | bytes) -> Response:
+        """Send a command that gets an answer (PUB, MPUB, SUB, CLS, ...) and wait for it;
+        ``bytes`` are a command encoded already.
 
         Raises:
             NsqError: the broker answered with an error frame.
@@ -194,14 +193,14 @@ class Connection:
             raise ConnectionClosedError(self.address)
         waiter = _Waiter()
         self._waiters.append(waiter)
-        self._outgoing += encode_command(command)
+        self._outgoing += command if isinstance(command, bytes) else encode_command(command)
         self._has_output.set()
         await waiter.done.wait()
         reply = waiter.reply
         if reply is None:
             raise ConnectionClosedError(self.address)
         if isinstance(reply, ErrorReply):
-            raise NsqError(reply)
+            raise error_for(reply)
         return reply
 
     async def _write_forever(self) -> None:
@@ -326,6 +325,16 @@ class Connection:
         else:
             log.warning("%s: an answer nobody waited for: %r", self.address, reply)
 
+    def _ended(self, error: Exception | None) -> None:
+        """The broker closed the connection (``error`` None) or it was lost: a WARNING,
+        unless that was to be expected (after a fatal error frame, or once fenced)."""
+        if not self._closed_event.is_set():
+            why = "closed by the broker" if error is None else str(error) or repr(error)
+            self.lost = not (self.closed or self.fenced)
+            level = logging.WARNING if self.lost else logging.INFO
+            log.log(level, "%s: connection lost: %s", self.address, why)
+        self._fail_waiters()
+
     def _fail_waiters(self) -> None:
         self.closed = True
         self._closed_event.set()
@@ -352,19 +361,28 @@ async def open_connection(
     connection now owns its partition (IDENTIFY ``group_notices``).
 
     Raises:
-        NsqError: IDENTIFY, an upgrade or AUTH refused.
-        OSError: the broker cannot be reached.
-        trio.BrokenResourceError: the TLS handshake failed (its ``__cause__`` is the
+        NsqError: IDENTIFY or an upgrade refused, or an answer that breaks the
+            protocol (its code); :class:`NsqAuthError` for AUTH.
+        NsqConnectionError: the broker cannot be reached or closed the connection
+            during the handshake (``__cause__``: the ``OSError``...).
+        NsqTlsError: the TLS handshake failed (``__cause__``: the
             :class:`ssl.SSLError`, e.g. a certificate that does not verify).
+        NsqConfigError: ``address`` is not ``host:port``.
     """
     options = options if options is not None else ConnectionOptions()
-    host, port = split_host_port(address)
+    try:
+        host, port = split_host_port(address)
+    except ValueError as error:
+        raise NsqConfigError(str(error)) from error
     host = host or "127.0.0.1"
-    stream = await trio.open_tcp_stream(host, port)
+    try:
+        stream = await trio.open_tcp_stream(host, port)
+    except OSError as error:
+        raise NsqConnectionError(f"{address}: cannot connect: {error}") from error
     parser = ClientConnection(extended=extended, detail=detail)
     layers = Layers(stream, parser.max_frame_size)
     try:
-        identified = await _handshake(layers, parser, options, host)
+        identified = await _identified(layers, parser, options, host, address)
         connection = Connection(
             layers, parser, identified, on_messages, address, on_group_owner=on_group_owner
         )
@@ -376,15 +394,15 @@ async def open_connection(
                         try:
                             await connection._write_forever()
                         except connection._lost as error:  # the reader's set: one meaning
-                            log.info("%s: connection lost: %s", address, error)
-                            connection._fail_waiters()
+                            connection._ended(error)
 
                     async def read() -> None:
                         try:
                             await connection._read_forever()
                         except connection._lost as error:
-                            log.info("%s: connection lost: %s", address, error)
-                        connection._fail_waiters()  # the broker closed it (not our cancel)
+                            connection._ended(error)
+                        else:
+                            connection._ended(None)  # the broker closed it (not our cancel)
 
                     nursery.start_soon(write)
                     nursery.start_soon(read)
@@ -397,6 +415,25 @@ async def open_connection(
             await connection._write_last()
     finally:
         await trio.aclose_forcefully(layers.stream)
+
+
+async def _identified(
+    layers: Layers, parser: ClientConnection, options: ConnectionOptions, host: str, address: str
+) -> IdentifyResponse | None:
+    """:func:`_handshake`, its failures raised as the client's errors with their cause."""
+    try:
+        return await _handshake(layers, parser, options, host)
+    except NsqClientError:
+        raise
+    except trio.BrokenResourceError as error:
+        if layers.tls and isinstance(error.__cause__, ssl.SSLError):
+            why = error.__cause__
+            raise NsqTlsError(f"{address}: TLS handshake failed: {why}") from why
+        raise NsqConnectionError(f"{address}: lost during the handshake: {error!r}") from error
+    except (trio.ClosedResourceError, OSError) as error:
+        raise NsqConnectionError(f"{address}: lost during the handshake: {error}") from error
+    except ProtocolError as error:
+        raise error_for(ErrorReply(error)) from error
 
 
 async def _handshake(
@@ -419,7 +456,7 @@ async def _handshake(
         await _expect_ok(layers, parser, codec.name)
     if identified.auth_required:
         if options.auth_secret is None:
-            raise NsqError(ErrorReply(AUTH_NEEDED))
+            raise error_for(ErrorReply(AUTH_NEEDED))
         await layers.send(encode_command(Auth(options.auth_secret)))
         await _one_reply(layers, parser)
     return identified
@@ -430,7 +467,7 @@ async def _one_reply(layers: Layers, parser: ClientConnection) -> Response:
     while (frame := await layers.next_frame()) is not None:
         for reply in parser.receive_data(frame):
             if isinstance(reply, ErrorReply):
-                raise NsqError(reply)
+                raise error_for(reply)
             if isinstance(reply, Response) and not reply.is_heartbeat:
                 return reply
     raise ConnectionClosedError("closed before answering")
@@ -441,4 +478,4 @@ async def _expect_ok(layers: Layers, parser: ClientConnection, upgrade: str) -> 
     reply = await _one_reply(layers, parser)
     if reply.data != b"OK":
         text = f"{upgrade} upgrade answered {reply.data[:40]!r}, not OK"
-        raise NsqError(ErrorReply(ProtocolError("E_IDENTIFY_FAILED", text)))
+        raise error_for(ErrorReply(ProtocolError("E_IDENTIFY_FAILED", text)))

@@ -8,13 +8,22 @@ scheduler pass while any are waiting, so a burst is handled in one turn and its
 FINs leave in one write. A lost connection is opened again after a jittered,
 capped backoff (with lookupd: only while lookupd still lists it, and the lookup is
 refreshed at once); what it held is redelivered by the broker (at-least-once).
+
+Stopping is go-nsq's ``Stop``, whatever ends the ``async with`` (the block's end, a
+``break`` out of ``async for``, an exception, a cancellation) or cancels
+:meth:`Consumer.handle`: RDY 0 everywhere; REQ (delay 0) what was received and not
+handed out, and what arrives later; handlers get ``drain_timeout`` to finish the
+messages they hold; then every message still unanswered goes back (REQ 0), CLS is
+sent and each ``CLOSE_WAIT`` awaited before the connections close. So nothing waits
+for its msg_timeout at the broker (Go nsqd keeps a closed connection's messages in
+flight until then). The cleanup runs shielded, under deadlines, so a cancellation
+cannot cut it short nor hang it.
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
-import random
 from collections import deque
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Final
@@ -22,7 +31,8 @@ from typing import TYPE_CHECKING, Final
 import attrs
 import trio
 
-from ..protocol.commands import OffsetSpec, Sub, SubAdvanced, SubOrdered
+from ..protocol.client import encode_req
+from ..protocol.commands import Cls, OffsetSpec, Sub, SubAdvanced, SubOrdered
 from ..protocol.identify import (
     MAX_ATTEMPTS_BOUND,
     MAX_BYTES_PER_SEC,
@@ -30,8 +40,10 @@ from ..protocol.identify import (
     MAX_MSGS_PER_SEC,
     MIN_GROUP_SESSION_TIMEOUT_MS,
 )
-from .connection import ConnectionClosedError, NsqError, open_connection
+from .backoff import Backoff
+from .connection import open_connection
 from .discovery import Discovery, Placement, Target
+from .errors import ConnectionClosedError, NsqConfigError, NsqError
 from .groups import single_errors
 from .layers import LOST
 from .message import ClientMessage
@@ -61,6 +73,10 @@ MIN_SESSION: Final = MIN_GROUP_SESSION_TIMEOUT_MS / 1000
 MAX_SESSION: Final = MAX_GROUP_SESSION_TIMEOUT_MS / 1000
 LOST_OR_CLOSED: Final[tuple[type[Exception], ...]] = (*LOST, ConnectionClosedError)
 """A connection that could not be opened or was lost: try again after a backoff."""
+RETRIED: Final[tuple[type[Exception], ...]] = (*LOST_OR_CLOSED, NsqError)
+"""...and a refused SUB (logged): the consumer keeps trying."""
+CLOSE_WAIT_TIMEOUT: Final = 2.0
+"""Seconds a stopping consumer waits for the brokers' ``CLOSE_WAIT`` answers to CLS."""
 
 
 @attrs.frozen
@@ -117,6 +133,10 @@ class ConsumerSettings:
     lookup_interval: float = 60.0
     trace: bool = False
     """Log each message's ids, offsets, time and addresses (logger ``trionsq.client.trace``)."""
+    drain_timeout: float = 5.0
+    """Handler mode, once the consumer stops (:meth:`Consumer.handle` cancelled, or
+    its block left): seconds the running handlers get to finish the messages they
+    hold; then they are cancelled and those messages given back (REQ 0)."""
 
     @property
     def detail(self) -> bool:
@@ -136,21 +156,23 @@ class Consumer:
         nursery: trio.Nursery,
     ) -> None:
         if settings.ordered and settings.start_at is not None:
-            raise ValueError("SUB_ORDERED takes no start offset: set it with /channel/setoffset")
+            raise NsqConfigError(
+                "SUB_ORDERED takes no start offset: set it with /channel/setoffset"
+            )
         if settings.ordered_window < 1:
-            raise ValueError("ordered_window must be at least 1")
+            raise NsqConfigError("ordered_window must be at least 1")
         if settings.ordered and settings.ordered_window > 1:
             identify = attrs.evolve(options.identify, ordered_window=settings.ordered_window)
             options = attrs.evolve(options, identify=identify)
         if settings.dead_letter:
             if not 0 < settings.max_attempts <= MAX_ATTEMPTS_BOUND:
-                raise ValueError(f"dead_letter needs max_attempts of 1 to {MAX_ATTEMPTS_BOUND}")
+                raise NsqConfigError(f"dead_letter needs max_attempts of 1 to {MAX_ATTEMPTS_BOUND}")
             identify = attrs.evolve(options.identify, max_attempts=settings.max_attempts)
             options = attrs.evolve(options, identify=identify)
         if settings.group_member:
             session = settings.group_session_timeout
             if session and not MIN_SESSION <= session <= MAX_SESSION:
-                raise ValueError(
+                raise NsqConfigError(
                     f"group_session_timeout must be 0 or {MIN_SESSION} to {MAX_SESSION}"
                 )
             identify = attrs.evolve(
@@ -162,9 +184,9 @@ class Consumer:
             options = attrs.evolve(options, identify=identify)
         if settings.max_msgs_per_sec or settings.max_bytes_per_sec:
             if not 0 <= settings.max_msgs_per_sec <= MAX_MSGS_PER_SEC:
-                raise ValueError(f"max_msgs_per_sec must be 0 to {MAX_MSGS_PER_SEC}")
+                raise NsqConfigError(f"max_msgs_per_sec must be 0 to {MAX_MSGS_PER_SEC}")
             if not 0 <= settings.max_bytes_per_sec <= MAX_BYTES_PER_SEC:
-                raise ValueError(f"max_bytes_per_sec must be 0 to {MAX_BYTES_PER_SEC}")
+                raise NsqConfigError(f"max_bytes_per_sec must be 0 to {MAX_BYTES_PER_SEC}")
             identify = attrs.evolve(
                 options.identify,
                 max_msgs_per_sec=settings.max_msgs_per_sec,
@@ -200,6 +222,14 @@ class Consumer:
         requeued message); what arrives past it before it is dropped."""
         self._arrived = trio.Event()
         self._crowded = trio.Event()
+        self.stopping = False
+        """:meth:`stop` was called: nothing more is handed out."""
+        self._unanswered: list[ClientMessage] = []
+        """Delivered messages, some maybe answered (pruned as it grows): what a
+        stopping consumer gives back."""
+        self._prune_at = _prune_margin(settings)
+        self._connection_scopes: set[trio.CancelScope] = set()
+        """One per :meth:`_serve` task: see there."""
 
     @property
     def connections(self) -> int:
@@ -219,10 +249,13 @@ class Consumer:
 
     async def next_batch(self) -> list[ClientMessage]:
         """Every message waiting now (at least one: waits for it), for callers that
-        hand messages on in bulk, as the blocking client does."""
+        hand messages on in bulk, as the blocking client does; none once stopping."""
         while True:
             if not self._waiting:
-                await self._wait_for_messages()
+                try:
+                    await self._wait_for_messages()
+                except StopAsyncIteration:
+                    return []
             batch = list(self._waiting)
             self._waiting.clear()
             if self.settings.group_member:
@@ -255,12 +288,11 @@ class Consumer:
         if not self.settings.pull:
             raise RuntimeError("fetch needs ConsumerSettings(pull=True)")
         if count < 1:
-            raise ValueError("fetch needs a count of at least 1")
+            raise NsqConfigError("fetch needs a count of at least 1")
         with trio.move_on_after(wait):
             while len(self._waiting) < count:
                 self._ask_for(count - len(self._waiting))
-                await self._arrived.wait()
-                self._arrived = trio.Event()
+                await self._wait_arrival()
         taken = [self._waiting.popleft() for _ in range(min(count, len(self._waiting)))]
         if self.settings.group_member:
             taken = [message for message in taken if not self._fenced(message)]
@@ -276,9 +308,57 @@ class Consumer:
             link.pull(share)
 
     async def _wait_for_messages(self) -> None:
+        """Until a message waits. Raises StopAsyncIteration once the consumer stops."""
         while not self._waiting:
-            await self._arrived.wait()
+            if self.stopping:
+                raise StopAsyncIteration
+            await self._wait_arrival()
+
+    async def _wait_arrival(self) -> None:
+        """Until messages arrive (or the consumer stops). Several tasks may wait at
+        once (handler mode): the first to wake renews the event, the others then
+        wait on the new one too, so none is left on an event nobody sets."""
+        arrived = self._arrived
+        await arrived.wait()
+        if self._arrived is arrived:
             self._arrived = trio.Event()
+
+    # --------------------------------------------------------------- stopping
+
+    def stop(self) -> None:
+        """Stop handing out messages (iteration ends), for good: RDY 0 everywhere, and
+        what was received and not handed out goes back (REQ 0), as will what still
+        arrives. Messages handed out stay theirs to answer until :func:`open_consumer`
+        closes. Not a checkpoint; idempotent."""
+        if not self.stopping:
+            self.stopping = True
+            self.readiness.close()
+            self._arrived.set()  # iterators waiting for messages end
+        waiting, self._waiting = self._waiting, deque()
+        for message in waiting:
+            message.give_back()
+
+    def give_back_held(self) -> None:
+        """REQ 0 every delivered message still unanswered: the consumer is closing and
+        nobody will answer them any more."""
+        self.stop()
+        for message in self._unanswered:
+            message.give_back()
+        self._unanswered = []
+
+    async def say_goodbye(self) -> None:
+        """CLS on every connection and wait for each ``CLOSE_WAIT`` (the broker sends
+        nothing more after it); the caller bounds the wait."""
+        async with trio.open_nursery() as nursery:
+            for link in self.readiness.links:
+                if not (link.connection.closed or link.connection.stale()):
+                    nursery.start_soon(self._say_goodbye, link.connection)
+
+    async def _say_goodbye(self, connection: Connection) -> None:
+        try:
+            await connection.request(Cls())
+        except (NsqError, ConnectionClosedError) as error:  # closing anyway
+            log.info("%s: CLS: %s", connection.address, error)
 
     # --------------------------------------------------------------- handler mode
 
@@ -299,10 +379,30 @@ class Consumer:
         """
         if self.settings.pull:
             raise RuntimeError("handler mode needs a pushing consumer: use fetch with pull=True")
+        grace = trio.CancelScope(shield=True)
         with single_errors():
             async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._handlers, grace, handler, concurrency, on_give_up)
+                try:
+                    await trio.sleep_forever()
+                finally:  # cancelled, or a handler task failed: stop, and drain
+                    self.stop()
+                    grace.deadline = trio.current_time() + self.settings.drain_timeout
+
+    async def _handlers(
+        self,
+        grace: trio.CancelScope,
+        handler: Handler,
+        concurrency: int,
+        on_give_up: GiveUp | None,
+    ) -> None:
+        """The handler tasks, shielded by ``grace`` until the consumer stops: then
+        each finishes the message it holds (its ``async for`` ends), within the
+        deadline :meth:`handle` sets."""
+        with grace:
+            async with trio.open_nursery() as workers:
                 for _ in range(concurrency):
-                    nursery.start_soon(self._handle_forever, handler, on_give_up)
+                    workers.start_soon(self._handle_forever, handler, on_give_up)
 
     async def _handle_forever(self, handler: Handler, on_give_up: GiveUp | None) -> None:
         limit = self.settings.max_attempts
@@ -428,38 +528,67 @@ class Consumer:
         """Keep one subscribed connection to ``target``, reconnecting on loss.
 
         ``started`` once the first SUB is answered (or, unless ``strict``, failed).
+        It runs in a cancel scope of its own, shielded while subscribed: a consumer
+        cancelled from outside still stops gracefully over its connections, which
+        :meth:`release` then cancels.
         """
-        backoff = BACKOFF_FIRST
+        with trio.CancelScope() as scope:
+            self._connection_scopes.add(scope)
+            try:
+                await self._keep_subscribed(target, strict, scope, task_status)
+            finally:
+                self._connection_scopes.discard(scope)
+                self._serving.discard(target)
+
+    def release(self) -> None:
+        """End every connection (the last step of stopping)."""
+        for scope in self._connection_scopes:
+            scope.cancel()
+
+    async def _keep_subscribed(
+        self,
+        target: Target,
+        strict: bool,
+        scope: trio.CancelScope,
+        task_status: trio.TaskStatus[None],
+    ) -> None:
+        backoff = Backoff(BACKOFF_FIRST, BACKOFF_MAX)
         first: trio.TaskStatus[None] | None = task_status
         subscribed = False
-        try:
-            while True:
-                try:
-                    await self._subscribed(target, subscribed, first)
-                    subscribed, first, backoff = True, None, BACKOFF_FIRST
-                except LOST_OR_CLOSED as error:
-                    if first is not None and strict:
-                        raise
-                    log.info("%s: consumer connection lost: %s", target.address, error)
-                except NsqError as error:
-                    if first is not None and strict:
-                        raise
-                    log.warning("%s: %s", target.address, error)
-                if first is not None:
-                    first.started()
-                    first = None
-                self.reconnects += 1
-                if self.discovery is not None:
-                    self.discovery.refresh()
-                await trio.sleep(backoff * random.uniform(0.5, 1.0))  # noqa: S311 - jitter
-                backoff = min(backoff * 2, BACKOFF_MAX)
-                if self.discovery is not None and target not in self.discovery.placement.targets:
-                    return  # lookupd no longer lists it: go-nsq lets it go too
-        finally:
-            self._serving.discard(target)
+        while True:
+            failure: Exception | None = None
+            try:
+                await self._subscribed(target, subscribed, first, scope)
+                subscribed, first = True, None
+                backoff.reset()
+            except RETRIED as error:
+                if first is not None and strict:
+                    raise
+                failure = error
+            if first is not None:
+                first.started()
+                first = None
+            if self.stopping:
+                return
+            self.reconnects += 1
+            if self.discovery is not None:
+                self.discovery.refresh()
+            delay = backoff.delay()
+            if failure is not None:  # the loss itself was logged by the connection
+                doing = "reconnect" if subscribed else "subscribe"
+                log.warning(
+                    "%s: %s failed: %s; next try in %.1fs", target.address, doing, failure, delay
+                )
+            await trio.sleep(delay)
+            if self.discovery is not None and target not in self.discovery.placement.targets:
+                return  # lookupd no longer lists it: go-nsq lets it go too
 
     async def _subscribed(
-        self, target: Target, again: bool, first: trio.TaskStatus[None] | None
+        self,
+        target: Target,
+        again: bool,
+        first: trio.TaskStatus[None] | None,
+        scope: trio.CancelScope,
     ) -> None:
         """One connection's life: subscribe, take part in RDY, wait for its end."""
         settings = self.settings
@@ -479,18 +608,25 @@ class Consumer:
             detail=settings.detail,
         ) as connection:
             await connection.request(self._sub(target, again))
+            if again:
+                log.info("%s: %s/%s: connection back", target.address, self.topic, self.channel)
             link = Link(connection, target, trio.current_time())
             self.readiness.add(link)
             if self.readiness.crowded:
                 self._crowded.set()
             if first is not None:
                 first.started()
+            scope.shield = True  # until it ends, stopping needs it (see _serve)
             try:
                 await connection.wait_closed()
             finally:
+                scope.shield = False
                 self.readiness.remove(link)
 
     def _received(self, link: Link, messages: list[Message]) -> None:
+        if self.stopping:  # sent before our RDY 0 or CLS reached the broker: back at once
+            link.connection.send_bytes(b"".join(encode_req(m.id, 0) for m in messages))
+            return
         link.last_message = trio.current_time()
         if link.pulled:
             link.pulled = max(0, link.pulled - len(messages))
@@ -509,9 +645,13 @@ class Consumer:
         connection, partition = link.connection, link.target.partition
         if not messages:
             return
-        self._waiting.extend(
-            ClientMessage(message, connection, self, partition) for message in messages
-        )
+        arrived = [ClientMessage(message, connection, self, partition) for message in messages]
+        self._waiting.extend(arrived)
+        held = self._unanswered
+        held += arrived
+        if len(held) > self._prune_at:  # amortized: at most the margin answered kept
+            self._unanswered = held = [message for message in held if not message.responded]
+            self._prune_at = len(held) + _prune_margin(settings)
         self._arrived.set()
 
     def _past_rewind(self, link: Link, messages: list[Message]) -> list[Message]:
@@ -531,6 +671,12 @@ class Consumer:
                 self.offsets.restart((link.target.address, link.target.partition))
             kept.append(message)
         return kept
+
+
+def _prune_margin(settings: ConsumerSettings) -> int:
+    """How many answered messages :attr:`Consumer._unanswered` may keep before it is
+    pruned: about what is in flight, so pruning costs O(1) a message."""
+    return max(settings.max_in_flight, 64)
 
 
 @asynccontextmanager
@@ -561,8 +707,9 @@ async def open_consumer(
     Raises:
         NsqError: a first SUB to a given nsqd was refused (a bad name, an ordered
             topic subscribed without ``ordered``, ...).
-        OSError: a given nsqd cannot be reached.
-        LookupError_: no lookupd answered.
+        NsqConnectionError: a given nsqd cannot be reached (NsqTlsError: TLS failed).
+        NsqDiscoveryError: no lookupd answered.
+        NsqConfigError: bad settings or addresses.
     """
     chosen = settings or ConsumerSettings()
     if max_in_flight is not None:
@@ -576,7 +723,7 @@ async def open_consumer(
     addresses = [nsqd] if isinstance(nsqd, str) else list(nsqd)
     lookupds = [lookupd] if isinstance(lookupd, str) else list(lookupd)
     if not addresses and not lookupds:
-        raise ValueError("open_consumer needs nsqd TCP addresses or lookupd HTTP addresses")
+        raise NsqConfigError("open_consumer needs nsqd TCP addresses or lookupd HTTP addresses")
     with single_errors():  # a refused first SUB comes out as the NsqError itself
         async with trio.open_nursery() as nursery:
             consumer = Consumer(topic, channel, chosen, options or ConnectionOptions(), nursery)
@@ -584,8 +731,15 @@ async def open_consumer(
             try:
                 await _subscribe_first(consumer, addresses, partitions, lookupds)
                 yield consumer
-            finally:
-                nursery.cancel_scope.cancel()
+            finally:  # a graceful stop, even when cancelled: shielded, bounded
+                try:
+                    consumer.give_back_held()
+                    with trio.CancelScope(shield=True) as closing:
+                        closing.deadline = trio.current_time() + CLOSE_WAIT_TIMEOUT
+                        await consumer.say_goodbye()
+                finally:
+                    consumer.release()
+                    nursery.cancel_scope.cancel()
 
 
 async def _subscribe_first(

@@ -6,7 +6,9 @@ Youzan's ``/lookup?...&metainfo=true`` shape (``partitions`` with one leader eac
 ``meta`` with the partition count) and upstream's (``producers`` only) are accepted,
 with or without the ``{"status_code","data"}`` envelope. A :class:`Target` is where
 one connection goes: an nsqd's TCP address and, for a partitioned topic, the
-partition.
+partition. Every producer is a target: a broker listed under no partition (an nsqd
+that knows none, or one of several brokers holding a plain topic) is consumed and
+published to without one, as NSQ clients and Youzan's go-nsq consumer do.
 
 :class:`Discovery` asks every lookupd it knows (``/listlookup`` first, the
 configured list when that fails), merges what they say, and looks again every
@@ -27,13 +29,13 @@ import trio
 
 from ..addresses import join_host_port
 from ..http.client import HttpClientError, http_get
+from .errors import NsqClientError, NsqConfigError, NsqDiscoveryError, renamed
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Iterable, Sequence
 
 __all__ = [
     "Discovery",
-    "LookupError_",
     "Placement",
     "Target",
     "parse_listlookup",
@@ -70,10 +72,6 @@ class Placement:
     extend_support: bool = False
 
 
-class LookupError_(Exception):
-    """No lookupd answered about the topic."""
-
-
 def _data(body: bytes) -> dict[str, object]:
     document = orjson.loads(body)
     if not isinstance(document, dict):
@@ -92,8 +90,8 @@ def _peer_address(peer: object) -> str | None:
 
 
 def parse_lookup(body: bytes) -> Placement:
-    """A ``/lookup`` answer: one target per partition when partitions are listed,
-    else one per producer (upstream nsqd, no partitions).
+    """A ``/lookup`` answer: one target per listed partition, and one without a
+    partition per producer that leads none (every producer, upstream).
 
     Raises:
         ValueError: not JSON, or not an object.
@@ -101,26 +99,33 @@ def parse_lookup(body: bytes) -> Placement:
     data = _data(body)
     targets: list[Target] = []
     partitions = data.get("partitions")
-    if isinstance(partitions, dict) and partitions:
-        for key, peer in partitions.items():
-            address = _peer_address(peer)
-            if address is not None and str(key).lstrip("-").isdigit() and int(key) >= 0:
-                targets.append(Target(address, int(key)))
-    else:
-        producers = data.get("producers")
-        for peer in producers if isinstance(producers, list) else []:
-            address = _peer_address(peer)
-            if address is not None:
-                targets.append(Target(address))
+    for key, peer in partitions.items() if isinstance(partitions, dict) else ():
+        address = _peer_address(peer)
+        if address is not None and str(key).lstrip("-").isdigit() and int(key) >= 0:
+            targets.append(Target(address, int(key)))
+    producers = data.get("producers")
+    for peer in producers if isinstance(producers, list) else []:
+        address = _peer_address(peer)
+        if address is not None:
+            targets.append(Target(address))
     meta = data.get("meta")
     meta = meta if isinstance(meta, dict) else {}
     count = meta.get("partition_num")
     return Placement(
-        tuple(sorted(set(targets))),
+        _without_shadowed(targets),
         count if isinstance(count, int) and count > 0 else _listed_count(targets),
         meta.get("ordered") is True,
         meta.get("extend_support") is True,
     )
+
+
+def _without_shadowed(targets: Iterable[Target]) -> tuple[Target, ...]:
+    """Sorted, once each, and without a partitionless target for an address that
+    leads a partition (the broker is read through its partitions)."""
+    unique = set(targets)
+    leading = {target.address for target in unique if target.partition is not None}
+    kept = (t for t in unique if t.partition is not None or t.address not in leading)
+    return tuple(sorted(kept))
 
 
 def _listed_count(targets: Sequence[Target]) -> int | None:
@@ -149,10 +154,10 @@ def parse_listlookup(body: bytes) -> list[str]:
 
 def merge(placements: Sequence[Placement]) -> Placement:
     """Several lookupds' answers as one: every target any of them names."""
-    targets = sorted({target for placement in placements for target in placement.targets})
+    targets = _without_shadowed(target for placement in placements for target in placement.targets)
     counts = [p.partition_count for p in placements if p.partition_count is not None]
     return Placement(
-        tuple(targets),
+        targets,
         max(counts) if counts else None,
         any(p.ordered for p in placements),
         any(p.extend_support for p in placements),
@@ -176,7 +181,7 @@ class Discovery:
         on_change: Callable[[Placement], None] | None = None,
     ) -> None:
         if not lookupd_addresses:
-            raise ValueError("discovery needs at least one lookupd HTTP address")
+            raise NsqConfigError("discovery needs at least one lookupd HTTP address")
         self.configured = list(lookupd_addresses)
         self.topic = topic
         self.access = access
@@ -187,6 +192,8 @@ class Discovery:
         self.on_change = on_change
         """Called with the new placement when a lookup changes it."""
         self._failures: dict[str, int] = {}
+        self._last_error: Exception | None = None
+        """What the last lookupd that failed said (the cause of a failed round)."""
         self._wanted = trio.Event()
         self._looked = trio.Event()
 
@@ -203,14 +210,16 @@ class Discovery:
         """One round: find the lookupds, ask each, merge, and remember the answer.
 
         Raises:
-            LookupError_: none of them answered.
+            NsqDiscoveryError: none of them answered (``__cause__``: the last error).
         """
         listed = await self._listed()
         answers = await self._ask(listed or self.configured)
         if not answers and listed:  # the names they gave may not resolve from here
             answers = await self._ask(self.configured)
         if not answers:
-            raise LookupError_(f"no lookupd answered about {self.topic!r}: {self.configured}")
+            raise NsqDiscoveryError(
+                f"no lookupd answered about {self.topic!r}: {self.configured}"
+            ) from self._last_error
         placement = merge(answers)
         changed = placement != self.placement
         self.placement = placement
@@ -259,6 +268,7 @@ class Discovery:
                 self._failures.pop(address, None)
             except (HttpClientError, ValueError) as error:
                 self._failures[address] = self._failures.get(address, 0) + 1
+                self._last_error = error
                 log.warning("lookupd %s: %s", address, error)
         return answers
 
@@ -283,7 +293,7 @@ class Discovery:
             self._wanted = trio.Event()
             try:
                 await self.lookup()
-            except LookupError_ as error:
+            except NsqDiscoveryError as error:
                 log.warning("%s", error)
             await trio.sleep(REFRESH_FLOOR)
 
@@ -295,3 +305,8 @@ def parse_nodes(body: bytes) -> list[Target]:
     producers = data.get("producers")
     found = [_peer_address(peer) for peer in producers] if isinstance(producers, list) else []
     return sorted({Target(address) for address in found if address is not None})
+
+
+def __getattr__(name: str) -> type[NsqClientError]:
+    """``LookupError_``, the old name of :class:`NsqDiscoveryError` (deprecated)."""
+    return renamed(__name__, name)

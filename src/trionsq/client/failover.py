@@ -12,10 +12,11 @@ failure. A retried message with a ``##idempotency_key`` is stored once.
 
 from __future__ import annotations
 
-import random
 from typing import Final
 
 import trio
+
+from .backoff import Backoff
 
 __all__ = ["FailoverRetry"]
 
@@ -26,22 +27,20 @@ MAX_PAUSE: Final = 1.0
 class FailoverRetry:
     """One request's failover window and backoff."""
 
-    __slots__ = ("_deadline", "_pause", "timeout")
+    __slots__ = ("_backoff", "_deadline", "timeout")
 
     def __init__(self, timeout: float) -> None:
         self.timeout = timeout
         self._deadline: float | None = None
-        self._pause = FIRST_PAUSE
+        self._backoff = Backoff(FIRST_PAUSE, MAX_PAUSE)
 
     async def wait(self) -> bool:
         """Pause before the next try; False once the window (from the first failure
         that waited) is over: the caller raises the last error."""
-        now = trio.current_time()
         if self._deadline is None:
-            self._deadline = now + self.timeout
-        pause = self._pause * random.uniform(0.5, 1.0)  # noqa: S311 - jitter
-        if now + pause > self._deadline:
+            self._deadline = trio.current_time() + self.timeout
+        pause = self._backoff.delay_before(self._deadline)
+        if pause is None:
             return False
         await trio.sleep(pause)
-        self._pause = min(2 * self._pause, MAX_PAUSE)
         return True

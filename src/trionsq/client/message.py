@@ -103,9 +103,21 @@ class ClientMessage(MessageFields):
         if not self.responded and not self._connection.closed:
             self._connection.send_bytes(encode_touch(self.message.id))
 
+    def give_back(self) -> None:
+        """REQ at once, no backoff, unless answered already: its consumer is stopping
+        and nobody will answer it any more (so it does not wait for msg_timeout)."""
+        if not self.responded:
+            self.responded = True
+            connection = self._connection
+            if not connection.closed and not connection.fenced:
+                connection.send_bytes(encode_req(self.message.id, 0))
+
     def _respond(self, command: bytes) -> None:
         if self.responded:
-            raise RuntimeError("this message was already finished or requeued")
+            raise RuntimeError(
+                "this message was already finished or requeued"
+                " (or given back when its consumer stopped)"
+            )
         self.responded = True
         if not self._connection.closed:  # else the broker redelivers it anyway
             self._connection.send_bytes(command)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from .errors import NsqConfigError
+
 __all__ = ["murmur3_32", "partition_for_key"]
 
 _C1: Final = 0xCC9E2D51
@@ -42,6 +44,6 @@ def murmur3_32(data: bytes, seed: int = 0) -> int:
 def partition_for_key(key: bytes | str, partition_count: int) -> int:
     """The partition of ``partition_count`` that ``key``'s messages always go to."""
     if partition_count < 1:
-        raise ValueError("a topic has at least one partition")
+        raise NsqConfigError("a topic has at least one partition")
     raw = key.encode() if isinstance(key, str) else key
     return murmur3_32(raw) % partition_count

@@ -6,6 +6,8 @@ how failures slow it down: go-nsq's rules, without I/O or clocks of their own.
   RDY 1 at a time; :meth:`ReadyControl.redistribute` (called every few seconds)
   takes it from those that have been idle and gives it to others at random, so
   every nsqd is drained eventually.
+- Closing: RDY 0 everywhere for good (:meth:`ReadyControl.close`), the first step
+  of a consumer's graceful stop.
 - Backoff: a failed message raises the level and stops delivery (RDY 0
   everywhere) for ``backoff_unit * 2**(level-1)`` seconds, capped; then one
   connection gets RDY 1 to test the water; a success lowers the level (full RDY
@@ -19,6 +21,7 @@ import random
 from typing import TYPE_CHECKING, Final
 
 from ..protocol.commands import Pull, Rdy
+from .errors import NsqConfigError
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -71,7 +74,7 @@ class ReadyControl:
         """``pulling``: the consumer pulls (PULL, :meth:`Consumer.fetch`): no RDY is
         ever sent."""
         if max_in_flight < 1:
-            raise ValueError("max_in_flight must be at least 1")
+            raise NsqConfigError("max_in_flight must be at least 1")
         self.max_in_flight = max_in_flight
         self.backoff_unit = backoff_unit
         self.max_backoff = max_backoff
@@ -81,6 +84,8 @@ class ReadyControl:
         self.stopped = False
         """In a backoff wait: RDY 0 everywhere, results not counted."""
         self.pulling = pulling
+        self.closing = False
+        """The consumer is stopping: RDY stays 0 on every link, new ones included."""
         self._random = chooser or random.Random()  # noqa: S311 - spreading load, not secrets
 
     @property
@@ -102,7 +107,7 @@ class ReadyControl:
         links = self.links
         if not links or self.pulling:
             return
-        if self.stopped:
+        if self.stopped or self.closing:
             for link in links:
                 link.set_rdy(0)
         elif self.level:
@@ -120,9 +125,14 @@ class ReadyControl:
             for link in links:
                 link.set_rdy(1 if id(link) in chosen else 0)
 
+    def close(self) -> None:
+        """The consumer is stopping: RDY 0 on every link, and no more RDY after."""
+        self.closing = True
+        self.rebalance()
+
     def redistribute(self, now: float, idle: float) -> None:
         """Crowded: links idle for ``idle`` seconds give their RDY 1 to waiting ones."""
-        if not self.crowded or self.stopped or self.level:
+        if not self.crowded or self.stopped or self.closing or self.level:
             return
         freed = [link for link in self.links if link.rdy > 0 and now - link.last_message >= idle]
         waiting = [link for link in self.links if link.rdy == 0]

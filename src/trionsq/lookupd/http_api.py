@@ -29,6 +29,7 @@ from ..http.static import static_routes
 from ..protocol.names import is_valid_name
 from ..version import NSQD_RELEASE, TRIONSQ_VERSION
 from . import groups
+from .broker_stats import broker_stats
 from .brokers import BrokerSync
 from .registry import TOPIC
 from .replicated import ReplicationRefused
@@ -68,6 +69,7 @@ ADMIN_PAGE: Final = {
     "/admin/admin.js": "admin_page/admin.js",
     "/admin/admin_dom.js": "admin_page/admin_dom.js",
     "/admin/admin_views.js": "admin_page/admin_views.js",
+    "/admin/admin_model.js": "admin_page/admin_model.js",
     "/admin/admin.css": "admin_page/admin.css",
 }
 """The admin page, as brokers serve it: here it finds the brokers through /nodes."""
@@ -154,6 +156,7 @@ class LookupdHttpApi:
             "/channel/create": {"POST": self._channel_create},
             "/channel/delete": {"POST": self._channel_delete},
             "/topic/tombstone": {"POST": self._topic_tombstone},
+            "/admin/broker_stats": {"GET": self._broker_stats},
             **static_routes("trionsq", ADMIN_PAGE),
         }
 
@@ -310,6 +313,10 @@ class LookupdHttpApi:
             for node in self.registry.nodes(self.clock())
         ]
         return self._ok(request, {"producers": nodes})
+
+    async def _broker_stats(self, request: Request) -> Response:
+        """A listed broker's /stats, for the admin page (broker_stats.py)."""
+        return await broker_stats(request, self.registry.nodes(self.clock()))
 
     async def _debug(self, request: Request) -> Response:
         """Every registration with producers: ``"category:key:subkey"`` -> producers.

@@ -187,6 +187,10 @@ class RegistrationDB:
         """topic -> partition -> peer ids that registered it (Youzan's per-partition
         registrations; upstream's form counts as partition 0)."""
         self._peer_partitions: dict[str, dict[tuple[str, int], None]] = {}
+        self._channel_partitions: dict[str, dict[tuple[str, str], dict[int, None]]] = {}
+        """peer id -> (topic, channel) -> partitions it registered the channel for
+        (Youzan's nsqd registers a channel per partition; upstream's form is 0): the
+        peer leaves the channel's key when its last one goes."""
         self._watchers: list[Callable[[], None]] = []
 
     def watch(self, callback: Callable[[], None]) -> None:
@@ -322,9 +326,11 @@ class RegistrationDB:
         for ``/lookup``'s ``partitions``; Youzan's old-version marker -11 is not.
         """
         keys = [Registration(TOPIC, topic)]
+        pid = 0 if partition is None else partition
         if channel:
             keys.insert(0, Registration(CHANNEL, topic, channel))
-        pid = 0 if partition is None else partition
+            held = self._channel_partitions.setdefault(peer.id, {})
+            held.setdefault((topic, channel), {})[pid] = None
         if pid >= 0:
             self._partitions.setdefault(topic, {}).setdefault(pid, {})[peer.id] = None
             self._peer_partitions.setdefault(peer.id, {})[(topic, pid)] = None
@@ -366,19 +372,25 @@ class RegistrationDB:
 
         With a channel: leave that channel. Without: leave every channel of the
         topic, then the topic. An ``#ephemeral`` key left with no producers is deleted.
-        Youzan's topic form leaves that partition only, and the topic once the peer
-        holds no other partition of it.
+        Youzan's form leaves that partition only: the channel while the peer has it
+        in another partition, else the channel; the partition and its channels while
+        the peer holds another partition of the topic, else the topic.
         """
         left: list[Registration] = []
-        if channel is None or channel == "":
-            self._drop_partition(peer_id, topic, 0 if partition is None else partition)
-            if partition is not None and any(
-                key[0] == topic for key in self._peer_partitions.get(peer_id, ())
-            ):
-                return left
         if channel:
-            self._leave(Registration(CHANNEL, topic, channel), channel, peer_id, left)
+            if not self._drop_channel_partition(peer_id, topic, channel, partition):
+                self._leave(Registration(CHANNEL, topic, channel), channel, peer_id, left)
             return left
+        self._drop_partition(peer_id, topic, 0 if partition is None else partition)
+        if partition is not None and any(
+            key[0] == topic for key in self._peer_partitions.get(peer_id, ())
+        ):
+            for name in self._peer_channels(peer_id, topic):
+                if not self._drop_channel_partition(peer_id, topic, name, partition):
+                    self._leave(Registration(CHANNEL, topic, name), name, peer_id, left)
+            return left
+        for name in self._peer_channels(peer_id, topic):
+            self._drop_channel_partition(peer_id, topic, name, None)
         left.extend(
             key
             for key in self.find_registrations(CHANNEL, topic, WILDCARD)
@@ -386,6 +398,29 @@ class RegistrationDB:
         )
         self._leave(Registration(TOPIC, topic), topic, peer_id, left)
         return left
+
+    def _peer_channels(self, peer_id: str, topic: str) -> list[str]:
+        """The channels of ``topic`` the peer registered (for some partition)."""
+        held = self._channel_partitions.get(peer_id, {})
+        return [name for (key, name) in held if key == topic]
+
+    def _drop_channel_partition(
+        self, peer_id: str, topic: str, channel: str, partition: int | None
+    ) -> bool:
+        """The peer no longer has the channel in ``partition`` (None: in any); whether
+        it still has it in another one."""
+        held = self._channel_partitions.get(peer_id)
+        pids = held.get((topic, channel)) if held is not None else None
+        if held is None or pids is None:
+            return False
+        if partition is not None:
+            pids.pop(partition, None)
+            if pids:
+                return True
+        del held[(topic, channel)]
+        if not held:
+            del self._channel_partitions[peer_id]
+        return False
 
     def _leave(self, key: Registration, name: str, peer_id: str, left: list[Registration]) -> None:
         """The peer leaves ``key`` (noted in ``left``); an ``#ephemeral`` ``name`` with no
@@ -399,6 +434,7 @@ class RegistrationDB:
     def remove_peer(self, peer_id: str) -> list[Registration]:
         """The peer's connection ended: it leaves every key (keys stay, even ephemeral)."""
         held = self.lookup_registrations(peer_id)
+        self._channel_partitions.pop(peer_id, None)
         for topic, pid in list(self._peer_partitions.get(peer_id, ())):
             self._drop_partition(peer_id, topic, pid)
         for registration in held:
@@ -423,12 +459,17 @@ class RegistrationDB:
         for pid, peer_ids in self.partitions(topic).items():
             for peer_id in peer_ids:
                 self._drop_partition(peer_id, topic, pid)
+        for peer_id in list(self._channel_partitions):
+            for name in self._peer_channels(peer_id, topic):
+                self._drop_channel_partition(peer_id, topic, name, None)
         for registration in deleted:
             self.remove_registration(registration)
         return deleted
 
     def delete_channel(self, topic: str, channel: str) -> bool:
         """``/channel/delete``: False when there is no such channel key."""
+        for peer_id in list(self._channel_partitions):
+            self._drop_channel_partition(peer_id, topic, channel, None)
         return self.remove_registration(Registration(CHANNEL, topic, channel))
 
     def tombstone(self, topic: str, node: str, now: float) -> int:

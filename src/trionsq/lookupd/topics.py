@@ -430,6 +430,11 @@ def youzan_lookup(
     ``producers`` are the listed partitions' brokers, once each; for a topic not
     managed and every partition asked, every active registered broker. An unknown
     topic gives empty lists and no ``meta``.
+
+    A topic not managed whose only partition, 0, several brokers registered is a
+    plain topic on each, not a partition with a leader: none is listed, as Youzan's
+    lookupd lists nsqds without partitions only as producers, so Youzan's clients
+    read and write every producer plainly (issue 31).
     """
     channels = registry.channels(topic)
     live = registry.active_peers(now)
@@ -463,11 +468,11 @@ def youzan_lookup(
             highest = max(registered, default=0)
             meta = attrs.evolve(PLAIN_META, partition_num=highest + 1)
         for pid, peer_ids in registered.items():
-            for peer_id in peer_ids:
-                found = by_id.get(peer_id)
-                if found is not None and writable(found):
-                    partitions[str(pid)] = found
-                    break
+            holders = [by_id[i] for i in peer_ids if i in by_id and writable(by_id[i])]
+            if len(holders) > 1 and list(registered) == [0]:
+                break  # a plain topic on several brokers: no partition to name
+            if holders:
+                partitions[str(pid)] = holders[0]
         if partition == "*":
             producers = [by_id[i] for i in memberships if i in by_id and writable(by_id[i])]
     if partition != "*":

@@ -69,6 +69,7 @@ __all__ = [
     "encode_commands",
     "encode_fin",
     "encode_identify",
+    "encode_mpub_ext_parts",
     "encode_req",
     "encode_touch",
     "is_fatal_error_code",
@@ -225,6 +226,16 @@ def _encode_pub_ext(cmd: PubExt) -> bytes:
 def _encode_mpub_ext(cmd: MpubExt) -> bytes:
     head = _with_partition(b"MPUB_EXT", cmd.topic, cmd.partition)
     return head + _multi(_ext_part(m) for m in cmd.messages)
+
+
+def encode_mpub_ext_parts(topic: str, partition: int | None, count: int, parts: bytes) -> bytes:
+    """MPUB_EXT of ``count`` parts encoded already (``[int32 size][uint16 json_len]
+    [json header][body]`` each, as :func:`encode_command` writes them): for a client
+    that builds a batch in bulk (the Spark sink), with one copy of the parts."""
+    head = _with_partition(b"MPUB_EXT", topic, partition)
+    if len(parts) + 4 > _INT32_MAX:
+        raise ValueError(f"body of {len(parts) + 4} bytes does not fit an int32 size")
+    return b"".join((head, _INT32.pack(len(parts) + 4), _INT32.pack(count), parts))
 
 
 def _encode_rdy(cmd: Rdy) -> bytes:

@@ -174,9 +174,14 @@ class MpubTrace:
     partition: int | None = None
 
 
-@attrs.frozen
+@attrs.define(unsafe_hash=True)
 class ExtMessage:
-    """A body with its JSON header bytes as the client sent them."""
+    """A body with its JSON header bytes as the client sent them.
+
+    Immutable by convention, not enforced (as :class:`~trionsq.queues.record.Record`):
+    the server makes one per message of an MPUB_EXT, and a frozen attrs class cost
+    0.7 us to build against 0.25 us (issue 32). Hashable by value, as it was frozen.
+    """
 
     header: bytes
     body: bytes

@@ -75,9 +75,14 @@ command there, a non-fatal one is answered after the body has been skipped."""
 # A body reader yields (bytes wanted, error to send if the stream ends first) and
 # is sent exactly that many bytes; it returns its event, or raises ProtocolError.
 # The EOF error may be a zero-argument factory, so the hot path builds no errors.
+# BULK + n asks for whatever has arrived, from 1 to n bytes (a bulk reader,
+# publish_readers.py; as large as no field can be, so the loop that sends exact
+# fields stays as it was); a reader that took more than its command sets
+# ``_unread`` to how many bytes of the last field it sent belong to what follows.
 _EofError = ProtocolError | Callable[[], ProtocolError]
 _Request = tuple[int, _EofError]
 _Reader = Generator[_Request, bytes, Event | None]
+BULK: Final = 1 << 62
 
 
 def _text(raw: bytes) -> str:
@@ -108,7 +113,7 @@ class CommandArguments:
     """Argument checks shared by every command parser of :class:`~.server.ServerConnection`
     (a base class with no state of its own: the connection holds the slots)."""
 
-    __slots__ = ("_names",)
+    __slots__ = ("_names", "_unread")
 
     settings: ServerSettings
     negotiated: NegotiatedSettings
@@ -117,6 +122,7 @@ class CommandArguments:
     state: ConnectionState
     authenticated: bool
     binary_ids: bool
+    _unread: int
     _names: dict[bytes, str]
     """Valid names' texts by their bytes (a connection rarely uses many)."""
 

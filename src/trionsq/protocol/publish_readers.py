@@ -1,6 +1,7 @@
 """The publish commands of protocol V2 and Youzan's extension (PUB, DPUB, MPUB,
 PUB_EXT, PUB_TRACE, MPUB_EXT, MPUB_TRACE): their arguments, the gate before the body,
-and the generators that read their bodies field by field (spec §4.4-4.7, §8.3).
+and the generators that read their bodies field by field (spec §4.4-4.7, §8.3), but
+for MPUB_EXT parts that carry only an idempotency key, read in bulk (keyed_parts.py).
 
 A base of :class:`~.server.ServerConnection`, apart so the connection's state machine
 and the publish bodies each read in one place.
@@ -8,8 +9,7 @@ and the publish bodies each read in one place.
 
 from __future__ import annotations
 
-import re
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, TypeVar
 
 from .commands import (
     Dpub,
@@ -23,7 +23,8 @@ from .commands import (
     TracedMessage,
 )
 from .errors import ProtocolError
-from .ext_header import IDEMPOTENCY_KEY, MAX_IDEMPOTENCY_KEY_BYTES, check_ext_header
+from .ext_header import check_ext_header
+from .keyed_parts import KEY_ONLY_START, is_plain_key, read_keyed_parts
 from .parsing import (
     _EOF_BODY,
     _EOF_BODY_SIZE,
@@ -31,6 +32,7 @@ from .parsing import (
     _EOF_YOUZAN_BODY,
     _UINT16,
     _UINT64,
+    BULK,
     CommandArguments,
     _fatal,
     _invalid,
@@ -39,11 +41,13 @@ from .parsing import (
 from .strconv import decimal_text, parse_decimal
 
 if TYPE_CHECKING:
-    from collections.abc import Generator
+    from collections.abc import Callable, Generator
 
     from .parsing import _Reader, _Request
 
 __all__ = ["PublishReaders"]
+
+T = TypeVar("T")
 
 
 class PublishReaders(CommandArguments):
@@ -132,9 +136,10 @@ class PublishReaders(CommandArguments):
         return count
 
     def _read_mpub_part_size(
-        self, index: int, body_size: int, budget: int
+        self, index: int, body_size: int, budget: int, minimum: int = 0
     ) -> Generator[_Request, bytes, int]:
-        """One part's size: nsqd's checks, plus our bound of the parts by the body size.
+        """One part's size: nsqd's checks, plus our bound of the parts by the body size,
+        then Youzan's ``minimum`` (a trace id or a header length fits in a part).
 
         nsqd reads the parts without holding them to the declared body size; we refuse
         parts that would overrun it, so a lying header cannot make us buffer more than
@@ -151,6 +156,8 @@ class PublishReaders(CommandArguments):
             )
         if size + 4 > budget:
             raise _fatal("E_BAD_BODY", f"MPUB body size {body_size} is smaller than its messages")
+        if size <= minimum:
+            raise _fatal("E_BAD_MESSAGE", f"MPUB invalid message({index}) body size {size}")
         return size
 
     def _read_mpub(
@@ -226,39 +233,109 @@ class PublishReaders(CommandArguments):
         self._require_existable(topic)
         refusal = self._gate(verb, topic, partition, size)
         count = yield from self._read_message_count()
-        budget = size - 4
-        eof_body = _EOF_MPUB_BODY
-        traced = verb == "MPUB_TRACE"
-        minimum = 8 if traced else 2
-        traces: list[TracedMessage] = []
-        exts: list[ExtMessage] = []
-        soft_error: ProtocolError | None = None
-        for index in range(count):
-            part = yield from self._read_mpub_part_size(index, size, budget)
-            budget -= part + 4
-            if part <= minimum:
-                raise _fatal("E_BAD_MESSAGE", f"MPUB invalid message({index}) body size {part}")
-            if traced:
-                trace_id: int = _UINT64.unpack((yield 8, eof_body))[0]
-                traces.append(TracedMessage(trace_id, (yield part - 8, eof_body)))
-                continue
-            message = yield from self._read_ext_message(part, eof_body)
-            if isinstance(message, ProtocolError):
-                soft_error = soft_error or message
-            else:
-                exts.append(message)
+        if verb == "MPUB_TRACE":
+            traces = yield from self._read_traced_parts(size, count)
+            return refusal if refusal is not None else MpubTrace(topic, traces, partition)
+        exts, soft_error = yield from self._read_ext_parts(size, count)
         if refusal is not None:
             return refusal
-        if traced:
-            return MpubTrace(topic, tuple(traces), partition)
         if soft_error is not None:
             return soft_error
         return MpubExt(topic, tuple(exts), partition)
 
+    def _read_traced_parts(
+        self, size: int, count: int
+    ) -> Generator[_Request, bytes, tuple[TracedMessage, ...]]:
+        budget = size - 4
+        eof_body = _EOF_MPUB_BODY
+        traces: list[TracedMessage] = []
+        for index in range(count):
+            part = yield from self._read_mpub_part_size(index, size, budget, 8)
+            budget -= part + 4
+            trace_id: int = _UINT64.unpack((yield 8, eof_body))[0]
+            traces.append(TracedMessage(trace_id, (yield part - 8, eof_body)))
+        return tuple(traces)
 
-_KEY_ONLY_START: Final = b'{"%s":"' % IDEMPOTENCY_KEY.encode()
-_PLAIN_KEY: Final = re.compile(rb"[ !#-\[\]-~]{1,%d}" % MAX_IDEMPOTENCY_KEY_BYTES)
-"""Printable ASCII but the quote and the backslash: a JSON string that is its own text."""
+    def _read_ext_parts(
+        self, size: int, count: int
+    ) -> Generator[_Request, bytes, tuple[list[ExtMessage], ProtocolError | None]]:
+        """An MPUB_EXT's parts, and the first header error (non-fatal).
+
+        Parts whose header is only an idempotency key are read in bulk from whatever
+        has arrived (:mod:`.keyed_parts`); a part cut short by the end of what arrived
+        is read the exact way, and from the first other part on, every part is. So each
+        error has one home, :meth:`_read_ext_part`, and comes at the same byte as it
+        always did.
+        """
+        budget = size - 4
+        max_msg = self.settings.max_msg_size
+        exts: list[ExtMessage] = []
+        soft_error: ProtocolError | None = None
+        data = b""
+        bulk = True
+        index = 0
+        while index < count:
+            if bulk and not data and budget > 0:
+                # whatever has come of the batch (never past its declared size)
+                data = yield BULK + budget, _part_size_eof(index)
+                at, taken, budget, unusual = read_keyed_parts(
+                    data, 0, count - index, budget, max_msg, ExtMessage, exts
+                )
+                index += taken
+                data = data[at:]
+                bulk = not unusual
+                if index == count or not data:
+                    continue
+            if data:
+                reader = self._read_ext_part(index, size, budget)
+                (message, part), data = yield from _fed(reader, data)
+            else:  # as _read_ext_part, a generator fewer
+                part = yield from self._read_mpub_part_size(index, size, budget, 2)
+                message = yield from self._read_ext_message(part, _EOF_MPUB_BODY)
+            budget -= part + 4
+            index += 1
+            if isinstance(message, ProtocolError):
+                soft_error = soft_error or message
+            else:
+                exts.append(message)
+        self._unread = len(data)  # the declared size was larger than the parts
+        return exts, soft_error
+
+    def _read_ext_part(
+        self, index: int, size: int, budget: int
+    ) -> Generator[_Request, bytes, tuple[ExtMessage | ProtocolError, int]]:
+        """One MPUB_EXT part, field by field, and its size."""
+        part = yield from self._read_mpub_part_size(index, size, budget, 2)
+        message = yield from self._read_ext_message(part, _EOF_MPUB_BODY)
+        return message, part
+
+
+def _part_size_eof(index: int) -> Callable[[], ProtocolError]:
+    """What the exact reader answers when the stream ends before part ``index``."""
+    return lambda: _fatal("E_BAD_MESSAGE", f"MPUB failed to read message({index}) body size")
+
+
+def _fed(
+    reader: Generator[_Request, bytes, T], data: bytes
+) -> Generator[_Request, bytes, tuple[T, bytes]]:
+    """Run a body reader, giving it ``data`` first and then what it asks for; returns
+    its value and what it left of ``data``."""
+    at = 0
+    try:
+        want, eof = next(reader)
+        while True:
+            have = len(data) - at
+            if have >= want:
+                field = data[at : at + want]
+                at += want
+            elif have:
+                field = data[at:] + (yield want - have, eof)
+                at = len(data)
+            else:
+                field = yield want, eof
+            want, eof = reader.send(field)
+    except StopIteration as done:
+        return done.value, data[at:]
 
 
 def _ext_message(header: bytes, body: bytes) -> ExtMessage | ProtocolError:
@@ -269,9 +346,9 @@ def _ext_message(header: bytes, body: bytes) -> ExtMessage | ProtocolError:
     sink's, one per message) is read without a JSON parser: the same result, at a
     fraction of the cost.
     """
-    if header.startswith(_KEY_ONLY_START) and header.endswith(b'"}'):
-        key = header[len(_KEY_ONLY_START) : -2]
-        if _PLAIN_KEY.fullmatch(key):
+    if header.startswith(KEY_ONLY_START) and header.endswith(b'"}'):
+        key = header[len(KEY_ONLY_START) : -2]
+        if is_plain_key(key):
             return ExtMessage(header, body, None, None, key.decode("ascii"))
     checked = check_ext_header(header)
     if isinstance(checked, ProtocolError):

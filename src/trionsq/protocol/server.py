@@ -55,6 +55,7 @@ from .parsing import (
     _MESSAGE_ID_LENGTH,
     _NO_NAMES,
     _NO_PIECES,
+    BULK,
     ConnectionState,
     Event,
     PublishGate,
@@ -186,6 +187,7 @@ class ServerConnection(PublishReaders):
         self._awaiting_magic = True
         self._partial_line = b""
         self._reader: _Reader | None = None
+        self._unread = 0
         self._want = 0
         self._eof_error: _EofError | None = None
         self._names: dict[bytes, str] = _NO_NAMES
@@ -437,12 +439,22 @@ class ServerConnection(PublishReaders):
         reader when data runs out, emit its event when it finishes."""
         try:
             want, self._eof_error = next(reader) if field is None else reader.send(field)
-            while end - pos >= want:
-                field = data[pos : pos + want]
-                pos += want
+            while True:
+                while end - pos >= want:
+                    field = data[pos : pos + want]
+                    pos += want
+                    want, self._eof_error = reader.send(field)
+                if want < BULK or pos == end:
+                    break
+                take = min(want - BULK, end - pos)  # whatever has come, at most that
+                field = data[pos : pos + take]
+                pos += take
                 want, self._eof_error = reader.send(field)
         except StopIteration as done:
             self._reader = None
+            if self._unread:  # the reader took more than its command: the rest is next
+                pos -= self._unread
+                self._unread = 0
             if done.value is not None:
                 self._emit(done.value, events)
             return pos
@@ -460,6 +472,9 @@ class ServerConnection(PublishReaders):
         reader = self._reader
         if reader is None:  # pragma: no cover - receive_data only calls with a reader
             return pos
+        if self._want >= BULK:  # any bytes will do: nothing was kept
+            take = min(self._want - BULK, end - pos)
+            return self._advance(reader, data[pos : pos + take], data, pos + take, end, events)
         take = min(self._want - self._have, end - pos)
         self._pieces.append(memoryview(data)[pos : pos + take])
         self._have += take

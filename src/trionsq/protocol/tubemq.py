@@ -391,7 +391,8 @@ class _Unreadable(Exception):
 def _read_delimited(stream: io.BytesIO, kind: type[_M]) -> _M:
     try:
         message = proto.parse_length_prefixed(kind, stream)
-    except (DecodeError, ValueError, IndexError) as error:
+    except (DecodeError, ValueError, IndexError, OverflowError) as error:
+        # OverflowError: a length varint past 2**63 (protobuf's reader cannot slice it)
         raise _Unreadable(str(error)) from None
     if message is None:
         raise _Unreadable(f"missing {kind.DESCRIPTOR.name}")

@@ -28,6 +28,13 @@ one), then entries ``[4 payload length][4 crc32 of payload][payload]``::
 
 A torn or damaged tail is ignored at load (a crash mid-write): what follows a bad
 entry was never acknowledged to anyone.
+
+Descriptors: each file is held through the broker's descriptor budget
+(``descriptors.py``), opened at its first write (a journal only read at open holds
+none), closed by the budget while idle when descriptors are wanted elsewhere and
+opened again at the next write; the file not appended to is closed once the other
+takes over. Nothing here is fsynced (a written state covers what a file held
+before it is emptied), so only the broker's thread ever touches them.
 """
 
 from __future__ import annotations
@@ -40,12 +47,15 @@ from typing import TYPE_CHECKING, Final
 import attrs
 
 from .. import crash_points
+from ..descriptors import DescriptorBudget
 from ..persist import ensure_directory, fsync_directory
 from .segment_format import storage_log
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
     from pathlib import Path
+
+    from ..descriptors import FileHandle
 
 __all__ = [
     "JOURNAL_MAGIC",
@@ -68,7 +78,7 @@ _NAME_LENGTH: Final = struct.Struct(">H")
 _COUNTS_KIND: Final = 1
 _MOVE_KIND: Final = 2
 _HEADER_SIZE: Final = len(JOURNAL_MAGIC) + _GENERATION.size
-_O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
+_FLAGS: Final = os.O_RDWR | os.O_APPEND
 
 
 @attrs.frozen
@@ -124,11 +134,16 @@ class DeliveryJournal:
     """
 
     def __init__(
-        self, paths: tuple[Path, Path], on_error: Callable[[OSError], None] | None = None
+        self,
+        paths: tuple[Path, Path],
+        on_error: Callable[[OSError], None] | None = None,
+        files: DescriptorBudget | None = None,
     ) -> None:
         self.paths: Final = paths
         self._on_error = on_error
-        self._fds: list[int | None] = [None, None]
+        self._files: Final = files if files is not None else DescriptorBudget.unbounded()
+        self._handles: list[FileHandle | None] = [None, None]
+        """Each file once written to since open (closed by the budget while idle)."""
         self._sizes = [0, 0]
         self._generations = [0, 0]
         self._active = 0
@@ -141,15 +156,20 @@ class DeliveryJournal:
 
     @classmethod
     def open(
-        cls, state: Path, *, on_error: Callable[[OSError], None] | None = None
+        cls,
+        state: Path,
+        *,
+        on_error: Callable[[OSError], None] | None = None,
+        files: DescriptorBudget | None = None,
     ) -> tuple[DeliveryJournal, JournalReplay]:
         """The journal of the channel whose state file is ``state``, and what its
-        files hold (missing files: nothing; created at the first write).
+        files hold (missing files: nothing; created at the first write). ``files``:
+        the broker's descriptor budget (default: one of its own).
 
         Raises:
             OSError: a file is there but cannot be read.
         """
-        journal = cls(journal_paths(state), on_error)
+        journal = cls(journal_paths(state), on_error, files)
         replay = JournalReplay()
         found: list[tuple[int, int, bytes]] = []
         for index, path in enumerate(journal.paths):
@@ -210,15 +230,15 @@ class DeliveryJournal:
         if not self._covered or self._closed:
             pass
         elif self._sizes[active] > _HEADER_SIZE:
-            if self._fds[other] is None and not self.paths[other].exists():
+            if self._handles[other] is None and not self.paths[other].exists():
                 self._active = other  # made, as the newest, at its first entry
             elif self._reset(other, max(self._generations) + 1):
                 self._active = other
-            if self._active == other:  # one descriptor per journal: reopened to reset it
-                self._close_fd(active)
+            if self._active == other:  # one file held per journal: reopened to reset it
+                self._close_file(active)
         elif self._sizes[other] > _HEADER_SIZE:  # nothing new: the older file goes alone
             self._reset(other, self._generations[other])
-            self._close_fd(other)
+            self._close_file(other)
         self._covered = False
         if crash_points.ARMED:
             crash_points.reached("journal.checkpoint")
@@ -231,15 +251,13 @@ class DeliveryJournal:
         """Forget everything (channel empty, setoffset: every count starts over)."""
         generation = max(self._generations) + 1
         for index in (0, 1):
-            if self._fds[index] is not None or self.paths[index].exists():
+            if self._handles[index] is not None or self.paths[index].exists():
                 self._reset(index, generation if index == self._active else 0)
 
     def _reset(self, index: int, generation: int) -> bool:
         """Empty file ``index`` and give it ``generation`` (created if it is not)."""
         try:
-            fd = self._fds[index]
-            if fd is None:
-                fd = self._open_fd(index)
+            fd = self._descriptor(index)
             os.ftruncate(fd, 0)
             os.write(fd, JOURNAL_MAGIC + _GENERATION.pack(generation))
         except OSError as error:
@@ -249,13 +267,22 @@ class DeliveryJournal:
         self._generations[index] = generation
         return True
 
-    def _open_fd(self, index: int) -> int:
+    def _descriptor(self, index: int) -> int:
+        """File ``index``'s descriptor (the broker's thread): opened again if the
+        budget closed it, or for the first time (created if it is not there).
+
+        Raises:
+            OSError: it cannot be opened (EMFILE when nothing can be closed for it).
+        """
+        handle = self._handles[index]
+        if handle is not None:
+            return handle.descriptor()
         path = self.paths[index]
         created = not path.exists()
         if created:
             ensure_directory(path.parent)
-        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | _O_CLOEXEC, 0o644)
-        self._fds[index] = fd
+        handle = self._handles[index] = self._files.open(path, _FLAGS | os.O_CREAT)
+        fd = handle.descriptor()
         self._sizes[index] = os.fstat(fd).st_size
         if created:
             fsync_directory(path.parent)
@@ -267,9 +294,7 @@ class DeliveryJournal:
         index = self._active
         entry = _HEAD.pack(len(payload), zlib.crc32(payload)) + payload
         try:
-            fd = self._fds[index]
-            if fd is None:
-                fd = self._open_fd(index)
+            fd = self._descriptor(index)
             if self._sizes[index] < _HEADER_SIZE:  # new, or torn while being created
                 os.ftruncate(fd, 0)
                 generation = max(self._generations) + 1
@@ -300,14 +325,14 @@ class DeliveryJournal:
     def close(self) -> None:
         """Close the files (they stay on disk); later writes are ignored."""
         self._closed = True
-        self._close_fd(0)
-        self._close_fd(1)
+        self._close_file(0)
+        self._close_file(1)
 
-    def _close_fd(self, index: int) -> None:
-        fd = self._fds[index]
-        if fd is not None:
-            self._fds[index] = None
-            os.close(fd)
+    def _close_file(self, index: int) -> None:
+        handle = self._handles[index]
+        if handle is not None:
+            self._handles[index] = None
+            handle.close()
 
     def delete(self) -> None:
         """Close and remove both files (the channel is deleted)."""

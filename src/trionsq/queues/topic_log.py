@@ -231,7 +231,7 @@ class TopicLog(_ColdReads, _SegmentWriter, _Retention):
         if self._keys is not None:
             return self._keys, b""
         journal, entries = KeyJournal.open(
-            self.directory / f"{self.name}.keys", window, create=create
+            self.directory / f"{self.name}.keys", window, create=create, files=self._files
         )
         self._keys = journal
         return journal, entries
@@ -250,7 +250,7 @@ class TopicLog(_ColdReads, _SegmentWriter, _Retention):
 
     def delete_files(self) -> None:
         super().delete_files()
-        journal = self._keys or KeyJournal(self.directory / f"{self.name}.keys", 1)
+        journal = self._keys or KeyJournal(self.directory / f"{self.name}.keys", 1, self._files)
         journal.delete()
         self._keys = None
 

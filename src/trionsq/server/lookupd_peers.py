@@ -4,8 +4,17 @@ One :class:`LookupdPeer` task per ``--lookupd-tcp-address`` (spec lookupd-tcp §
 all children of the ``lookupd peers`` nursery that :class:`LookupdPeers` opens. A
 peer connects, sends the V1 magic, IDENTIFYs with the broker's :class:`PeerInfo`,
 REGISTERs every topic and channel that exists, then sends, in order, the changes
-the broker announces (:class:`~.broker.TopologyChange`), and a PING every
+the broker announces (:class:`~.topology.TopologyChange`), and a PING every
 :data:`PING_INTERVAL`. Every command waits for its reply under nsqd's 1 s deadlines.
+
+Which form (issue 38): a lookupd that knows partitions gets Youzan's nsqd's
+registrations, ``REGISTER <topic> <partition>`` for every partition and ``REGISTER
+<topic> <partition> <channel>`` for every channel of each; any other gets nsqd 1.3's
+``REGISTER <topic> [<channel>]``, once per name (nsqlookupd 1.3 would read
+``REGISTER t 1`` as channel "1"). Youzan's lookupd names itself in its IDENTIFY
+answer (a version with ``HA``); trionsq's answers IDENTIFY exactly as nsqlookupd
+1.3, so the peer asks its ``/info`` (``trionsq_version``) at the address nsqd's
+channel pre-creation uses; no answer means nsqd 1.3's form (:func:`knows_partitions`).
 
 Any failure (refused dial, deadline, an ``E_...`` reply, the lookupd closing) ends
 the connection; the peer reconnects after a capped exponential backoff and registers
@@ -66,8 +75,9 @@ from ..protocol.names import is_ephemeral
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from ..broker.broker import Broker, TopologyChange
+    from ..broker.broker import Broker
     from ..broker.topic import Topic
+    from ..broker.topology import TopologyChange
     from ..config import NsqdConfig
 
 __all__ = [
@@ -76,6 +86,8 @@ __all__ = [
     "LookupdPeer",
     "LookupdPeers",
     "PeerTiming",
+    "change_commands",
+    "knows_partitions",
     "lookupd_json",
     "lookupd_topic_channels",
     "peer_identity",
@@ -117,6 +129,24 @@ def peer_identity(config: NsqdConfig, version: str, tcp_port: int, http_port: in
         topology_zone=config.topology_zone,
         topology_region=config.topology_region,
     )
+
+
+def knows_partitions(reply: LookupdInfo, info: object) -> bool:
+    """Whether a lookupd reads Youzan's ``REGISTER <topic> <partition>``: its IDENTIFY
+    ``reply`` names Youzan's HA version, or its ``/info`` document (None when it gave
+    none) is trionsq's (``trionsq_version``) or Youzan's (``ha_support``)."""
+    if "HA" in reply.version:  # Youzan's nsqlookupd tells an HA nsqd apart the same way
+        return True
+    return isinstance(info, dict) and ("trionsq_version" in info or "ha_support" in info)
+
+
+def change_commands(change: TopologyChange, partitioned: bool) -> list[Register | Unregister]:
+    """What a lookupd is told of one change: a command per partition in Youzan's form
+    (``partitioned``), else nsqd's one command when the name itself came or went."""
+    command = Register if change.exists else Unregister
+    if partitioned:
+        return [command(change.topic, change.channel, pid) for pid in change.partitions]
+    return [command(change.topic, change.channel)] if change.whole else []
 
 
 class _PeerFailure(Exception):
@@ -162,6 +192,8 @@ class LookupdPeer:
         """Cancelled when the address is removed (or the broker stops)."""
         self.info: LookupdInfo | None = None
         """The lookupd's own addresses from its IDENTIFY answer, while connected."""
+        self.partitioned = False
+        """The connection registers in Youzan's form (:func:`knows_partitions`)."""
         self.connections = 0
         """Connections that got through IDENTIFY (tests and logs)."""
         self._broker = broker
@@ -169,6 +201,7 @@ class LookupdPeer:
         self._timing = timing
         self._max_reply_size = max_reply_size
         self._queue: deque[Register | Unregister] = deque()
+        """Commands to send, in order (queued by :meth:`enqueue`)."""
         self._queueing = False
         """True from the registration snapshot until the connection ends."""
         self._wake = trio.Event()
@@ -177,12 +210,14 @@ class LookupdPeer:
     def __repr__(self) -> str:
         return f"<LookupdPeer {self.address}>"
 
-    def enqueue(self, command: Register | Unregister) -> None:
-        """Send ``command`` after what is queued; dropped while not connected, since
-        the registrations sent on the next connect already include it."""
+    def enqueue(self, change: TopologyChange) -> None:
+        """Send what tells of ``change`` after what is queued; dropped while not
+        connected, since the registrations sent on the next connect include it."""
         if self._queueing:
-            self._queue.append(command)
-            self._wake.set()
+            commands = change_commands(change, self.partitioned)
+            if commands:
+                self._queue.extend(commands)
+                self._wake.set()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Connect, register, stream changes and ping; reconnect with backoff on failure."""
@@ -209,6 +244,7 @@ class LookupdPeer:
                     self._queueing = False
                     self._queue.clear()
                     self.info = None
+                    self.partitioned = False
                 if self.connections > connections:
                     failures = 0
                 delay = min(self._timing.backoff_initial * 2.0**failures, self._timing.backoff_max)
@@ -258,15 +294,17 @@ class LookupdPeer:
         with trio.fail_after(self._timing.io_timeout):
             await stream.send_all(MAGIC_V1)
         answer = await self._command(stream, replies, LookupIdentify(self._identity))
-        self.info = decode_identify_reply(answer)
+        next_ping = trio.current_time() + self._timing.ping_interval
+        self.info = info = decode_identify_reply(answer)
+        self.partitioned = knows_partitions(info, await self._ask_info(info))
         self.connections += 1
-        log.info("lookupd %s: connected; the lookupd says %s", self, self.info)
+        form = "each partition (Youzan's form)" if self.partitioned else "nsqd 1.3's form"
+        log.info("lookupd %s: connected; the lookupd says %s; registering %s", self, info, form)
         # snapshot and start queueing with no await in between: nothing is missed
         self._queue.clear()
         self._queueing = True
-        for topic, channel in self._broker.registrations():
-            await self._command(stream, replies, Register(topic, channel))
-        next_ping = trio.current_time() + self._timing.ping_interval
+        for command in self._registrations():
+            await self._command(stream, replies, command)
         while True:
             while self._queue:
                 await self._command(stream, replies, self._queue.popleft())
@@ -276,6 +314,29 @@ class LookupdPeer:
             if trio.current_time() >= next_ping:
                 await self._command(stream, replies, Ping())
                 next_ping = trio.current_time() + self._timing.ping_interval
+
+    async def _ask_info(self, info: LookupdInfo) -> object:
+        """The lookupd's ``/info`` document, or None when it gives none in time."""
+        if not info.broadcast_address or not info.http_port:
+            return None
+        address = join_host_port(info.broadcast_address, info.http_port)
+        config = self._broker.config
+        try:
+            return await lookupd_json(
+                address,
+                "/info",
+                connect_timeout=config.http_client_connect_timeout,
+                request_timeout=config.http_client_request_timeout,
+            )
+        except LookupdAnswerError as error:
+            log.info("lookupd %s: no /info from %s (%s): nsqd 1.3's form", self, address, error)
+            return None
+
+    def _registrations(self) -> list[Register]:
+        """Everything the broker has, in this connection's form."""
+        if self.partitioned:
+            return [Register(t, c, p) for t, p, c in self._broker.partition_registrations()]
+        return [Register(t, c) for t, c in self._broker.registrations()]
 
     async def _command(
         self,
@@ -479,21 +540,16 @@ class LookupdPeers:
                 nursery.start_soon(peer.run, name=f"lookupd peer {address}")
 
     def _changed(self, change: TopologyChange) -> None:
-        """The broker's listener: queue the command on every peer (no await here);
+        """The broker's listener: queue the change on every peer (no await here);
         a new topic also gets its channels pre-created, in the background."""
-        if change.channel is None and change.exists and self._nursery is not None:
+        if change.whole and change.channel is None and change.exists and self._nursery is not None:
             topic = self._broker.topics.get(change.topic)
             if topic is not None:
                 self._nursery.start_soon(
                     self.precreate_channels, topic, name=f"pre-create channels {topic.name}"
                 )
-        command: Register | Unregister = (
-            Register(change.topic, change.channel)
-            if change.exists
-            else Unregister(change.topic, change.channel)
-        )
         for peer in self.peers.values():
-            peer.enqueue(command)
+            peer.enqueue(change)
 
     async def precreate_channels(self, topic: Topic) -> list[str]:
         """Create the channels the lookupds know for a topic this broker just created;

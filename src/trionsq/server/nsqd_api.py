@@ -87,6 +87,7 @@ ADMIN_PAGE: Final = {
     "/admin/admin.js": "admin_page/admin.js",
     "/admin/admin_dom.js": "admin_page/admin_dom.js",
     "/admin/admin_views.js": "admin_page/admin_views.js",
+    "/admin/admin_model.js": "admin_page/admin_model.js",
     "/admin/admin.css": "admin_page/admin.css",
 }
 """The admin page's files (docs/admin.md), by path; lookupd serves the same."""

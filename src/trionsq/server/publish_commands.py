@@ -264,13 +264,13 @@ class PublishCommands:
         self._count(event.topic, 1)
         self._answer(OK_FRAME, event.topic, 0)
 
-    def _ext_refusal(self, topic_name: str, messages: Sequence[ExtMessage]) -> bool:
+    def _ext_refusal(self, topic_name: str, headers: Sequence[bytes]) -> bool:
         """Answer the error if these headers cannot be stored in the topic (non-fatal).
 
         A plain topic takes no header: without Youzan's ``allow-ext-compatible``
         (not an option here, so off) that is E_EXT_NOT_SUPPORT.
         """
-        refusal = ext_refusal(self.broker.topics.get(topic_name), (m.header for m in messages))
+        refusal = ext_refusal(self.broker.topics.get(topic_name), headers)
         if refusal is None:
             return False
         if refusal is Refusal.TOPIC_NOT_EXIST:  # deleted since the gate let it through
@@ -285,7 +285,7 @@ class PublishCommands:
     def _pub_ext(self, event: PubExt) -> None:
         message = event.message
         index = self._target(event.topic, event.partition, create=False)
-        if index < 0 or self._ext_refusal(event.topic, (message,)):
+        if index < 0 or self._ext_refusal(event.topic, (message.header,)):
             return
         if self._over_limit(event.topic, "PUB", (message.body,), youzan=True):
             return
@@ -340,13 +340,13 @@ class PublishCommands:
     def _mpub_ext(self, event: MpubExt) -> None:
         messages = event.messages
         index = self._target(event.topic, event.partition, create=False)
-        if index < 0 or self._ext_refusal(event.topic, messages):
+        exts = [m.header for m in messages]
+        if index < 0 or self._ext_refusal(event.topic, exts):
             return
         bodies = [m.body for m in messages]
         if self._over_limit(event.topic, "MPUB", bodies, youzan=True):
             return
         trace_ids = [m.trace_id or 0 for m in messages]
-        exts = [m.header for m in messages]
         keys = [m.idempotency_key for m in messages]
         now = self.broker.wall_clock()
         if keys.count(None) < len(keys):  # some message has ##idempotency_key

@@ -23,18 +23,16 @@ in another order still yields the same keys. A row with neither ``key`` nor
 ``partition`` goes to the partition its idempotency key hashes to, so a repeat also
 sends it to the same partition. A broker that cannot be reached is retried, and
 what was being sent is sent again, for up to ``brokerRetryTimeout``.
+
+This module is what Spark calls on the driver (the checks, the writers, their
+commit); what a task does with its rows is sink_task.py's.
 """
 
 from __future__ import annotations
 
-import hashlib
-import threading
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Final
 
-import orjson
-import trio
 from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
@@ -51,14 +49,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from ..client.blocking import BlockingProducer, connect_producer
-from ..client.connection import ConnectionClosedError, NsqError
-from ..client.options import ConnectionOptions
-from ..client.partitioning import partition_for_key
-from ..protocol.commands import ExtMessage
-from ..protocol.ext_header import DISPATCH_TAG_KEY, IDEMPOTENCY_KEY
-from .broker_http import locate_partitions, retrying, tcp_address
-from .columns import KEY_HEADER
+from .broker_http import locate_partitions, tcp_address
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -67,9 +58,8 @@ if TYPE_CHECKING:
 
     from .options import WriteOptions
 
-__all__ = ["BatchWriter", "StreamWriter", "WriteSummary"]
+__all__ = ["BatchWriter", "StreamWriter", "WriteSummary", "check_columns"]
 
-_IDEMPOTENCY_BYTES: Final = IDEMPOTENCY_KEY.encode()
 _EXPECTED: Final = {
     "body": (BinaryType, StringType),
     "topic": (StringType,),
@@ -79,10 +69,6 @@ _EXPECTED: Final = {
     "partition": (IntegerType, LongType),
     "idempotency_key": (StringType,),
 }
-IN_FLIGHT: Final = 4
-"""MPUBs a task keeps in flight: enough to keep the broker busy while the next is built."""
-_LOST: Final = (OSError, ConnectionClosedError, trio.BrokenResourceError, trio.ClosedResourceError)
-"""What a publish raises when the broker cannot be reached or its connection broke."""
 _QUERY_ID: Final = "sql.streaming.queryId"
 _BATCH_ID: Final = "streaming.sql.batchId"
 
@@ -129,7 +115,7 @@ def _needs_ext(schema: StructType, options: WriteOptions) -> str | None:
     return f"the {', '.join(carried)} column(s)" if carried else None
 
 
-class _Topic:
+class Topic:
     """Where one topic's rows go: the TCP address of the broker holding each of its
     partitions, and whether it takes headers."""
 
@@ -144,21 +130,21 @@ class _Topic:
         self.ext = all(where.ext for where in located.values())
 
 
-class _Destinations:
+class Destinations:
     """The topics of a write, found once per topic (on the driver for the ``topic``
     option, in the task for each new value of a ``topic`` column)."""
 
     def __init__(self, options: WriteOptions, schema: StructType) -> None:
         self.options = options
         self.needs_ext = _needs_ext(schema, options)
-        self.topics: dict[str, _Topic] = {}
+        self.topics: dict[str, Topic] = {}
         if options.topic is not None:
             self.get(options.topic)
 
-    def get(self, name: str) -> _Topic:
+    def get(self, name: str) -> Topic:
         found = self.topics.get(name)
         if found is None:
-            found = self.topics[name] = _Topic(self.options, name)
+            found = self.topics[name] = Topic(self.options, name)
             if self.needs_ext is not None and not found.ext:
                 raise ValueError(
                     f"trionsq sink: topic {name!r} is not an ext topic, so it cannot carry"
@@ -168,214 +154,20 @@ class _Destinations:
         return found
 
 
-class _TaskPublisher:
-    """One task's producers (one per broker) and the rows it has turned into messages."""
-
-    def __init__(self, options: WriteOptions, destinations: _Destinations, scope: str) -> None:
-        self.options = options
-        self.destinations = destinations
-        context = TaskContext.get()
-        task = context.partitionId() if context is not None else 0
-        self.prefix = f"{scope}|{task}|".encode()
-        self.seen: dict[bytes, int] = {}
-        self.producers: dict[str, BlockingProducer] = {}
-        self.opening = threading.Lock()
-        self.pool = ThreadPoolExecutor(IN_FLIGHT, thread_name_prefix="trionsq-sink")
-        self.published = 0
-        self.spread = 0
-        """Rows sent round robin (no key, partition or idempotency key)."""
-        secret = options.access.auth_secret
-        self.connection = ConnectionOptions(auth_secret=secret.encode() if secret else None)
-
-    def producer(self, address: str) -> BlockingProducer:
-        """The producer for the broker at ``address`` (opened on first use)."""
-        with self.opening:
-            producer = self.producers.get(address)
-            if producer is None:
-                producer = connect_producer(address, options=self.connection)
-                self.producers[address] = producer
-        return producer
-
-    def write(self, batches: Iterator[pa.RecordBatch]) -> WriteSummary:
-        try:
-            for batch in batches:
-                self._publish(self._messages(batch))
-        finally:
-            self.pool.shutdown(cancel_futures=True)
-            for producer in self.producers.values():
-                producer.close()
-        return WriteSummary(self.published)
-
-    def _key(self, body: bytes, extra: bytes) -> tuple[str, int]:
-        """The row's idempotency key, and the partition it spreads the row to."""
-        fingerprint = hashlib.blake2b(self.prefix + body + extra, digest_size=16).digest()
-        repeat = self.seen.get(fingerprint, 0)
-        self.seen[fingerprint] = repeat + 1
-        text = fingerprint.hex()
-        return (f"{text}.{repeat}" if repeat else text), int.from_bytes(fingerprint[:4], "big")
-
-    def _messages(self, batch: pa.RecordBatch) -> dict[tuple[str, int], list[ExtMessage]]:
-        names = ["body" if name == "value" else name for name in batch.schema.names]
-        if batch.column(names.index("body")).null_count:
-            raise ValueError(
-                "trionsq sink: a row has a null 'body' (nothing of its batch was sent)"
-            )
-        if names == ["body"] and self.options.exactly_once:
-            assert self.options.topic is not None  # noqa: S101 - no topic column
-            return self._keyed_bodies(self.options.topic, batch.column(0).to_pylist())
-        columns = {name: batch.column(index).to_pylist() for index, name in enumerate(names)}
-        rows = batch.num_rows
-        none: list[object] = [None] * rows
-        bodies = columns["body"]
-        topics = columns.get("topic", none) if self.options.topic is None else none
-        headers = columns.get("headers", none)
-        tags = columns.get("tag", none)
-        keys = columns.get("key", none)
-        partitions = columns.get("partition", none)
-        given = columns.get("idempotency_key", none)
-        out: dict[tuple[str, int], list[ExtMessage]] = {}
-        for row in range(rows):
-            topic = self._topic(topics[row])
-            body = _body(bodies[row])
-            header: dict[str, object] = dict(headers[row] or ())
-            if tags[row] is not None:
-                header[DISPATCH_TAG_KEY] = tags[row]
-            key = keys[row]
-            if key is not None and topic.ext:
-                header[KEY_HEADER] = _key_text(key)
-            spread = None
-            if self.options.exactly_once:
-                idempotency = given[row]
-                if idempotency is None:
-                    extra = orjson.dumps(header, option=orjson.OPT_SORT_KEYS)
-                    idempotency, spread = self._key(body, extra + topic.name.encode())
-                header[IDEMPOTENCY_KEY] = idempotency
-            partition = partitions[row]
-            if partition is None:
-                if key is not None:
-                    partition = partition_for_key(key, topic.count)
-                elif spread is not None:
-                    partition = spread % topic.count
-                else:
-                    partition = self.spread % topic.count
-                    self.spread += 1
-            message = ExtMessage(orjson.dumps(header) if header else b"{}", body)
-            out.setdefault((topic.name, partition), []).append(message)
-        return out
-
-    def _topic(self, name: object) -> _Topic:
-        if name is None:
-            name = self.options.topic
-            if name is None:
-                raise ValueError("trionsq sink: a row has a null 'topic' and no topic option")
-        return self.destinations.get(str(name))
-
-    def _keyed_bodies(
-        self, name: str, bodies: list[bytes | str]
-    ) -> dict[tuple[str, int], list[ExtMessage]]:
-        """The common case, bodies alone, without a dict and a JSON encoder per row."""
-        count = self.destinations.get(name).count
-        out: dict[tuple[str, int], list[ExtMessage]] = {}
-        key = self._key
-        for value in bodies:
-            body = value if isinstance(value, bytes) else value.encode()
-            idempotency, spread = key(body, b"{}")
-            header = b'{"%s":"%s"}' % (_IDEMPOTENCY_BYTES, idempotency.encode())
-            out.setdefault((name, spread % count), []).append(ExtMessage(header, body))
-        return out
-
-    def _publish(self, messages: dict[tuple[str, int], list[ExtMessage]]) -> None:
-        """Every chunk of ``batch_size`` as one MPUB(_EXT), :data:`IN_FLIGHT` at a time
-        (they are pipelined on each broker's connection); raises the first refusal."""
-        size = self.options.batch_size
-        chunks = [
-            (topic, partition, batch[start : start + size])
-            for (topic, partition), batch in messages.items()
-            for start in range(0, len(batch), size)
-        ]
-        for published in self.pool.map(lambda job: self._send(*job), chunks):
-            self.published += published
-
-    def _send(self, topic: str, partition: int, chunk: list[ExtMessage]) -> int:
-        """One chunk, sent again (on a new connection) while the broker cannot be
-        reached, up to ``brokerRetryTimeout``: a repeat stores nothing twice when the
-        messages carry idempotency keys."""
-        destination = self.destinations.get(topic)
-        address = destination.brokers.get(partition)
-        if address is None:
-            raise ValueError(
-                f"trionsq sink: topic {topic!r} has no partition {partition}"
-                f" (it has {destination.count})"
-            )
-        plain = all(message.header == b"{}" for message in chunk)
-
-        def attempt() -> None:
-            producer = self.producer(address)
-            try:
-                if plain:
-                    bodies = [message.body for message in chunk]
-                    producer.publish_many(topic, bodies, partition=partition)
-                else:
-                    producer.publish_many_ext(topic, chunk, partition=partition)
-            except _LOST as error:
-                self._drop(address, producer)
-                raise ConnectionError(str(error) or type(error).__name__) from error
-
-        try:
-            retrying(self.options.access, address, attempt)
-        except NsqError as error:
-            raise _explained(error, topic) from error
-        return len(chunk)
-
-    def _drop(self, address: str, producer: BlockingProducer) -> None:
-        """Forget a producer whose connection failed: the next attempt opens another."""
-        with self.opening:
-            if self.producers.get(address) is producer:
-                del self.producers[address]
-        producer.close()
-
-
-def _body(value: object) -> bytes:
-    if isinstance(value, bytes):
-        return value
-    if isinstance(value, str):
-        return value.encode()
-    raise ValueError("trionsq sink: a row has a null 'body'")
-
-
-def _key_text(key: bytes | str) -> str:
-    if isinstance(key, str):
-        return key
-    try:
-        return key.decode()
-    except UnicodeDecodeError:
-        raise ValueError(
-            f"trionsq sink: a 'key' of {len(key)} bytes is not UTF-8 text (headers are JSON)"
-        ) from None
-
-
-def _explained(error: NsqError, topic: str) -> Exception:
-    if error.code == "E_EXT_NOT_SUPPORT":
-        return ValueError(
-            f"trionsq sink: topic {topic!r} is not an ext topic, so it cannot carry headers"
-            " or idempotency keys: create it with ext=true, or write only 'body' with"
-            " exactlyOnce=false"
-        )
-    return RuntimeError(f"trionsq sink: publishing to {topic!r} failed: {error}")
-
-
 class BatchWriter(DataSourceArrowWriter):
     """``df.write``: one id for the whole job, so retried tasks repeat their keys."""
 
     def __init__(self, options: WriteOptions, schema: StructType) -> None:
         check_columns(schema, options)
         self.options = options
-        self.destinations = _Destinations(options, schema)
+        self.destinations = Destinations(options, schema)
         self.job = uuid.uuid4().hex
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteSummary:
+        from .sink_task import TaskPublisher  # the client and trio: in tasks only
+
         scope = f"job:{self.job}"
-        return _TaskPublisher(self.options, self.destinations, scope).write(iterator)
+        return TaskPublisher(self.options, self.destinations, scope).write(iterator)
 
     def commit(self, messages: Sequence[WriterCommitMessage | None]) -> None:
         """Nothing to do: every message is stored when its task ends."""
@@ -391,7 +183,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: WriteOptions, schema: StructType) -> None:
         check_columns(schema, options)
         self.options = options
-        self.destinations = _Destinations(options, schema)
+        self.destinations = Destinations(options, schema)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteSummary:
         context = TaskContext.get()
@@ -399,8 +191,10 @@ class StreamWriter(DataSourceStreamArrowWriter):
         batch = context.getLocalProperty(_BATCH_ID) if context is not None else None
         if query is None or batch is None:
             raise RuntimeError("trionsq sink: no streaming query id or batch id in the task")
+        from .sink_task import TaskPublisher
+
         scope = f"stream:{query}:{batch}"
-        return _TaskPublisher(self.options, self.destinations, scope).write(iterator)
+        return TaskPublisher(self.options, self.destinations, scope).write(iterator)
 
     def commit(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
         """Nothing to do: the broker stored every message when its task ended."""

@@ -33,10 +33,10 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from .batch_read import read_partition, starting_option
 from .broker_http import PartitionOffsets, partition_offsets, post
 from .options import parse_read_options
 from .planning import TopicPartition, located, make_range, resolve, shares, split_ranges
-from .source import read_partition, starting_option
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence

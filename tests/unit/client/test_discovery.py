@@ -121,3 +121,27 @@ def test_merge_is_the_union_of_every_lookupds_answer() -> None:
     assert merge([a, b, Placement()]) == Placement(
         (Target("h:1", 0), Target("h:2", 1)), 2, ordered=True, extend_support=True
     )
+
+
+def test_a_producer_leading_no_partition_is_a_target_without_one() -> None:
+    """Youzan's go-nsq consumer's rule: a broker listed under ``producers`` but under
+    no partition (an nsqd that knows none) is read with a plain SUB."""
+    one, two = peer("10.0.0.1", 4150), peer("10.0.0.2", 4150)
+    body = orjson.dumps({"partitions": {"0": one, "1": one}, "producers": [one, two]})
+    placement = parse_lookup(body)
+    assert placement.targets == (
+        Target("10.0.0.1:4150", 0),
+        Target("10.0.0.1:4150", 1),
+        Target("10.0.0.2:4150"),
+    )
+    assert placement.partition_count == 2
+    plain = orjson.dumps({"partitions": {}, "producers": [two, one], "meta": {"partition_num": 1}})
+    assert parse_lookup(plain).targets == (Target("10.0.0.1:4150"), Target("10.0.0.2:4150"))
+
+
+def test_merge_reads_a_broker_through_its_partitions_only() -> None:
+    """One lookupd lists a partition of a broker, another the broker alone: one
+    connection per partition, none more for the broker."""
+    youzan = Placement((Target("h:1", 0),), 1)
+    upstream = Placement((Target("h:1"), Target("h:2")))
+    assert merge([youzan, upstream]).targets == (Target("h:1", 0), Target("h:2"))

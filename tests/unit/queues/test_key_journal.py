@@ -134,6 +134,27 @@ def test_emptying_the_topic_forgets_the_journal_too(tmp_path: Path) -> None:
     again.close()
 
 
+def test_keys_after_emptying_come_back_after_a_restart(tmp_path: Path) -> None:
+    """Emptying cuts the journal back to its magic: the next keys are appended right
+    after it (a file position left at the old end would leave a gap of zeros that
+    ends the file at open)."""
+    log = opened(tmp_path)
+    partition = Partition("t", 0, max_msg_timeout=900.0, mem_queue_size=4, ephemeral=False, log=log)
+    partition.idempotence = new_table(log, 100)
+    publish(log, partition.idempotence, [f"old{n}" for n in range(20)])
+    log.discard_before(log.next_id)
+    partition.empty()
+    partition.idempotence = new_table(log, 100)  # as the next keyed publish makes it
+    publish(log, partition.idempotence, ["new"])
+    log.close(sync=False)
+    assert (tmp_path / "t-0.keys").stat().st_size == 8 + 8 + ENTRY_SIZE
+    again = opened(tmp_path)
+    journal, entries = again.open_keys(100, create=False)
+    assert journal is not None
+    assert len(entries) == ENTRY_SIZE
+    again.close()
+
+
 def test_deleting_the_log_deletes_the_journal(tmp_path: Path) -> None:
     log = opened(tmp_path)
     publish(log, new_table(log, 2), ["a", "b", "c"])

@@ -1,6 +1,7 @@
-"""Partition logs and delay stores sharing a descriptor budget smaller than their
-number: files are closed while idle and opened again on use, and nothing written is
-lost, left unsynced, or kept from retention by it (issue 30, 3b)."""
+"""Partition logs, delay stores and journals (idempotency keys, deliveries) sharing a
+descriptor budget smaller than their number: files are closed while idle and opened
+again on use, and nothing written is lost, left unsynced, or kept from retention by
+it (issue 30, 3b)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,15 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from trionsq.broker.idempotence import new_table, restore
 from trionsq.descriptors import UNLIMITED, DescriptorBudget
 from trionsq.queues.delay_store import COMPACT_MIN_BYTES, DelayStore
+from trionsq.queues.delivery_journal import DeliveryJournal
 from trionsq.queues.topic_log import TopicLog
 
 from .test_delay_store import make_record, reload
+from .test_key_journal import publish as publish_keyed
+from .test_key_journal import remembered
 from .test_topic_log import body_for, read_everything
 
 if TYPE_CHECKING:
@@ -204,3 +209,101 @@ def test_clear_compaction_and_sync_of_a_closed_delays_file(
     store.close()
     other.close()
     assert sorted(reload(path)) == [*range(2, internal_id + 1, 2), 10**6]
+
+
+def keyed_logs(directory: Path, budget: DescriptorBudget, count: int) -> list[TopicLog]:
+    return [
+        TopicLog.open(
+            directory, f"t{number}-0", max_bytes_per_file=1 << 20, cache_records=4, files=budget
+        )[0]
+        for number in range(count)
+    ]
+
+
+def test_key_journals_taking_turns_on_two_descriptors_keep_every_key(tmp_path: Path) -> None:
+    """Four keyed partitions, a segment and a ``.keys`` each, on two descriptors; the
+    journals rotate (window 10) while the budget keeps closing them."""
+    budget = DescriptorBudget(UNLIMITED, 0, max_open_files=2)
+    logs = keyed_logs(tmp_path, budget, 4)
+    tables = [new_table(log, 10) for log in logs]
+    keys = [f"k{n}" for n in range(36)]
+    for start in range(0, 36, 3):
+        for log, table in zip(logs, tables, strict=True):
+            publish_keyed(log, table, keys[start : start + 3])
+            assert budget.files_open <= 2
+    assert budget.statistics().reopens > 0
+    for log in logs:
+        log.close()
+    assert budget.files_open == 0
+    for number in range(4):
+        names = sorted(path.name for path in tmp_path.glob(f"t{number}-0.keys*"))
+        assert names == [f"t{number}-0.keys", f"t{number}-0.keys.old"]
+    again = DescriptorBudget(UNLIMITED, 0)
+    for log in keyed_logs(tmp_path, again, 4):
+        assert remembered(restore(log, 10), keys) == [False] * 26 + [True] * 10
+        log.close()
+
+
+def test_a_restored_key_journal_holds_no_descriptor_until_written(tmp_path: Path) -> None:
+    (log,) = keyed_logs(tmp_path, DescriptorBudget(UNLIMITED, 0), 1)
+    publish_keyed(log, new_table(log, 100), ["a"])
+    log.close()
+    budget = DescriptorBudget(UNLIMITED, 0)
+    (log,) = keyed_logs(tmp_path, budget, 1)
+    table = restore(log, 100)
+    assert budget.files_open == 0
+    publish_keyed(log, table, ["b"])
+    assert budget.files_open == 2  # the segment and the journal
+    log.close()
+
+
+def test_a_closed_key_journal_is_fsynced_by_name_and_before_its_rotation(
+    tmp_path: Path, fsynced: list[int]
+) -> None:
+    """The sync due on a ``.keys`` the budget closed opens it for the fsync; a rotation
+    fsyncs the file becoming ``.keys.old`` first, closed or not."""
+    budget = DescriptorBudget(UNLIMITED, 0, max_open_files=1)
+    log, other = keyed_logs(tmp_path, budget, 2)
+    table = new_table(log, 2)
+    publish_keyed(log, table, ["a"])
+    publish(other)  # closes the log's files
+    journal = log._keys
+    assert journal is not None
+    assert journal._handle is not None
+    assert journal._handle.fd is None
+    log.sync()
+    keys = tmp_path / "t0-0.keys"
+    assert keys.stat().st_ino in fsynced
+    publish_keyed(log, table, ["b"])
+    first = keys.stat().st_ino
+    publish(other)
+    fsynced.clear()
+    publish_keyed(log, table, ["c"])  # full (window 2): rotates
+    assert (tmp_path / "t0-0.keys.old").stat().st_ino == first
+    assert fsynced == [first]
+    log.close()
+    other.close()
+
+
+def test_delivery_journals_taking_turns_on_one_descriptor_keep_every_count(
+    tmp_path: Path,
+) -> None:
+    """Four channels' journals on one descriptor, the files taking turns as states
+    are written: what the last written state lacks is all there at open."""
+    budget = DescriptorBudget(UNLIMITED, 0, max_open_files=1)
+    states = [tmp_path / f"c{number}.state" for number in range(4)]
+    journals = [DeliveryJournal.open(state, files=budget)[0] for state in states]
+    for internal_id in range(1, 31):
+        for journal in journals:
+            assert journal.delivered([(internal_id, 1, 2)])
+            assert budget.files_open == 1
+        if internal_id % 10 == 0:  # a state covering everything until now
+            for journal in journals:
+                journal.checkpoint()
+                journal.covered()
+    for journal in journals:
+        journal.close()
+    assert budget.files_open == 0
+    for state in states:
+        _, replay = DeliveryJournal.open(state)  # since the state written at 20
+        assert replay.counts == dict.fromkeys(range(21, 31), 2)

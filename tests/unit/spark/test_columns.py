@@ -6,7 +6,7 @@ import orjson
 
 from trionsq.protocol.record_batch import decode_record_batch, encode_record_batch
 from trionsq.queues.record import Record
-from trionsq.spark.columns import to_arrow
+from trionsq.spark.arrow_page import to_arrow
 
 
 def test_a_page_becomes_rows_over_its_own_bytes() -> None:
