@@ -382,3 +382,43 @@ async def test_youzan_error_frames_byte_for_byte(
     )
     for _, scope in cluster.brokers.values():
         scope.cancel()
+
+
+async def test_plain_clients_publish_and_consume_through_every_leading_broker(
+    etcd: EtcdServer, cluster_id: str, nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """A plain NSQ client (no partition: pynsq, go-nsq) sent by lookupd to any
+    producer of a replicated topic: PUB, HTTP /pub and SUB go to the lowest
+    partition that broker leads, not to partition 0, which another broker leads."""
+    cluster = Cluster(etcd, cluster_id, nursery, tmp_path)
+    await cluster.start()
+    for name in ("a", "b"):
+        await cluster.add_broker(name)
+    await cluster.until(
+        lambda: cluster.coordinator.leading and len(cluster.coordinator.view.brokers) == 2
+    )
+    await cluster.coordinator.create_topic("plain", TopicMeta(4, 2))
+    await cluster.until(lambda: cluster.settled("plain", 4))
+    clients = Clients()
+    for broker_id, (addresses, _) in cluster.brokers.items():
+        lowest = min(p for p in range(4) if cluster.leader_of("plain", p) == broker_id)
+        log = addresses.broker.topics["plain"].partitions[lowest].log
+        before = log.next_id
+        producer = await clients.connect(addresses.tcp)
+        await producer.send(Pub("plain", broker_id.encode()))
+        assert ok(await next_frame(producer))  # unfixed: E_FAILED_ON_NOT_LEADER on one
+        assert addresses.http is not None
+        async with httpx.AsyncClient() as http:
+            reply = await http.post(
+                f"http://127.0.0.1:{addresses.http[1]}/pub?topic=plain", content=b"http"
+            )
+        assert reply.status_code == 200, reply.text
+        assert log.next_id == before + 2
+        consumer = await clients.connect(addresses.tcp)
+        await consumer.send(Sub("plain", "c"), Rdy(10))
+        assert ok(await next_frame(consumer))
+        bodies = sorted([(await next_message(consumer)).body for _ in range(2)])
+        assert bodies == sorted([broker_id.encode(), b"http"])
+    await clients.close_all()
+    for _, scope in cluster.brokers.values():
+        scope.cancel()

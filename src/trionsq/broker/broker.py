@@ -423,6 +423,14 @@ class Broker:
             if runner is not None:
                 runner.deadline_changed()
 
+    def default_partition(self, topic: str, lowest: int) -> int:
+        """Where a publish or SUB naming no partition goes: ``lowest``, or for a
+        replicated topic the lowest partition this broker leads (plain NSQ clients
+        reach it through any broker lookupd lists; docs/replication.md)."""
+        replication = self.replication
+        led = replication.default_partition(topic) if replication is not None else None
+        return lowest if led is None else led
+
     async def subscribe(
         self,
         topic_name: str,

@@ -66,6 +66,13 @@ class ReplicationHook(Protocol):
         """
         ...
 
+    def default_partition(self, topic: str) -> int | None:
+        """Where a publish or SUB naming no partition goes (a plain NSQ client): the
+        lowest partition of replicated ``topic`` this broker leads, so every broker
+        lookupd lists as a producer takes plain clients; None: not replicated here,
+        or this broker leads none of it (the lowest partition then, as standalone)."""
+        ...
+
     def check_read(self, topic: str, partition: int) -> None:
         """Before a subscription.
 

@@ -91,6 +91,16 @@ class ReplicaManager:
                 f"{topic}/{partition} has fewer than {meta.min_isr} in-sync replicas"
             )
 
+    def default_partition(self, topic: str) -> int | None:
+        if topic not in self.view.topics:
+            return None
+        led = [
+            index
+            for (name, index), role in self.roles.items()
+            if name == topic and isinstance(role, LeaderRole) and not role.lost
+        ]
+        return min(led, default=None)
+
     def check_read(self, topic: str, partition: int) -> None:
         if topic not in self.view.topics:
             return

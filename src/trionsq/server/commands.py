@@ -452,7 +452,8 @@ class CommandLayer(PublishCommands):
         4-6, 9 and 12).
 
         A named partition must exist (a plain SUB without one may create a plain
-        topic; the Youzan verbs never create); no partition means the lowest. An
+        topic; the Youzan verbs never create); no partition means the lowest (of a
+        replicated topic, the lowest this broker leads). An
         ordered topic takes only SUB_ORDERED, which gets the detail layout and makes
         the channel ordered; SUB_ADVANCED gets the detail layout and may move the
         channel to an offset when it is the channel's only consumer. An ext topic
@@ -494,8 +495,10 @@ class CommandLayer(PublishCommands):
         self.outbound.binary_ids = self.protocol.binary_ids
         self.outbound.extended = ext
         self.outbound.detail = youzan_verb
+        if partition is None:
+            partition = self.broker.default_partition(event.topic, 0)
         self.subscription = await self.broker.subscribe(
-            event.topic, event.channel, consumer, self, partition=partition or 0, ordered=ordered
+            event.topic, event.channel, consumer, self, partition=partition, ordered=ordered
         )
         self.broker.events.emit(
             "client",

@@ -74,8 +74,9 @@ class PublishApi:
     ) -> tuple[str, int]:
         """The topic and partition index a publish goes to (spec http-api §3).
 
-        No ``partition`` (or empty, or -1): the default partition 0, refused on an
-        ordered topic as TCP refuses it; ``create``: a plain topic is created then,
+        No ``partition`` (or empty, or -1): the default partition 0 (of a replicated
+        topic, the lowest this broker leads), refused on an ordered topic as TCP
+        refuses it; ``create``: a plain topic is created then,
         as nsqd's GetTopic does even if the rest of the request is refused. A named
         partition is Youzan's and never creates: it must exist.
         """
@@ -88,6 +89,8 @@ class PublishApi:
             raise HttpError(404, "E_TOPIC_NOT_EXIST")
         if name not in self.broker.topics:
             self.broker.topic(name)
+        if partition is None and self.broker.replication is not None:
+            target = self.broker.default_partition(name, target)
         return name, target
 
     async def _pub(self, request: Request) -> Response:

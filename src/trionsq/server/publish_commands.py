@@ -139,13 +139,16 @@ class PublishCommands:
         """The partition a publish goes to, or -1 after answering the fatal error.
 
         No partition: the default one, the lowest (spec §9), except on an ordered
-        topic (§8.3 step 6); ``create``: a plain topic may be created by it (PUB,
+        topic (§8.3 step 6); of a replicated topic, the lowest this broker leads
+        (:meth:`~trionsq.broker.broker.Broker.default_partition`); ``create``: a plain topic may be created by it (PUB,
         MPUB, DPUB as nsqd), Youzan's publishes never create one. A named partition
         must exist (the parser's gate checked it before the body; the topic may have
         been deleted since).
         """
         target = publish_target(self.broker.topics, topic_name, partition, create=create)
         if type(target) is int:
+            if partition is None and self.broker.replication is not None:
+                return self.broker.default_partition(topic_name, target)
             return target
         if target is Refusal.BAD_PARTITION:
             self._fail(broker_errors.bad_partition_for_ordered())
