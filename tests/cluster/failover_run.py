@@ -32,7 +32,7 @@ from trionsq.protocol import Rdy, Sub
 from trionsq.protocol.client import ErrorReply, MessageFrame, Response, encode_identify
 from trionsq.protocol.commands import ExtMessage, Fin, PubExt
 from trionsq.protocol.identify import IdentifyRequest
-from trionsq.testing import ProtocolClient
+from trionsq.testing import ProtocolClient, wait_until
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -226,26 +226,32 @@ def _without_header(data: bytes) -> bytes:
 
 
 async def consume_all(lookup: Lookup, partitions: int, history: History) -> None:
-    """Read every partition from its leader until it stays quiet."""
+    """Read every partition from its leader until it stays quiet (all at once)."""
     await lookup.refresh()
-    for partition in range(partitions):
-        leader = lookup.leaders[partition]
-        client = await ProtocolClient.connect(leader[:2])
-        await client.stream.send_all(encode_identify(IdentifyRequest(extend_support=True)))
-        await client.read(1)
-        await client.send(Sub(TOPIC, "check", partition=partition), Rdy(1000))
-        consumed = history.consumed[partition] = []
-        while True:
-            frames = await client.drain(quiet=1.0)
-            messages = [f.message for f in frames if isinstance(f, MessageFrame)]
-            if not messages:
-                break
-            for message in messages:
-                body = _without_header(message.body)
-                consumed.append(body)
-                history.consumed_ids[body] = int.from_bytes(message.id[:8], "big")
-            await client.send(*(Fin(m.id) for m in messages))
-        await trio.aclose_forcefully(client.stream)
+    async with trio.open_nursery() as nursery:
+        for partition in range(partitions):
+            nursery.start_soon(_consume_partition, lookup.leaders[partition], partition, history)
+
+
+async def _consume_partition(
+    leader: tuple[str, int, str], partition: int, history: History
+) -> None:
+    client = await ProtocolClient.connect(leader[:2])
+    await client.stream.send_all(encode_identify(IdentifyRequest(extend_support=True)))
+    await client.read(1)
+    await client.send(Sub(TOPIC, "check", partition=partition), Rdy(2500))
+    consumed = history.consumed[partition] = []
+    while True:
+        frames = await client.drain(quiet=1.0)
+        messages = [f.message for f in frames if isinstance(f, MessageFrame)]
+        if not messages:
+            break
+        for message in messages:
+            body = _without_header(message.body)
+            consumed.append(body)
+            history.consumed_ids[body] = int.from_bytes(message.id[:8], "big")
+        await client.send(*(Fin(m.id) for m in messages))
+    await trio.aclose_forcefully(client.stream)
 
 
 async def run_history(
@@ -303,6 +309,23 @@ async def _ping(host: str, port: int) -> str:
     return reply.body.decode(errors="replace")
 
 
+RESUMED = 40
+"""Publishes acknowledged after etcd is back before an outage run ends."""
+
+
+async def _acknowledged_after(history: History, since: float, count: int, within: float) -> None:
+    """Until ``count`` publishes were acknowledged after ``since``.
+
+    Raises:
+        trio.TooSlowError: not within ``within`` seconds.
+    """
+
+    def resumed() -> bool:
+        return sum(at > since for acks in history.acked.values() for _, at, _ in acks) >= count
+
+    await wait_until(resumed, f"{count} publishes acknowledged after etcd came back", within=within)
+
+
 async def run_etcd_outage(
     cluster: LocalCluster, *, partitions: int, replicas: int, seconds: float
 ) -> tuple[History, Verdict, Outage]:
@@ -323,7 +346,7 @@ async def run_etcd_outage(
             await trio.to_thread.run_sync(member.start)
         await trio.to_thread.run_sync(cluster.etcd.wait_healthy)
         outage.started_at = time.monotonic()
-        await trio.sleep(max(3.0, seconds / 5))  # publishing resumes
+        await _acknowledged_after(history, outage.started_at, RESUMED, within=max(10.0, seconds))
 
     history, verdict = await run_history(
         cluster, partitions=partitions, replicas=replicas, disrupt=disrupt

@@ -26,6 +26,7 @@ from tests.cluster.netns import Sandbox
 from trionsq.cluster.etcd_process import start_etcd
 from trionsq.cluster.local_cluster import LocalCluster
 from trionsq.http.client import http_get
+from trionsq.testing import wait_until
 
 if TYPE_CHECKING:
     from trionsq.cluster.local_cluster import BrokerProcess
@@ -73,7 +74,14 @@ def main() -> None:
             made.heal(other, [leader])
         report["cut_leader"] = leader_id
         report["healed_at"] = time.monotonic()
-        await trio.sleep(6.0)  # the old leader follows again and catches up
+        # the old leader follows again (its tail cut), then catches up
+        log = cluster.by_id(leader_id).directory / "broker.log"
+        await wait_until(
+            lambda: "cut " in log.read_text(errors="replace"),
+            "the old leader's tail cut",
+            within=15,
+        )
+        await trio.sleep(2.0)
 
     try:
         cluster.start(

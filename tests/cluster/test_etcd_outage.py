@@ -21,7 +21,7 @@ async def test_etcd_outage_loses_nothing_and_resumes(tmp_path: Path) -> None:
     try:
         cluster.start(3)
         history, verdict, outage = await run_etcd_outage(
-            cluster, partitions=2, replicas=3, seconds=5
+            cluster, partitions=2, replicas=3, seconds=4
         )
     finally:
         cluster.stop()

@@ -40,7 +40,7 @@ def test_a_cut_off_leader_loses_nothing_acknowledged(tmp_path: Path) -> None:
             "tag": made.tag,
             "subnet": made.subnet,
             "hosts": made.hosts,
-            "seconds": 5.0,
+            "seconds": 4.0,
         }
         (tmp_path / "plan.json").write_text(json.dumps(plan))
         out = tmp_path / "report.json"
