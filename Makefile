@@ -12,6 +12,7 @@ COMPILE := $(BIN)/python -m compileall -q src >/dev/null
 CHROMIUM := /usr/bin/chromium
 PROMTOOL := /usr/bin/promtool
 ETCD := /usr/bin/etcd
+IP := /sbin/ip
 
 .PHONY: serve test lint typecheck unit bench example-spark proto clean
 
@@ -41,7 +42,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP) | $(CHROMIUM) $(PROMTOOL) $(ETCD)
+unit: $(STAMP) | $(CHROMIUM) $(PROMTOOL) $(ETCD) $(IP)
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 # tests/browser drive Debian's chromium through playwright (which downloads no browser);
@@ -60,6 +61,11 @@ $(PROMTOOL):
 # package enables a service where systemd runs; the tests start their own, on free ports.
 $(ETCD):
 	apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends etcd-server
+
+# tests/cluster/test_network_partition.py makes its own network namespaces and veth
+# pairs with iproute2's ip (as root, as CI runs).
+$(IP):
+	apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends iproute2
 
 # The Spark example pipeline (docs/spark.md): its own broker, clicks in, counts out.
 example-spark: $(STAMP)

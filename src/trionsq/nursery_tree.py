@@ -159,10 +159,7 @@ async def serve_nsqd(
         tcp = _bound(tcp_listeners)
         http = _bound(http_listeners) if http_listeners else None
         https = _bound(https_listeners) if https_listeners else None
-        if config.cluster_enabled:  # replicas through etcd (docs/replication.md): the hook
-            from .cluster.serve import start_cluster  # is in place before anyone may publish
-
-            await start_cluster(broker, config, tcp[1], http[1] if http else 0, broker_nursery)
+        await _start_cluster(config, broker, tcp, http, broker_nursery)
         client_ids = itertools.count(1)
         # one TLS configuration for the TCP upgrade and HTTPS, as nsqd has
         tls_context = None
@@ -343,6 +340,21 @@ async def open_nsqd(config: NsqdConfig | None = None) -> AsyncIterator[BoundAddr
             yield addresses
         finally:
             nursery.cancel_scope.cancel()
+
+
+async def _start_cluster(
+    config: NsqdConfig,
+    broker: Broker,
+    tcp: tuple[str, int],
+    http: tuple[str, int] | None,
+    nursery: trio.Nursery,
+) -> None:
+    """With ``--etcd-endpoints``: replicas through etcd (docs/replication.md), the
+    replication hook in place before anyone may publish."""
+    if config.cluster_enabled:
+        from .cluster.serve import start_cluster
+
+        await start_cluster(broker, config, tcp[1], http[1] if http else 0, nursery)
 
 
 TREE: Final = (

@@ -31,6 +31,43 @@ def _url(lookupd: LookupdAddresses, path: str) -> str:
     return f"http://127.0.0.1:{lookupd.http[1]}{path}"
 
 
+def _youzan_shape(
+    found: dict[str, object], brokers: list[BoundAddresses]
+) -> dict[str, dict[str, object]]:
+    """What Youzan's go-nsq reads of ``/lookup?access=w&metainfo=true``: ``meta`` with
+    ``replica``, each partition's leader in nsqlookupd's peer shape, the producers;
+    returns the partitions."""
+    assert found["meta"] == {
+        "partition_num": 4,
+        "replica": 3,
+        "extend_support": False,
+        "ordered": False,
+        "multi_part": False,
+        "disable_channel_auto_create": False,
+    }
+    partitions = found["partitions"]
+    assert isinstance(partitions, dict)
+    ports = {b.tcp[1] for b in brokers}
+    leaders = [partitions[str(n)]["tcp_port"] for n in range(4)]
+    assert set(leaders) <= ports
+    assert len(set(leaders)) == 3  # 4 partitions led by all 3 brokers
+    entry = partitions["0"]
+    assert list(entry) == [
+        "id",
+        "remote_address",
+        "hostname",
+        "broadcast_address",
+        "tcp_port",
+        "http_port",
+        "version",
+        "distributed_id",
+    ]
+    producers = found["producers"]
+    assert isinstance(producers, list)
+    assert len(producers) == 3
+    return partitions
+
+
 async def test_create_and_lookup_through_the_coordinator(
     etcd: EtcdServer, cluster_id: str, nursery: trio.Nursery, tmp_path: Path
 ) -> None:
@@ -82,34 +119,7 @@ async def test_create_and_lookup_through_the_coordinator(
             if isinstance(partitions, dict) and len(partitions) == 4:
                 break
             await trio.sleep(0.02)
-        assert found["meta"] == {
-            "partition_num": 4,
-            "replica": 3,
-            "extend_support": False,
-            "ordered": False,
-            "multi_part": False,
-            "disable_channel_auto_create": False,
-        }
-        partitions = found["partitions"]
-        assert isinstance(partitions, dict)
-        ports = {b.tcp[1] for b in brokers}
-        leaders = [partitions[str(n)]["tcp_port"] for n in range(4)]
-        assert set(leaders) <= ports
-        assert len(set(leaders)) == 3  # 4 partitions led by all 3 brokers
-        entry = partitions["0"]
-        assert list(entry) == [
-            "id",
-            "remote_address",
-            "hostname",
-            "broadcast_address",
-            "tcp_port",
-            "http_port",
-            "version",
-            "distributed_id",
-        ]
-        producers = found["producers"]
-        assert isinstance(producers, list)
-        assert len(producers) == 3
+        partitions = _youzan_shape(found, brokers)
         readers = await lookup(first, "access=r")
         assert readers["partitions"] == partitions
         assert "meta" not in readers

@@ -49,11 +49,13 @@ if TYPE_CHECKING:
 __all__ = [
     "IdempotenceTable",
     "Stored",
+    "journaled",
     "key_digest",
     "key_digests",
     "new_table",
     "remember_copies",
     "restore",
+    "rewrite_journal",
 ]
 
 _MARK: Final = IDEMPOTENCY_KEY.encode()
@@ -297,12 +299,29 @@ def restore(
         table.journal = journal
         if last:
             from_id = max(last + 1, log.start_id)
-    table = _remember_stored(log, window, table, from_id)
+    return journaled(_remember_stored(log, window, table, from_id), log, window)
+
+
+def journaled(
+    table: IdempotenceTable | None, log: PartitionLog, window: int
+) -> IdempotenceTable | None:
+    """``table`` with its durable log's journal, which gets every key the table holds
+    if it had none (a table rebuilt from the records, or a replica's copied keys)."""
     if table is not None and table.journal is None and log.on_disk:
         table.journal, _ = log.open_keys(window, create=True)
         if table.journal is not None:
             table.journal.append(table.entries())
     return table
+
+
+def rewrite_journal(table: IdempotenceTable | None) -> None:
+    """Make the journal hold exactly the table's keys: after a replica's log was cut,
+    it still names the records that went, which must not come back at a restart."""
+    if table is not None and table.journal is not None:
+        table.journal.forget()
+        entries = table.entries()
+        if entries:
+            table.journal.append(entries)
 
 
 def _remember_stored(

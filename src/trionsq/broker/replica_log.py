@@ -74,7 +74,8 @@ def append_copies(broker: Broker, topic: str, index: int, records: Sequence[Reco
         broker.storage.appended(partition.log, len(records))
     window = broker.config.idempotency_window
     if window > 0:
-        partition.idempotence = idempotence.remember_copies(partition.idempotence, window, records)
+        table = idempotence.remember_copies(partition.idempotence, window, records)
+        partition.idempotence = idempotence.journaled(table, partition.log, window)
 
 
 def truncate_partition(broker: Broker, topic: str, index: int, end_id: int) -> int:
@@ -104,6 +105,7 @@ def truncate_partition(broker: Broker, topic: str, index: int, end_id: int) -> i
         if isinstance(cursor, ChannelCursor) and cursor.read_id > end_id:
             channel.move_to(min(cursor.confirmed_id, end_id))
     partition.idempotence = idempotence.restore(partition.log, broker.config.idempotency_window)
+    idempotence.rewrite_journal(partition.idempotence)
     log.warning("%s/%d: cut %d records from id %d (not on the leader)", topic, index, count, end_id)
     return count
 

@@ -326,16 +326,15 @@ def metric_families(stats: StatsSnapshot, facts: BrokerFacts) -> list[Metric]:
             if not c.channel_name.endswith(EPHEMERAL_SUFFIX)
         ],
     )
-    replicated = [(t, p, p.replication) for t, p in partitions if p.replication is not None]
-    if replicated:  # a broker of a replicated cluster (docs/replication.md)
-        families += _replication(replicated)
-    return families
+    return families + _replication(partitions)
 
 
-def _replication(
-    rows: Sequence[tuple[TopicSnapshot, PartitionSnapshot, dict[str, object]]],
-) -> list[Metric]:
-    """ISR size, leadership, commit point and each follower's lag, per partition."""
+def _replication(partitions: Sequence[tuple[TopicSnapshot, PartitionSnapshot]]) -> list[Metric]:
+    """ISR size, leadership, commit point and each follower's lag, per replicated
+    partition (docs/replication.md); none without one."""
+    rows = [(t, p, p.replication) for t, p in partitions if p.replication is not None]
+    if not rows:
+        return []
     labels = ["topic", "partition"]
     isr = GaugeMetricFamily(
         "nsq_partition_isr_size", "In-sync replicas of the partition.", labels=labels
