@@ -140,10 +140,10 @@ class PublishCommands:
 
         No partition: the default one, the lowest (spec §9), except on an ordered
         topic (§8.3 step 6); of a replicated topic, the lowest this broker leads
-        (:meth:`~trionsq.broker.broker.Broker.default_partition`); ``create``: a plain topic may be created by it (PUB,
-        MPUB, DPUB as nsqd), Youzan's publishes never create one. A named partition
-        must exist (the parser's gate checked it before the body; the topic may have
-        been deleted since).
+        (:meth:`~trionsq.broker.broker.Broker.default_partition`). ``create``: a
+        plain topic may be created by it (PUB, MPUB, DPUB as nsqd), Youzan's
+        publishes never create one. A named partition must exist (the parser's gate
+        checked it before the body; the topic may have been deleted since).
         """
         target = publish_target(self.broker.topics, topic_name, partition, create=create)
         if type(target) is int:
@@ -238,8 +238,12 @@ class PublishCommands:
             bodies = [pub.body for pub in pubs[start:end]]
             self.broker.publish(topic, bodies, self.broker.wall_clock(), partition_index=index)
             self._count(topic, len(bodies))
-            for _ in bodies:
-                self._answer(OK_FRAME, topic, index)
+            if self.broker.replication is None:  # single-broker mode: as it always was
+                for _ in bodies:
+                    self._reply(OK_FRAME)
+            else:
+                for _ in bodies:
+                    self._answer(OK_FRAME, topic, index)
             start = end
 
     def _mpub(self, event: Mpub) -> None:
