@@ -69,6 +69,21 @@ class Cluster:
         self.brokers[f"127.0.0.1:{addresses.tcp[1]}"] = (addresses, scope)
         return addresses
 
+    async def with_topic(
+        self, topic: str, meta: TopicMeta, brokers: dict[str, int] | tuple[str, ...]
+    ) -> None:
+        """Start the coordinator and ``brokers`` (names, or names to TCP ports), then
+        create ``topic`` and wait until every replica has its role."""
+        await self.start()
+        ports = brokers if isinstance(brokers, dict) else dict.fromkeys(brokers, 0)
+        for name, port in ports.items():
+            await self.add_broker(name, port)
+        await self.until(
+            lambda: self.coordinator.leading and len(self.coordinator.view.brokers) == len(ports)
+        )
+        await self.coordinator.create_topic(topic, meta)
+        await self.until(lambda: self.settled(topic, meta.partitions))
+
     def manager(self, broker_id: str) -> ReplicaManager:
         hook = self.brokers[broker_id][0].broker.replication
         assert isinstance(hook, ReplicaManager)
@@ -104,14 +119,7 @@ async def test_replicated_publish_failover_and_youzan_errors(
     etcd: EtcdServer, cluster_id: str, nursery: trio.Nursery, tmp_path: Path
 ) -> None:
     cluster = Cluster(etcd, cluster_id, nursery, tmp_path)
-    await cluster.start()
-    for name in ("a", "b", "c"):
-        await cluster.add_broker(name)
-    await cluster.until(
-        lambda: cluster.coordinator.leading and len(cluster.coordinator.view.brokers) == 3
-    )
-    await cluster.coordinator.create_topic("t", TopicMeta(2, 3, min_isr=2))
-    await cluster.until(lambda: cluster.settled("t", 2))
+    await cluster.with_topic("t", TopicMeta(2, 3, min_isr=2), ("a", "b", "c"))
     clients = Clients()
     leader = cluster.leader_of("t", 0)
     followers = [b for b in cluster.brokers if b != leader]
@@ -169,14 +177,7 @@ async def test_stats_metrics_ping_and_admin_events(
     etcd: EtcdServer, cluster_id: str, nursery: trio.Nursery, tmp_path: Path
 ) -> None:
     cluster = Cluster(etcd, cluster_id, nursery, tmp_path)
-    await cluster.start()
-    for name in ("a", "b"):
-        await cluster.add_broker(name)
-    await cluster.until(
-        lambda: cluster.coordinator.leading and len(cluster.coordinator.view.brokers) == 2
-    )
-    await cluster.coordinator.create_topic("s", TopicMeta(1, 2))
-    await cluster.until(lambda: cluster.settled("s", 1))
+    await cluster.with_topic("s", TopicMeta(1, 2), ("a", "b"))
     leader = cluster.leader_of("s", 0)
     follower = next(b for b in cluster.brokers if b != leader)
     events = Watcher(lambda: None, groups=["partition"])
@@ -244,15 +245,8 @@ async def test_a_wiped_follower_catches_up_and_rejoins_the_isr(
     etcd: EtcdServer, cluster_id: str, nursery: trio.Nursery, tmp_path: Path
 ) -> None:
     cluster = Cluster(etcd, cluster_id, nursery, tmp_path)
-    await cluster.start()
     ports = {name: free_port() for name in ("a", "b")}
-    for name, port in ports.items():
-        await cluster.add_broker(name, port)
-    await cluster.until(
-        lambda: cluster.coordinator.leading and len(cluster.coordinator.view.brokers) == 2
-    )
-    await cluster.coordinator.create_topic("w", TopicMeta(1, 2))
-    await cluster.until(lambda: cluster.settled("w", 1))
+    await cluster.with_topic("w", TopicMeta(1, 2), ports)
     leader = cluster.leader_of("w", 0)
     follower = next(b for b in cluster.brokers if b != leader)
     clients = Clients()
@@ -287,14 +281,7 @@ async def test_a_channel_resumes_on_the_new_leader_redelivering_only_what_was_in
     etcd: EtcdServer, cluster_id: str, nursery: trio.Nursery, tmp_path: Path
 ) -> None:
     cluster = Cluster(etcd, cluster_id, nursery, tmp_path)
-    await cluster.start()
-    for name in ("a", "b"):
-        await cluster.add_broker(name)
-    await cluster.until(
-        lambda: cluster.coordinator.leading and len(cluster.coordinator.view.brokers) == 2
-    )
-    await cluster.coordinator.create_topic("q", TopicMeta(1, 2))
-    await cluster.until(lambda: cluster.settled("q", 1))
+    await cluster.with_topic("q", TopicMeta(1, 2), ("a", "b"))
     leader = cluster.leader_of("q", 0)
     follower = next(b for b in cluster.brokers if b != leader)
     clients = Clients()
@@ -354,14 +341,7 @@ async def test_youzan_error_frames_byte_for_byte(
     """What Youzan's go-nsq TopicProducerMgr reacts to: error frames (type 1) whose
     text is the code and a space, for PUB on a follower and below min_isr."""
     cluster = Cluster(etcd, cluster_id, nursery, tmp_path)
-    await cluster.start()
-    for name in ("a", "b"):
-        await cluster.add_broker(name)
-    await cluster.until(
-        lambda: cluster.coordinator.leading and len(cluster.coordinator.view.brokers) == 2
-    )
-    await cluster.coordinator.create_topic("y", TopicMeta(1, 2, min_isr=2))
-    await cluster.until(lambda: cluster.settled("y", 1))
+    await cluster.with_topic("y", TopicMeta(1, 2, min_isr=2), ("a", "b"))
     leader = cluster.leader_of("y", 0)
     follower = next(b for b in cluster.brokers if b != leader)
     pub = b"PUB y 0\n\x00\x00\x00\x01x"
@@ -391,14 +371,7 @@ async def test_plain_clients_publish_and_consume_through_every_leading_broker(
     producer of a replicated topic: PUB, HTTP /pub and SUB go to the lowest
     partition that broker leads, not to partition 0, which another broker leads."""
     cluster = Cluster(etcd, cluster_id, nursery, tmp_path)
-    await cluster.start()
-    for name in ("a", "b"):
-        await cluster.add_broker(name)
-    await cluster.until(
-        lambda: cluster.coordinator.leading and len(cluster.coordinator.view.brokers) == 2
-    )
-    await cluster.coordinator.create_topic("plain", TopicMeta(4, 2))
-    await cluster.until(lambda: cluster.settled("plain", 4))
+    await cluster.with_topic("plain", TopicMeta(4, 2), ("a", "b"))
     clients = Clients()
     for broker_id, (addresses, _) in cluster.brokers.items():
         lowest = min(p for p in range(4) if cluster.leader_of("plain", p) == broker_id)
