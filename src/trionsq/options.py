@@ -178,6 +178,7 @@ NSQD_FLAGS: Final[tuple[FlagSpec, ...]] = (
     _flag("replication-address", STR, "<addr>:<port> followers fetch from (empty: the TCP host, a free port)"),
     _flag("cluster-lease-ttl", DUR, "etcd lease of the broker: a dead broker is replaced within it"),
     _flag("replica-lag-time", DUR, "an in-sync follower behind the leader for longer leaves the ISR"),
+    _flag("lookupd-ping-interval", DUR, "time between PINGs to each nsqlookupd (nsqd: 15s), which hides a broker silent for its -inactive-producer-timeout"),
     _flag("group-rebalance-delay", DUR, "time a consumer group's membership must be still before its partitions are dealt again"),
     _flag("idempotency-window", INT, "##idempotency_key values each partition remembers to store each at most once (0: off)"),
     _flag("ttl-dead-letter", BOOL, "send messages past their TTL to their channel's dead-letter topic, when it has a max_attempts bound"),

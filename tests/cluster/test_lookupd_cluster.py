@@ -4,7 +4,7 @@ relies on; the other lookupd refuses creation with E_FAILED_ON_NOT_LEADER."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 import httpx
 import orjson
@@ -25,6 +25,14 @@ if TYPE_CHECKING:
     from trionsq.cluster.etcd_process import EtcdServer
     from trionsq.lookupd.server import LookupdAddresses
     from trionsq.nursery_tree import BoundAddresses
+
+
+class _Cluster(TypedDict):
+    """The options every process of the cluster shares (lookupds and brokers)."""
+
+    etcd_endpoints: tuple[str, ...]
+    cluster_id: str
+    cluster_lease_ttl: float
 
 
 def _url(lookupd: LookupdAddresses, path: str) -> str:
@@ -71,7 +79,7 @@ def _youzan_shape(
 async def test_create_and_lookup_through_the_coordinator(
     etcd: EtcdServer, cluster_id: str, nursery: trio.Nursery, tmp_path: Path
 ) -> None:
-    cluster = {
+    cluster: _Cluster = {
         "etcd_endpoints": (",".join(etcd.endpoints),),
         "cluster_id": cluster_id,
         "cluster_lease_ttl": 1.0,
@@ -148,7 +156,7 @@ async def test_create_and_lookup_through_the_coordinator(
 async def test_the_client_publishes_through_a_leader_change(
     etcd: EtcdServer, cluster_id: str, nursery: trio.Nursery, tmp_path: Path
 ) -> None:
-    cluster = {
+    cluster: _Cluster = {
         "etcd_endpoints": (",".join(etcd.endpoints),),
         "cluster_id": cluster_id,
         "cluster_lease_ttl": 1.0,
