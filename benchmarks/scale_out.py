@@ -179,65 +179,83 @@ def trionsq_worker(
     out.put(trio.run(phases[phase]))
 
 
+async def _pynsq_writer(lookupd: str, topic: str) -> nsq.Writer:
+    """A pynsq ``Writer`` to every producer lookupd lists, connected."""
+    import asyncio
+
+    import nsq
+
+    addresses = _producers(lookupd, topic)
+    writer = nsq.Writer(addresses)
+    while len(writer.conns) < len(addresses):  # noqa: ASYNC110 - pynsq has no event
+        await asyncio.sleep(0.005)
+    return writer
+
+
+async def _pynsq_round_trips(
+    lookupd: str,
+    topic: str,
+    seconds: float,
+    outstanding: int,
+    send: Callable[[nsq.Writer, Callable[[object, object], None]], None],
+) -> list[float]:
+    """``outstanding`` writers, one publish out on each; the round trips."""
+    import asyncio
+
+    import nsq
+
+    writers = [await _pynsq_writer(lookupd, topic) for _ in range(outstanding)]
+    end = time.monotonic() + seconds
+    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    times: list[float] = []
+    running = [outstanding]
+
+    def next_one(index: int) -> None:
+        if time.monotonic() >= end:
+            running[0] -= 1
+            if not running[0]:
+                done.set_result(None)
+            return
+        sent = time.perf_counter()
+
+        def answer(conn: object, data: object) -> None:
+            if isinstance(data, nsq.Error):
+                if not done.done():
+                    done.set_exception(RuntimeError(f"publish failed: {data}"))
+                return
+            times.append(time.perf_counter() - sent)
+            next_one(index)
+
+        send(writers[index], answer)
+
+    for index in range(outstanding):
+        next_one(index)
+    await done
+    for each in writers:
+        for conn in list(each.conns.values()):
+            conn.close()
+    return times
+
+
 def pynsq_worker(phase: str, lookupd: str, topic: str, seconds: float, out: Queue[Result]) -> None:
     import asyncio
 
     import nsq
 
-    async def writer() -> nsq.Writer:
-        addresses = _producers(lookupd, topic)
-        writer = nsq.Writer(addresses)
-        while len(writer.conns) < len(addresses):  # noqa: ASYNC110 - pynsq has no event
-            await asyncio.sleep(0.005)
-        return writer
-
-    async def publish(
-        outstanding: int, send: Callable[[nsq.Writer, Callable[[object, object], None]], None]
-    ) -> list[float]:
-        """``outstanding`` writers, one publish out on each; the round trips."""
-        writers = [await writer() for _ in range(outstanding)]
-        end = time.monotonic() + seconds
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        times: list[float] = []
-        running = [outstanding]
-
-        def next_one(index: int) -> None:
-            if time.monotonic() >= end:
-                running[0] -= 1
-                if not running[0]:
-                    done.set_result(None)
-                return
-            sent = time.perf_counter()
-
-            def answer(conn: object, data: object) -> None:
-                if isinstance(data, nsq.Error):
-                    if not done.done():
-                        done.set_exception(RuntimeError(f"publish failed: {data}"))
-                    return
-                times.append(time.perf_counter() - sent)
-                next_one(index)
-
-            send(writers[index], answer)
-
-        for index in range(outstanding):
-            next_one(index)
-        await done
-        for each in writers:
-            for conn in list(each.conns.values()):
-                conn.close()
-        return times
-
     async def mpub() -> Result:
         def send(w: nsq.Writer, answer: Callable[[object, object], None]) -> None:
             w.mpub(topic, [BODY] * BATCH, callback=answer)
 
-        return {"count": len(await publish(MPUB_OUTSTANDING, send)) * BATCH}
+        return {
+            "count": len(await _pynsq_round_trips(lookupd, topic, seconds, MPUB_OUTSTANDING, send))
+            * BATCH
+        }
 
     async def pub() -> Result:
         def send(w: nsq.Writer, answer: Callable[[object, object], None]) -> None:
             w.pub(topic, BODY, callback=answer)
 
-        times = await publish(PUBLISHERS_PER_PROCESS, send)
+        times = await _pynsq_round_trips(lookupd, topic, seconds, PUBLISHERS_PER_PROCESS, send)
         return {"times": times, "count": len(times)}
 
     async def consume() -> Result:
