@@ -172,7 +172,6 @@ async def _serve_broker(
         tcp = _bound(tcp_listeners)
         http = _bound(http_listeners) if http_listeners else None
         https = _bound(https_listeners) if https_listeners else None
-        await _start_cluster(config, broker, tcp, http, broker_nursery)
         client_ids = itertools.count(1)
         tls_context = _tls_context(config)
 
@@ -186,7 +185,7 @@ async def _serve_broker(
                 next(client_ids), stream, broker, settings, alarms, tls_context, gate.closed
             ).run()
 
-        peers = await _start_lookupd_peers(config, broker, broker_nursery, tcp, http)
+        peers = await _start_peers(config, broker, broker_nursery, tcp, http)
         broker.group_coordinator.learn = LookupdGroupViews(peers.http_addresses, config)
         alarms = AlarmClock()
         await broker_nursery.start(alarms.run)
@@ -403,19 +402,21 @@ async def open_nsqd(config: NsqdConfig | None = None) -> AsyncIterator[BoundAddr
         raise failed
 
 
-async def _start_cluster(
+async def _start_peers(
     config: NsqdConfig,
     broker: Broker,
+    nursery: trio.Nursery,
     tcp: tuple[str, int],
     http: tuple[str, int] | None,
-    nursery: trio.Nursery,
-) -> None:
-    """With ``--etcd-endpoints``: replicas through etcd (docs/replication.md), the
-    replication hook in place before anyone may publish."""
+) -> LookupdPeers:
+    """The broker's peers: with ``--etcd-endpoints`` the replicated cluster's side
+    (docs/replication.md; its hook in place before anyone may publish), then the
+    lookupds."""
     if config.cluster_enabled:
         from .cluster.serve import start_cluster
 
         await start_cluster(broker, config, tcp[1], http[1] if http else 0, nursery)
+    return await _start_lookupd_peers(config, broker, nursery, tcp, http)
 
 
 TREE: Final = (
