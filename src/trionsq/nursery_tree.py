@@ -36,6 +36,14 @@ below)::
     │       ├── per lookupd address: peer [own CancelScope; removed = cancel]
     │       │   └── reader task    replies -> the waiting command; close -> reconnect
     │       └── per new topic: channel pre-creation (asks every lookupd, then ends)
+    │   ├── replication listener (with --etcd-endpoints) -> per follower connection   cluster/leader_streams.py
+    │   │   └── ACK reader   the follower's ACKs move the commit end
+    │   └── replica manager (with --etcd-endpoints)   cluster/replica_manager.py
+    │       ├── registration   the broker's key on its etcd lease, renewed
+    │       ├── cluster view   etcd's keys, kept by a watch; roles follow it
+    │       ├── ISR upkeep     lagging followers leave the ISR, caught-up ones join
+    │       ├── consumer state shipper   channels' positions and settings, every 0.1 s
+    │       └── per followed partition: follower stream [own CancelScope; role over = cancel]
     task_status.started(BoundAddresses(...))   # after every listener accepts
 
 Every listener accepts through ``listen.serve_connections``: each connection's task
@@ -75,7 +83,7 @@ from .server.admin_stream import StreamShared
 from .server.admission import ConnectionGate, reserved_sockets
 from .server.alarms import AlarmClock
 from .server.group_views import LookupdGroupViews
-from .server.lookupd_peers import LookupdPeers, peer_identity
+from .server.lookupd_peers import LookupdPeers, PeerTiming, peer_identity
 from .server.nsqd_api import NsqdHttpApi, RuntimeOptions
 from .server.tcp import ClientSession
 from .version import NSQD_RELEASE
@@ -134,30 +142,38 @@ async def serve_nsqd(
     bound before ``started``, so a client may connect at once. ``wall_clock``: Unix
     nanoseconds now, for publish times and delays (a test under Trio's MockClock
     passes one that follows it, so a DPUB due in days comes due in virtual time).
+
+    Raises:
+        ConfigError: a configuration nsqd refuses (``NsqdConfig.validate``), and
+        OSError: a listener that cannot bind; both themselves, before any task
+            starts (as nsqd, the listeners are bound before the data is loaded).
     """
+    config.validate()
+    listeners = await _open_all_listeners(config)
+    try:
+        await _serve_broker(config, listeners, wall_clock, task_status)
+    finally:  # closed by their tasks, unless the start failed before those began
+        for listener in itertools.chain(*listeners):
+            listener.socket.close()
+
+
+async def _serve_broker(
+    config: NsqdConfig,
+    listeners: tuple[list[trio.SocketListener], ...],
+    wall_clock: Callable[[], int],
+    task_status: trio.TaskStatus[BoundAddresses],
+) -> None:
+    """The broker nursery and its tasks, on listeners already bound."""
     settings = config.server_settings(NSQD_RELEASE)
     started_at = time.time()
+    tcp_listeners, http_listeners, https_listeners = listeners
     async with trio.open_nursery() as broker_nursery:
-        descriptors = _descriptor_budget(config)
-        gate = ConnectionGate(descriptors)
-        storage = Storage(config, wall_clock, descriptors)
-        broker = Broker(config, broker_nursery, storage, drive=ChannelRunner, wall_clock=wall_clock)
-        storage.recover(broker)
-        broker.dead_letter_mover.settle()  # what recovery found on its way, before serving
-        await broker_nursery.start(storage.run, broker)
-        await broker_nursery.start(broker.dead_letter_mover.run)
-        await broker.run_ttl_timers()  # restored channels' messages expire unread too
-        tcp_listeners, http_listeners, https_listeners = await _open_all_listeners(config)
+        broker, gate = await _start_broker(config, broker_nursery, wall_clock)
         tcp = _bound(tcp_listeners)
         http = _bound(http_listeners) if http_listeners else None
         https = _bound(https_listeners) if https_listeners else None
         client_ids = itertools.count(1)
-        # one TLS configuration for the TCP upgrade and HTTPS, as nsqd has
-        tls_context = None
-        if config.tls_enabled:
-            from .server.tls import server_tls_context
-
-            tls_context = server_tls_context(config)
+        tls_context = _tls_context(config)
 
         def handle_tcp(stream: trio.SocketStream) -> Awaitable[None]:
             if not gate.admit("TCP"):
@@ -169,11 +185,7 @@ async def serve_nsqd(
                 next(client_ids), stream, broker, settings, alarms, tls_context, gate.closed
             ).run()
 
-        identity = peer_identity(config, NSQD_RELEASE, tcp[1], http[1] if http else 0)
-        peers = LookupdPeers(
-            broker, identity, config.lookupd_tcp_addresses, max_reply_size=config.max_body_size
-        )
-        await broker_nursery.start(peers.run)
+        peers = await _start_peers(config, broker, broker_nursery, tcp, http)
         broker.group_coordinator.learn = LookupdGroupViews(peers.http_addresses, config)
         alarms = AlarmClock()
         await broker_nursery.start(alarms.run)
@@ -225,6 +237,52 @@ async def serve_nsqd(
                 tubemq_broker=tubemq.broker if tubemq else None,
             )
         )
+
+
+async def _start_broker(
+    config: NsqdConfig, broker_nursery: trio.Nursery, wall_clock: Callable[[], int]
+) -> tuple[Broker, ConnectionGate]:
+    """The broker with what its storage recovers, and the storage's tasks started."""
+    descriptors = _descriptor_budget(config)
+    gate = ConnectionGate(descriptors)
+    storage = Storage(config, wall_clock, descriptors)
+    broker = Broker(config, broker_nursery, storage, drive=ChannelRunner, wall_clock=wall_clock)
+    storage.recover(broker)
+    broker.dead_letter_mover.settle()  # what recovery found on its way, before serving
+    await broker_nursery.start(storage.run, broker)
+    await broker_nursery.start(broker.dead_letter_mover.run)
+    await broker.run_ttl_timers()  # restored channels' messages expire unread too
+    return broker, gate
+
+
+def _tls_context(config: NsqdConfig) -> ssl.SSLContext | None:
+    """One TLS configuration for the TCP upgrade and HTTPS, as nsqd has (None: no
+    certificate)."""
+    if not config.tls_enabled:
+        return None
+    from .server.tls import server_tls_context
+
+    return server_tls_context(config)
+
+
+async def _start_lookupd_peers(
+    config: NsqdConfig,
+    broker: Broker,
+    broker_nursery: trio.Nursery,
+    tcp: tuple[str, int],
+    http: tuple[str, int] | None,
+) -> LookupdPeers:
+    """The connections to the configured lookupds, identifying with the bound ports."""
+    identity = peer_identity(config, NSQD_RELEASE, tcp[1], http[1] if http else 0)
+    peers = LookupdPeers(
+        broker,
+        identity,
+        config.lookupd_tcp_addresses,
+        max_reply_size=config.max_body_size,
+        timing=PeerTiming(ping_interval=config.lookupd_ping_interval),
+    )
+    await broker_nursery.start(peers.run)
+    return peers
 
 
 def _descriptor_budget(config: NsqdConfig) -> DescriptorBudget:
@@ -323,14 +381,42 @@ async def _serve_http(transport: Transport, stream: trio.abc.Stream, api: NsqdHt
 
 @asynccontextmanager
 async def open_nsqd(config: NsqdConfig | None = None) -> AsyncIterator[BoundAddresses]:
-    """``async with open_nsqd() as addresses:`` a broker on 127.0.0.1, port 0 by default."""
+    """``async with open_nsqd() as addresses:`` a broker on 127.0.0.1, port 0 by default.
+
+    Raises:
+        ConfigError, OSError: as :func:`serve_nsqd`, themselves (not in a group).
+    """
+    chosen = config if config is not None else NsqdConfig.loopback()
+    failed: Exception | None = None
     async with trio.open_nursery() as nursery:
-        chosen = config if config is not None else NsqdConfig.loopback()
-        addresses: BoundAddresses = await nursery.start(serve_nsqd, chosen)
         try:
-            yield addresses
-        finally:
-            nursery.cancel_scope.cancel()
+            addresses: BoundAddresses = await nursery.start(serve_nsqd, chosen)
+        except Exception as error:  # raised below, outside the nursery (no group)
+            failed = error
+        else:
+            try:
+                yield addresses
+            finally:
+                nursery.cancel_scope.cancel()
+    if failed is not None:
+        raise failed
+
+
+async def _start_peers(
+    config: NsqdConfig,
+    broker: Broker,
+    nursery: trio.Nursery,
+    tcp: tuple[str, int],
+    http: tuple[str, int] | None,
+) -> LookupdPeers:
+    """The broker's peers: with ``--etcd-endpoints`` the replicated cluster's side
+    (docs/replication.md; its hook in place before anyone may publish), then the
+    lookupds."""
+    if config.cluster_enabled:
+        from .cluster.serve import start_cluster
+
+        await start_cluster(broker, config, tcp[1], http[1] if http else 0, nursery)
+    return await _start_lookupd_peers(config, broker, nursery, tcp, http)
 
 
 TREE: Final = (
@@ -370,6 +456,15 @@ TREE: Final = (
     ("admin stream", "http connection"),
     ("admin stream frame reader", "admin stream"),
     ("admin stream op reader", "admin stream"),
+    ("replication listener", "broker nursery"),
+    ("replication connection", "replication listener"),
+    ("replication ack reader", "replication connection"),
+    ("replica manager", "broker nursery"),
+    ("cluster registration", "replica manager"),
+    ("cluster view", "replica manager"),
+    ("isr upkeep", "replica manager"),
+    ("follower stream", "replica manager"),
+    ("consumer state shipper", "replica manager"),
 )
 """Each long-lived task and the task or nursery that is its parent, as data, so the
 tree in the docstring and the code that builds it can be checked against each other."""
@@ -407,6 +502,15 @@ TASKS: Final = {
     "lookupd peer": "LookupdPeer.run",
     "lookupd peer reader": "LookupdPeer._read_replies",
     "channel pre-creation": "LookupdPeers.precreate_channels",
+    "replication listener": "serve_connections",
+    "replication connection": "_run_connection",  # leader_streams.serve_follower
+    "replication ack reader": "_read_acks",
+    "replica manager": "ReplicaManager.run",
+    "cluster registration": "Registration.run",  # its lease keep-alive loop too
+    "cluster view": "follow_cluster",
+    "isr upkeep": "ReplicaManager._upkeep_forever",
+    "follower stream": "ReplicaManager._follow",
+    "consumer state shipper": "ReplicaManager._ship_state_forever",
 }
 """The coroutine each node of :data:`TREE` runs as, for the nodes that are tasks (the
 others are nurseries, or loops inside their parent's task): a test walks a running

@@ -31,6 +31,7 @@ however often it is sent (docs/extensions.md, "Idempotent publishing").
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
@@ -41,12 +42,13 @@ import attrs
 import orjson
 import trio
 
+from ..config_values import checked_fields, seconds
 from ..protocol.broker_errors import RATE_LIMITED
 from ..protocol.commands import Dpub, ExtMessage, Mpub, MpubExt, Pub, PubExt, PubTrace
 from ..protocol.ext_header import IDEMPOTENCY_KEY
 from .backoff import Backoff
 from .batching import Batcher
-from .connection import Connection, open_connection
+from .connection import Connection, client_addresses, open_connection
 from .discovery import Discovery, Placement, Target
 from .errors import (
     ConnectionClosedError,
@@ -57,6 +59,7 @@ from .errors import (
     NsqError,
     NsqSecurityError,
 )
+from .failover import FailoverRetry
 from .groups import single_errors
 from .options import ConnectionOptions
 from .partitioning import partition_for_key
@@ -65,6 +68,7 @@ from .tracing import trace_published
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Sequence
 
+    from ..addresses import Address
     from ..protocol.client import Response, TracedReply
     from ..protocol.commands import Command
 
@@ -83,7 +87,7 @@ its rate) or one an outage failed; each retry waits twice as long, up to
 MAX_BACKOFF: Final = 1.0
 
 
-@attrs.frozen
+@attrs.frozen(field_transformer=checked_fields)
 class ProducerSettings:
     """How a producer behaves."""
 
@@ -101,15 +105,18 @@ class ProducerSettings:
     25.0k/25.7k/39.0k msg/s, 19-27 against 17-22 us of CPU a message; 64 tasks: the
     same either way (their batch is every task)."""
     connections_per_nsqd: int = 1
-    lookup_interval: float = 60.0
+    lookup_interval: float = attrs.field(default=60.0, converter=seconds)
     partition_count: int | None = None
     """Publishing by key without lookupd: how many partitions the topics have."""
     trace: bool = False
     """Publish with PUB_TRACE and log where each message went (``trionsq.client.trace``)."""
-    rate_limit_timeout: float = 30.0
+    failover_timeout: float = attrs.field(default=10.0, converter=seconds)
+    """Seconds a publish keeps retrying (looking the topic up again, backing off)
+    while its partition's leader is gone or refuses it (client/failover.py)."""
+    rate_limit_timeout: float = attrs.field(default=30.0, converter=seconds)
     """Seconds a publish refused by a topic's publish limit is retried (backing off
     from 50 ms to 1 s) before its error is raised."""
-    publish_timeout: float = 0.0
+    publish_timeout: float = attrs.field(default=0.0, converter=seconds)
     """Seconds a publish keeps being tried through an outage (the broker unreachable,
     the connection lost, lookupd silent, a leader moving), backing off from 50 ms to
     1 s, before the last error is raised; counted from its first send (a gathered
@@ -369,33 +376,62 @@ class Producer:
         where: list[tuple[Connection, Target]] | None,
         pinned: Target | None,
     ) -> Response:
-        """One request, retried over lost connections and stale placements."""
-        for attempt in range(ATTEMPTS):
-            last = attempt == ATTEMPTS - 1
-            target = pinned or await self._target(topic, partition, key)
-            slot = next(self._slots)
-            connection = await self._connection(target.address, slot)
+        """One request, retried over lost connections and stale placements, and for
+        up to ``failover_timeout`` while a replicated partition changes leader."""
+        failover = FailoverRetry(self.settings.failover_timeout)
+        attempt = 0
+        while True:
             try:
+                target = pinned or await self._target(topic, partition, key)
+            except NsqDiscoveryError:  # a partition without a leader yet (being elected)
+                if topic not in self._discoveries or not await self._again(
+                    topic, attempt, failover, unreachable=True
+                ):
+                    raise
+                attempt += 1
+                continue
+            slot = next(self._slots)
+            try:
+                connection = await self._connection(target.address, slot)
                 reply = await connection.request(command(target))
-            except ConnectionClosedError:
+            except NsqConnectionError as error:
                 self._connections.pop((target.address, slot), None)
-                if last:
+                if isinstance(error, NsqSecurityError):
+                    raise
+                unreachable = not isinstance(error, ConnectionClosedError)
+                if not await self._again(topic, attempt, failover, unreachable=unreachable):
                     raise
             except NsqError as error:
-                if last or error.code not in REFRESH_ERRORS:
+                if error.code not in REFRESH_ERRORS:
                     raise
                 if error.fatal:
                     self._connections.pop((target.address, slot), None)
-                discovery = self._discoveries.get(topic)
-                if discovery is not None:
-                    await discovery.lookup()
-                    pinned = None  # the refreshed lookup decides again
+                if not await self._again(topic, attempt, failover):
+                    raise
+                pinned = None  # the refreshed lookup decides again
             else:
                 if where is not None:
                     where.append((connection, target))
                 return reply
+            attempt += 1
             self.retries += 1
-        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _again(
+        self, topic: str, attempt: int, failover: FailoverRetry, *, unreachable: bool = False
+    ) -> bool:
+        """Whether to try again: at once for the first retries, then, for a topic
+        found through lookupd (whose leaders may move), after a backoff while the
+        failover window lasts; the topic is looked up again first. A broker named
+        directly that cannot be reached fails at once, as always."""
+        discovery = self._discoveries.get(topic)
+        if discovery is None and (unreachable or attempt >= ATTEMPTS - 1):
+            return False
+        if attempt >= ATTEMPTS - 1 and not await failover.wait():
+            return False
+        if discovery is not None:
+            with contextlib.suppress(NsqDiscoveryError):  # the last placement stands meanwhile
+                await discovery.lookup()
+        return True
 
     async def _connection(self, address: str, slot: int) -> Connection:
         """The open connection to ``address`` (pool ``slot``); one task opens it,
@@ -466,9 +502,9 @@ def with_idempotency_key(message: ExtMessage) -> ExtMessage:
 
 @asynccontextmanager
 async def open_producer(
-    nsqd: Sequence[str] | str = (),
+    nsqd: Address | Sequence[Address] = (),
     *,
-    lookupd: Sequence[str] | str = (),
+    lookupd: Address | Sequence[Address] = (),
     options: ConnectionOptions | None = None,
     settings: ProducerSettings | None = None,
     trace: bool | None = None,
@@ -477,8 +513,7 @@ async def open_producer(
     ``open_producer(lookupd="127.0.0.1:4161")`` to publish wherever lookupd says
     each topic's partitions are led. Every connection is a task of this block's
     nursery and ends with it."""
-    addresses = [nsqd] if isinstance(nsqd, str) else list(nsqd)
-    lookupds = [lookupd] if isinstance(lookupd, str) else list(lookupd)
+    addresses, lookupds = client_addresses(nsqd), client_addresses(lookupd)
     if not addresses and not lookupds:
         raise NsqConfigError("open_producer needs nsqd TCP addresses or lookupd HTTP addresses")
     chosen = settings or ProducerSettings()

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from ..broker.broker import Broker
     from ..broker.channel import Channel
     from ..broker.latency import LatencyWindow
+    from ..broker.replication import ReplicationHook
     from ..broker.topic import Partition, Topic
 
 __all__ = [
@@ -122,6 +123,9 @@ class PartitionSnapshot:
     end_count: int
     """Messages ever stored in the partition (``msgcount:`` of the tail)."""
     channels: tuple[PartitionChannelSnapshot, ...]
+    replication: dict[str, object] | None = None
+    """A replicated partition's role, leader, ISR, commit point and followers' lag
+    (docs/replication.md); None: not replicated."""
 
 
 @attrs.frozen
@@ -318,7 +322,9 @@ def _topic_snapshot(
         e2e=aggregate(_windows([c for group in by_name.values() for c in group]), now),
         disk_bytes=sum(getattr(p.log, "disk_bytes", 0) for p in t.partitions),
         lost_count=lost_records(broker, t),
-        partitions=tuple(_partition_snapshot(p, set(names), of) for p in t.partitions),
+        partitions=tuple(
+            _partition_snapshot(p, set(names), of, broker.replication) for p in t.partitions
+        ),
         **_publish_limit_fields(t),
     )
 
@@ -343,7 +349,10 @@ def _channels_by_name(topic: Topic) -> dict[str, list[Channel]]:
 
 
 def _partition_snapshot(
-    partition: Partition, names: set[str], of: dict[int, ChannelStatistics]
+    partition: Partition,
+    names: set[str],
+    of: dict[int, ChannelStatistics],
+    replication: ReplicationHook | None,
 ) -> PartitionSnapshot:
     """``of``: each channel's statistics, by ``id(channel)``."""
     log = partition.log
@@ -371,6 +380,11 @@ def _partition_snapshot(
         end_offset=log.next_offset,
         end_count=log.next_id - FIRST_ID,
         channels=tuple(channels),
+        replication=(
+            replication.partition_status(partition.topic, partition.index)
+            if replication is not None
+            else None
+        ),
     )
 
 
@@ -514,7 +528,9 @@ def lost_records(broker: Broker, topic: Topic) -> int:
 
 
 _PARTITION_FIELDS: Final = tuple(
-    field.name for field in attrs.fields(PartitionSnapshot) if field.name != "channels"
+    field.name
+    for field in attrs.fields(PartitionSnapshot)
+    if field.name not in ("channels", "replication")
 )
 _PARTITION_CHANNEL_FIELDS: Final = tuple(
     field.name for field in attrs.fields(PartitionChannelSnapshot)
@@ -558,6 +574,8 @@ def _partition_json(p: PartitionSnapshot) -> dict[str, object]:
     document["channels"] = [
         {name: getattr(c, name) for name in _PARTITION_CHANNEL_FIELDS} for c in p.channels
     ]
+    if p.replication is not None:
+        document["replication"] = p.replication
     return document
 
 
