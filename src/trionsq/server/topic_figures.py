@@ -31,7 +31,7 @@ __all__ = ["topic_figures"]
 
 def topic_figures(broker: Broker, topic: Topic, now: float) -> tuple[object, ...]:
     """The figures of ``topic`` at ``now`` (Unix seconds), comparable with ``==``."""
-    limit = topic.publish_limit
+    limit, replication = topic.publish_limit, broker.replication
     figures: list[object] = [
         topic.paused,
         lost_records(broker, topic),
@@ -48,6 +48,9 @@ def topic_figures(broker: Broker, topic: Topic, now: float) -> tuple[object, ...
                 log.next_offset,
                 log.next_id,
                 getattr(log, "disk_bytes", 0),
+                None
+                if replication is None
+                else replication.partition_status(topic.name, partition.index),
             )
         )
         figures.extend(
