@@ -4,13 +4,16 @@ leader's loss moves the partition to a follower holding everything acknowledged.
 
 from __future__ import annotations
 
+import math
 import shutil
 from typing import TYPE_CHECKING
 
 import httpx
+import orjson
 import trio
 
 from tests.integration.raw import Clients, next_error, next_frame, next_message, ok, quiet
+from tests.integration.test_admin_snapshots import continuation_payload
 from trionsq import NsqdConfig, serve_nsqd
 from trionsq.broker.events import Watcher
 from trionsq.cluster.coordinator import Coordinator
@@ -21,6 +24,7 @@ from trionsq.cluster.replica_manager import ReplicaManager
 from trionsq.cluster.roles import FollowerRole, LeaderRole
 from trionsq.protocol import Fin, Mpub, Pub, Rdy, Sub
 from trionsq.queues.cursor import ChannelCursor
+from trionsq.server.admin_snapshots import Snapshot, SnapshotHub
 from trionsq.testing import wait_until
 
 if TYPE_CHECKING:
@@ -173,6 +177,14 @@ async def test_replicated_publish_failover_and_youzan_errors(
         scope.cancel()
 
 
+def partition_replication(snapshot: Snapshot) -> dict[str, object]:
+    """The replication of topic ``s``'s one partition in an admin stream snapshot."""
+    body = orjson.loads(snapshot.head(0) + continuation_payload(snapshot.tail))
+    [topic] = [topic for topic in body["topics"] if topic["topic_name"] == "s"]
+    replication: dict[str, object] = topic["partitions"][0]["replication"]
+    return replication
+
+
 async def test_stats_metrics_ping_and_admin_events(
     etcd: EtcdServer, cluster_id: str, nursery: trio.Nursery, tmp_path: Path
 ) -> None:
@@ -206,7 +218,7 @@ async def test_stats_metrics_ping_and_admin_events(
         assert led["followers"] == [
             {"id": follower, "in_sync": True, "acked_count": 2, "lag_count": 0}
         ]
-        followed = await stats(follower)
+        followed = follower_status = await stats(follower)
         assert (followed["role"], followed["connected"], followed["commit_count"]) == (
             "follower",
             True,
@@ -222,10 +234,22 @@ async def test_stats_metrics_ping_and_admin_events(
             in metrics
         )
         assert (await http.get(f"http://127.0.0.1:{http_address[1]}/ping")).text == "OK"
+    # the follower's admin snapshots: the idle topic's part is kept while nothing moves
+    hub = SnapshotHub(cluster.brokers[follower][0].broker, started_at=0)
+    hub.join(key := (100, None))
+    before = await hub.snapshot(key, sent=-math.inf, fresh_after=0)
+    kept = await hub.snapshot(key, sent=before.built_at, fresh_after=0)
+    assert partition_replication(kept)["role"] == "follower"
     # the leader stops: the follower leads, and its admin stream says so
     cluster.brokers[leader][1].cancel()
     del cluster.brokers[leader]
     await cluster.until(lambda: cluster.leader_of("s", 0) == follower)
+    await cluster.until(
+        lambda: cluster.manager(follower).partition_status("s", 0) != follower_status
+    )
+    after = await hub.snapshot(key, sent=kept.built_at, fresh_after=0)
+    assert partition_replication(after) == cluster.manager(follower).partition_status("s", 0)
+    assert partition_replication(after)["role"] == "leader"
     await cluster.until(lambda: any(e["type"] == "leader_changed" for e in events.queue))
     seen = events.take()
     changed = next(e for e in seen if e["type"] == "leader_changed")
