@@ -32,19 +32,15 @@ import tempfile
 from pathlib import Path
 from typing import Final
 
-from vs_nsqd import (  # a sibling script: benchmarks/ is on sys.path
-    _BENCH_LINE,
-    _WRK_LUA,
-    _WRK_RATE,
-    SIZE,
+from bench_brokers import (  # sibling scripts: benchmarks/ is on sys.path
     BenchError,
     Broker,
     go_seconds,
     message_count,
-    process_tree,
     run_tool,
     running_broker,
 )
+from vs_nsqd import _BENCH_LINE, _WRK_LUA, _WRK_RATE, SIZE, process_tree
 
 ECHO: Final = Path(__file__).with_name("trio_echo.py")
 TICKS: Final = os.sysconf("SC_CLK_TCK")
