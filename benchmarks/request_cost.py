@@ -40,14 +40,20 @@ from bench_brokers import (  # sibling scripts: benchmarks/ is on sys.path
     run_tool,
     running_broker,
 )
-from vs_nsqd import _BENCH_LINE, _WRK_LUA, _WRK_RATE, SIZE, process_tree
+from vs_nsqd import (
+    _BENCH_LINE,
+    _WRK_LUA,
+    _WRK_RATE,
+    LATENCY_LINE,
+    SIZE,
+    TO_US,
+    WRK_PERCENTILE,
+    process_tree,
+)
 
 ECHO: Final = Path(__file__).with_name("trio_echo.py")
 TICKS: Final = os.sysconf("SC_CLK_TCK")
-_LATENCY: Final = re.compile(r"latency: p50 ([\d.]+)us - p99 ([\d.]+)us")
-_WRK_PERCENTILE: Final = re.compile(r"^\s+(50|99)%\s+([\d.]+)(us|ms|s)\s*$", re.MULTILINE)
 _WRK_REQUESTS: Final = re.compile(r"(\d+) requests in")
-_TO_US: Final = {"us": 1.0, "ms": 1e3, "s": 1e6}
 
 
 def cpu_seconds(pid: int) -> float:
@@ -74,7 +80,7 @@ def measure_pub(tool: str, broker: Broker, seconds: float, workers: int) -> dict
     before = cpu_seconds(broker.process.pid)
     done = run_tool(argv, seconds)
     used = cpu_seconds(broker.process.pid) - before
-    rate, found = _BENCH_LINE.search(done.stderr), _LATENCY.search(done.stderr)
+    rate, found = _BENCH_LINE.search(done.stderr), LATENCY_LINE.search(done.stderr)
     if rate is None:
         raise BenchError(f"bench_pub: no result line in {done.stderr.strip()[-300:]!r}")
     messages = float(rate["ops"]) * go_seconds(rate["duration"])
@@ -100,7 +106,7 @@ def measure_http(wrk: str, broker: Broker, seconds: float, *, check: bool) -> di
     requests = int(count[1])
     if check and abs(message_count(broker, "http_bench") - requests) > max(100, requests // 100):
         raise BenchError(f"{broker.name}: http_bench's count differs from wrk's {requests:,}")
-    quantiles = {q: float(v) * _TO_US[u] for q, v, u in _WRK_PERCENTILE.findall(done.stdout)}
+    quantiles = {q: float(v) * TO_US[u] for q, v, u in WRK_PERCENTILE.findall(done.stdout)}
     return {
         "rate": float(rate[1]),
         "p50_us": quantiles.get("50", math.nan),
