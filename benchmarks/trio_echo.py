@@ -23,11 +23,15 @@ the others are ignored)::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import os
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import trio
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
 
 OK_FRAME: Final = b"\x00\x00\x00\x06\x00\x00\x00\x00OK"
 HTTP_OK: Final = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nOK"
@@ -132,6 +136,19 @@ async def serve_http_raw(stream: trio.SocketStream) -> None:
                 os.write(fd, HTTP_OK * count)
 
 
+def quietly(
+    handler: Callable[[trio.SocketStream], Awaitable[None]],
+) -> Callable[[trio.SocketStream], Awaitable[None]]:
+    """``handler``, for which a client that resets its connection is just gone (an
+    exception out of a handler would end ``serve_listeners`` and the whole server)."""
+
+    async def serve(stream: trio.SocketStream) -> None:
+        with contextlib.suppress(OSError, trio.BrokenResourceError, trio.ClosedResourceError):
+            await handler(stream)
+
+    return serve
+
+
 def host_port(text: str) -> tuple[str, int]:
     host, _, port = text.rpartition(":")
     return host or "127.0.0.1", int(port)
@@ -147,7 +164,7 @@ async def main(args: argparse.Namespace) -> None:
         ):
             host, port = host_port(address)
             listeners = await trio.open_tcp_listeners(port, host=host)  # streams: NODELAY
-            nursery.start_soon(functools.partial(trio.serve_listeners, handler, listeners))
+            nursery.start_soon(functools.partial(trio.serve_listeners, quietly(handler), listeners))
 
 
 def build_parser() -> argparse.ArgumentParser:
