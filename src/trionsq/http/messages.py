@@ -35,6 +35,8 @@ V1_ACCEPT: Final = "application/vnd.nsq; version=1.0"
 
 
 _TARGETS_KEPT: Final = 256
+_TARGET_KEPT_CHARS: Final = 512
+"""Longer targets are parsed every time, never kept (the memory stays bounded)."""
 _targets: dict[str, tuple[str, dict[str, list[str]], bool]] = {}
 """Target -> (path, query, whether Go accepts the query), each distinct one parsed once:
 clients send the same target again and again (``/pub?topic=t``), and ``parse_qs`` cost
@@ -74,9 +76,10 @@ class Request:
             path, _, query = target.partition("?")
             parsed = parse_qs(query, keep_blank_values=True) if query else {}
             valid = go_query_valid(query)
-            if len(_targets) >= _TARGETS_KEPT:
-                _targets.clear()
-            _targets[target] = path, parsed, valid
+            if len(target) <= _TARGET_KEPT_CHARS:
+                if len(_targets) >= _TARGETS_KEPT:
+                    _targets.clear()
+                _targets[target] = path, parsed, valid
         return cls(method, path, parsed, headers, body, valid, remote_address)
 
     def arg(self, name: str) -> str | None:

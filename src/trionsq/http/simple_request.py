@@ -41,6 +41,9 @@ class SimpleRequest:
 
 _HEADS_KEPT: Final = 256
 """Distinct request heads remembered (:func:`_read_head`); beyond that it starts over."""
+_HEAD_KEPT_BYTES: Final = 1024
+"""Longer heads are read every time, never kept: the memory stays under 256 KiB however
+many distinct 64 KiB heads a client makes up."""
 
 
 @attrs.frozen
@@ -70,9 +73,10 @@ def parse_simple_request(data: bytes, max_head: int) -> SimpleRequest | None:
         head = _heads[raw]
     except KeyError:
         head = _read_head(raw)
-        if len(_heads) >= _HEADS_KEPT:
-            _heads.clear()
-        _heads[raw] = head
+        if len(raw) <= _HEAD_KEPT_BYTES:
+            if len(_heads) >= _HEADS_KEPT:
+                _heads.clear()
+            _heads[raw] = head
     if head is None:
         return None
     body_start = head_end + 4

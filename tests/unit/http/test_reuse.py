@@ -46,6 +46,11 @@ def test_the_head_cache_is_bounded() -> None:
     for n in range(simple_request._HEADS_KEPT * 2 + 3):
         assert parse_simple_request(publish(b"x", b"/pub?topic=t%d" % n), LIMIT) is not None
         assert len(simple_request._heads) <= simple_request._HEADS_KEPT
+    long_head = publish(b"y", b"/pub?topic=t&pad=" + b"p" * simple_request._HEAD_KEPT_BYTES)
+    simple = parse_simple_request(long_head, LIMIT)
+    assert simple is not None
+    assert simple.body == b"y"
+    assert all(len(head) <= simple_request._HEAD_KEPT_BYTES for head in simple_request._heads)
 
 
 @given(st.text(alphabet="abc=&;%41?/", max_size=16))
@@ -63,6 +68,9 @@ def test_the_target_cache_is_bounded() -> None:
     for n in range(messages._TARGETS_KEPT * 2 + 3):
         assert Request.from_target("GET", f"/stats?topic=t{n}", {}).arg("topic") == f"t{n}"
         assert len(messages._targets) <= messages._TARGETS_KEPT
+    long_target = "/stats?topic=long&pad=" + "p" * messages._TARGET_KEPT_CHARS
+    assert Request.from_target("GET", long_target, {}).arg("topic") == "long"
+    assert long_target not in messages._targets
 
 
 def spelled_out(response: Response, *, close: bool, head: bool) -> bytes:
