@@ -32,16 +32,13 @@ import random
 from collections import deque
 from typing import TYPE_CHECKING, Final
 
-import attrs
-
 from ..queues.cursor import ChannelCursor
 from ..queues.deferred import DeferredQueue
 from ..queues.inflight import InFlightTable
-from ..queues.record import Record
 from .channel_ttl import ChannelTtl
+from .consumers import Consumer, Delivery
 from .latency import LatencyWindow
 from .partition_owner import PartitionOwner
-from .rate_limits import RateLimit
 from .statistics import ChannelStatistics
 
 if TYPE_CHECKING:
@@ -51,7 +48,9 @@ if TYPE_CHECKING:
     from ..queues.delivery_journal import DeliveryJournal
     from ..queues.ephemeral import EphemeralFeed
     from ..queues.partition_log import PartitionLog
+    from ..queues.record import Record
     from .latency import LatencySettings
+    from .rate_limits import RateLimit
     from .ttl import TopicTtl
 
 __all__ = ["Channel", "Consumer", "Delivery"]
@@ -69,51 +68,6 @@ PARK_AFTER: Final = 60.0
 with a delay) in its delay store instead of holding its confirmed position back
 until then; shorter ones stay in the cursor's state as before (cheap, and they
 pin segments for a minute at most)."""
-
-
-@attrs.define(eq=False)
-class Consumer:
-    """One subscribed connection, as the channel sees it."""
-
-    client_id: int
-    msg_timeout: float
-    """Seconds a delivered message stays in flight before it is requeued."""
-    tag: str | None = None
-    """``desired_tag`` on an ext topic (tag dispatch); None: untagged."""
-    sample_rate: int = 0
-    """1..99: deliver about that percentage, drop the rest for this channel."""
-    ordered_window: int = 1
-    """SUB_ORDERED: messages of the partition it may hold at once, in order (IDENTIFY
-    ``ordered_window``, trionsq's extension; 1 is Youzan's one at a time)."""
-    max_attempts: int = 0
-    """IDENTIFY ``max_attempts`` (trionsq's extension): the dead-letter bound it asks
-    for while the channel has none of its own (0: none)."""
-    member: str | None = None
-    """IDENTIFY ``group_member`` (trionsq's extension): the consumer-group member this
-    connection belongs to; it gets messages only while its member owns the partition
-    (broker/groups.py). None: an ordinary NSQ consumer."""
-    rate_limit: RateLimit | None = None
-    """IDENTIFY ``max_msgs_per_sec``/``max_bytes_per_sec`` (trionsq's extension): this
-    consumer's own bucket (None: unlimited, nsqd's behaviour)."""
-    rdy: int = 0
-    credit: int | None = None
-    """PULL (trionsq's pull consumption): messages still to send before the consumer
-    asks again; None: RDY's window, renewed by FINs (nsqd's push)."""
-    closing: bool = False
-    message_count: int = 0
-    finish_count: int = 0
-    requeue_count: int = 0
-    timeout_count: int = 0
-
-
-@attrs.define
-class Delivery:
-    """A message on its way to a consumer, with its attempt number.
-
-    Not frozen, for speed only (one per message delivered; see ``Record``)."""
-
-    record: Record
-    attempts: int
 
 
 class Channel(ChannelTtl):
