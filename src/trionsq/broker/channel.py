@@ -132,6 +132,26 @@ class Channel(ChannelTtl):
         self.timeout_count = 0
         self.latency = LatencyWindow(latency) if latency is not None else None
         """FIN latencies for /stats; the connection records them (it has the clock)."""
+        self._init_routing()
+        self.saved_confirmed: int | None = None
+        """The confirmed id last written to the channel's state file (durable storage):
+        the log keeps records from there, so a restart never finds its state behind."""
+        self.lost = 0
+        """Unfinished messages recovery could not give back (a damaged log)."""
+        self.finish_count = 0
+        """FINs since start (the admin stream's finish rate; /stats has it per client)."""
+        self._ahead: dict[int, bool] = {}
+        """Ids taken out of order (deferred at publish) that the cursor has not passed,
+        with whether they were finished meanwhile."""
+        ChannelTtl.__init__(self, ttl, journal)
+        self.group = PartitionOwner()
+        """The consumer-group member that consumes this partition (broker/groups.py,
+        broker/partition_owner.py); consumers of other members stand by."""
+        self._init_pacing(rate_limit, delays, park_after)
+        self._rng = rng if rng is not None else random.Random()  # noqa: S311 - sampling, not crypto
+
+    def _init_routing(self) -> None:
+        """The routing pass's state (dispatch/routing.py): what waits, and where."""
         self.requeued: deque[tuple[int, Record]] = deque()
         """Messages put back, each with its gate: the read position the cursor must
         reach before it goes out (what was waiting then goes first), in put order."""
@@ -148,20 +168,13 @@ class Channel(ChannelTtl):
         self.read_on = False
         """The last routing pass took new records from the log: another pass may
         deliver more even if this one delivered nothing (all went to waiting)."""
-        self.saved_confirmed: int | None = None
-        """The confirmed id last written to the channel's state file (durable storage):
-        the log keeps records from there, so a restart never finds its state behind."""
-        self.lost = 0
-        """Unfinished messages recovery could not give back (a damaged log)."""
-        self.finish_count = 0
-        """FINs since start (the admin stream's finish rate; /stats has it per client)."""
-        self._ahead: dict[int, bool] = {}
-        """Ids taken out of order (deferred at publish) that the cursor has not passed,
-        with whether they were finished meanwhile."""
-        ChannelTtl.__init__(self, ttl, journal)
-        self.group = PartitionOwner()
-        """The consumer-group member that consumes this partition (broker/groups.py,
-        broker/partition_owner.py); consumers of other members stand by."""
+        self.turn = 0
+        """Where the next routing pass starts its round-robin over the consumers."""
+
+    def _init_pacing(
+        self, rate_limit: RateLimit | None, delays: DelayStore | None, park_after: float
+    ) -> None:
+        """What paces the channel: its rate limits, and where long deferrals park."""
         self.rate_limit = rate_limit
         """The channel's rate limit (``/channel/rate_limit``), one bucket shared by the
         channel's Channel objects in every partition; None: unlimited."""
@@ -171,15 +184,12 @@ class Channel(ChannelTtl):
         self.refill_at: float | None = None
         """When a bucket that held back the last routing pass has tokens again, while
         there is work: the expiry timer wakes the router then."""
-        self.turn = 0
-        """Where the next routing pass starts its round-robin over the consumers."""
         self.delays = delays
         """Where long deferrals are parked (None: never; see the module docstring)."""
         self.park_after = park_after
         self.parked: set[int] = set()
         """Ids with a live PARK in :attr:`delays`: the cursor counts them finished, so
         whatever ends them in the channel lets them go from the store instead."""
-        self._rng = rng if rng is not None else random.Random()  # noqa: S311 - sampling, not crypto
 
     # ---------------------------------------------------------------- consumers
 
