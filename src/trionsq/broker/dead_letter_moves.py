@@ -13,12 +13,12 @@ any two steps leaves it in one place, or in a state the next start resolves:
 4. the channel lets them go: they are finished in its cursor, which the persister
    writes only after an fsync of the topic's log (``Storage.persist``).
 
-At start (:func:`.dead_letter_recovery.resolve_moves`), a journaled move whose message the channel still
-holds is looked up at its id in the dead-letter topic's log: there (the crash came
-between 3 and the state write), the channel counts it finished; not there (between 2
-and 3), it leaves again, as does a message a restart brings back at its bound
-(delivered ``max_attempts`` times, then put back by the restart). Those leave before
-the broker serves (:meth:`DeadLetterMover.settle`).
+At start (:func:`.dead_letter_recovery.resolve_moves`), a journaled move whose
+message the channel still holds is looked up at its id in the dead-letter topic's
+log: there (the crash came between 3 and the state write), the channel counts it
+finished; not there (between 2 and 3), it leaves again, as does a message a restart
+brings back at its bound (delivered ``max_attempts`` times, then put back by the
+restart). Those leave before the broker serves (:meth:`DeadLetterMover.settle`).
 """
 
 from __future__ import annotations
