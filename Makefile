@@ -1,10 +1,12 @@
 # Two front doors: `make serve` and `make test`. Both build .venv from pyproject.toml first
 # (and the optional C speedups of setup.py where a C compiler exists):
 # serve installs the broker alone, test adds the test toolchain and third-party clients.
+# `make quick` is a first look: the unit tests (about a minute) on a lighter install.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 RUNTIME := $(VENV)/.runtime
+QUICK := $(VENV)/.quick
 STAMP := $(VENV)/.installed
 # Byte-compile the sources once: where PYTHONDONTWRITEBYTECODE is set, every start of
 # the commands would otherwise compile every module again (about 100 ms here).
@@ -12,7 +14,7 @@ COMPILE := $(BIN)/python -m compileall -q src >/dev/null
 CHROMIUM := /usr/bin/chromium
 PROMTOOL := /usr/bin/promtool
 
-.PHONY: serve test lint typecheck unit bench example-spark proto clean
+.PHONY: serve test quick lint typecheck unit java-check bench example-spark proto clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,15 +25,25 @@ $(RUNTIME): pyproject.toml setup.py src/trionsq/_speedups.c src/trionsq/_speedup
 	$(COMPILE)
 	touch $(RUNTIME)
 
+$(QUICK): pyproject.toml setup.py src/trionsq/_speedups.c src/trionsq/_speedups_publish.c | $(VENV)/bin/python
+	$(BIN)/python -m pip install --quiet -e '.[unit]'
+	$(COMPILE)
+	touch $(RUNTIME) $(QUICK)
+
 $(STAMP): pyproject.toml setup.py src/trionsq/_speedups.c src/trionsq/_speedups_publish.c | $(VENV)/bin/python
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	$(COMPILE)
-	touch $(RUNTIME) $(STAMP)
+	touch $(RUNTIME) $(QUICK) $(STAMP)
 
 serve: $(RUNTIME)
 	$(BIN)/trionsq serve $(ARGS)
 
 test: lint typecheck unit
+
+# tests/unit but its PySpark part: no PySpark, browser, JVM or root (the `unit` extra,
+# without the `test` extra's PySpark, playwright and third-party clients).
+quick: $(QUICK)
+	$(BIN)/pytest -q tests/unit --ignore=tests/unit/spark $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks examples
@@ -40,8 +52,16 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP) | $(CHROMIUM) $(PROMTOOL)
+unit: $(STAMP) java-check | $(CHROMIUM) $(PROMTOOL)
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+# tests/spark run PySpark, whose driver is a JVM: say what is missing at once rather than
+# let every Spark test fail to start one.
+java-check:
+	@version=$$(java -XshowSettings:properties -version 2>&1 | sed -n 's/.*java.specification.version = //p'); \
+	if [ "$${version%%.*}" -ge 17 ] 2>/dev/null; then :; else \
+	echo "make test: tests/spark need Java 17 or newer (found: $${version:-none});" \
+	"on Debian: apt-get install openjdk-17-jre-headless"; exit 1; fi
 
 # tests/browser drive Debian's chromium through playwright (which downloads no browser);
 # installed as root, as CI runs, when it is missing.

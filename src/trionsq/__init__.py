@@ -14,9 +14,18 @@ the commands; type checkers honour the name)."""
 
 __version__ = "0.2.0"
 
-__all__ = ["BoundAddresses", "NsqdConfig", "__version__", "open_nsqd", "serve_nsqd"]
+__all__ = [
+    "Address",
+    "BoundAddresses",
+    "NsqdConfig",
+    "__version__",
+    "normalize_address",
+    "open_nsqd",
+    "serve_nsqd",
+]
 
 if TYPE_CHECKING:
+    from .addresses import Address, normalize_address
     from .config import NsqdConfig
     from .nursery_tree import BoundAddresses, open_nsqd, serve_nsqd
 
@@ -26,6 +35,10 @@ def __getattr__(name: str) -> object:
         from .config import NsqdConfig
 
         return NsqdConfig
+    if name in ("Address", "normalize_address"):
+        from . import addresses
+
+        return getattr(addresses, name)
     if name in ("BoundAddresses", "open_nsqd", "serve_nsqd"):
         from . import nursery_tree
 

@@ -82,12 +82,23 @@ def _command(
         try:
             parsed = goflags.parse(flags, go_arguments(options, given))
         except goflags.FlagError as error:
-            raise click.UsageError(str(error)) from None
+            raise click.UsageError(_with_hint(error)) from None
         sys.exit(start(parsed))
 
     return click.Command(
         name, callback=callback, params=[_click_option(spec) for spec in options], help=help_text
     )
+
+
+def _with_hint(error: goflags.FlagError) -> str:
+    """nsqd's line for a bad value (scripts may match it), and for a duration what to
+    write instead: ``--msg-timeout 5`` is natural to a user of other tools, and Go
+    says only ``parse error``."""
+    if error.kind is not goflags.Kind.DURATION:
+        return str(error)
+    number = error.value.strip()
+    example = f"{number}s" if number.replace(".", "", 1).isdigit() else "5s"
+    return f"{error}; use a duration such as {example}"
 
 
 def _start_nsqd(parsed: goflags.ParseResult) -> int:

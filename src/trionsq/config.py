@@ -12,25 +12,30 @@ import enum
 import hashlib
 import socket
 import zlib
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, TypedDict, Unpack
 
 import attrs
 
-from .addresses import parse_origin
+from .addresses import parse_origin, split_host_port
+from .config_values import ConfigError, address_text, address_texts, checked_fields, seconds
 from .protocol.settings import ServerSettings
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterable, Mapping
+
+    from .addresses import Address
 
 __all__ = [
     "ADMIN_STREAM_MODES",
     "AUTH_HTTP_REQUEST_METHODS",
     "EXPERIMENTS",
     "LOG_LEVELS",
+    "LOOPBACK_QUIET",
     "TLS_CLIENT_AUTH_POLICIES",
     "TLS_VERSIONS",
     "ConfigError",
     "NsqdConfig",
+    "NsqdOptions",
     "TlsRequired",
     "default_node_id",
     "split_host_port",
@@ -46,8 +51,14 @@ ADMIN_STREAM_MODES: Final = ("read-write", "read-only", "off")
 """``--admin-stream``: actions and bodies too; neither; no stream at all."""
 
 
-class ConfigError(ValueError):
-    """A configuration nsqd would refuse at startup; the message is one line."""
+LOOPBACK_QUIET: Final = {"output_buffer_timeout": 0.001, "client_timeout": 2 * 86_400.0}
+"""What :meth:`NsqdConfig.loopback` changes besides the listeners (docs/testing.md):
+a 1 ms output buffer instead of nsqd's 250 ms, so a consumer with room for more gets
+each message at once; and a default heartbeat once a day instead of every 30 s (a
+client that asks in IDENTIFY still gets its interval), so an idle broker does not
+wake for nothing: over 127.0.0.1 a peer that goes away closes its socket, which the
+broker sees at once. ``output_buffer_timeout=0.25`` and ``client_timeout=60.0`` give
+nsqd's back."""
 
 
 class TlsRequired(enum.IntEnum):
@@ -64,18 +75,6 @@ def default_node_id() -> int:
     so one host keeps one id across restarts without configuration."""
     digest = hashlib.md5(socket.gethostname().encode(), usedforsecurity=False).digest()
     return zlib.crc32(digest) % 1024
-
-
-def split_host_port(address: str) -> tuple[str, int]:
-    """``"host:port"`` (``[v6]:port`` too) to a pair; an empty host means every interface.
-
-    Raises:
-        ValueError: no port, or a port that is not a number in [0, 65535].
-    """
-    host, colon, port = address.rpartition(":")
-    if not colon or not port.isdigit() or int(port) > 65535:
-        raise ValueError(f"{address!r} is not <addr>:<port>")
-    return host.strip("[]") or "0.0.0.0", int(port)  # noqa: S104 - nsqd's default
 
 
 TUBEMQ_MASTER_PORT: Final = 8715
@@ -118,7 +117,7 @@ class Listeners:
         return split_host_port(self.http_address)
 
 
-@attrs.frozen
+@attrs.frozen(field_transformer=checked_fields)
 class NsqdConfig(Listeners):
     """Options of ``nsqd`` / ``trionsq serve`` / ``serve_nsqd``; field = flag with ``_``.
 
@@ -135,21 +134,24 @@ class NsqdConfig(Listeners):
     log_prefix: str = "[nsqd] "
 
     # listeners and cluster
-    tcp_address: str = "0.0.0.0:4150"
-    http_address: str = "0.0.0.0:4151"
+    tcp_address: str = attrs.field(default="0.0.0.0:4150", converter=address_text)
+    http_address: str = attrs.field(default="0.0.0.0:4151", converter=address_text)
     """``""`` disables the HTTP listener."""
-    https_address: str = "0.0.0.0:4152"
+    https_address: str = attrs.field(default="0.0.0.0:4152", converter=address_text)
     """Used only when ``tls_cert``/``tls_key`` are set."""
     broadcast_address: str = attrs.field(factory=socket.gethostname)
     broadcast_tcp_port: int = 0
     """0: the port the TCP listener really bound."""
     broadcast_http_port: int = 0
     """0: the port the HTTP listener really bound."""
-    lookupd_tcp_addresses: tuple[str, ...] = ()
-    auth_http_addresses: tuple[str, ...] = ()
+    lookupd_tcp_addresses: tuple[str, ...] = attrs.field(default=(), converter=address_texts)
+    lookupd_ping_interval: float = attrs.field(default=15.0, converter=seconds)
+    """trionsq's own: time between PINGs to each lookupd (nsqd's is a fixed 15 s). A
+    lookupd hides a broker it has not heard from for its inactive_producer_timeout."""
+    auth_http_addresses: tuple[str, ...] = attrs.field(default=(), converter=address_texts)
     auth_http_request_method: str = "get"
-    http_client_connect_timeout: float = 2.0
-    http_client_request_timeout: float = 5.0
+    http_client_connect_timeout: float = attrs.field(default=2.0, converter=seconds)
+    http_client_request_timeout: float = attrs.field(default=5.0, converter=seconds)
     topology_region: str = ""
     topology_zone: str = ""
     trace_log: bool = False
@@ -163,13 +165,13 @@ class NsqdConfig(Listeners):
     """trionsq's own: a message past its TTL goes to its channel's dead-letter topic
     (with ``##dead_reason: ttl``) when the channel has a dead-letter bound, instead of
     being dropped. docs/extensions.md, "Message TTL"."""
-    tubemq_master_address: str = ""
+    tubemq_master_address: str = attrs.field(default="", converter=address_text)
     """trionsq's own: ``<addr>[:<port>]`` of TubeMQ's master service (port 8715 when
     none is given); empty: off. docs/tubemq.md."""
-    tubemq_broker_address: str = ""
+    tubemq_broker_address: str = attrs.field(default="", converter=address_text)
     """trionsq's own: ``<addr>[:<port>]`` of TubeMQ's broker service (port 8123 when
     none is given); empty: off. Set both or neither."""
-    group_rebalance_delay: float = 1.0
+    group_rebalance_delay: float = attrs.field(default=1.0, converter=seconds)
     """trionsq's own: how long a consumer group's membership must stay unchanged
     before its partitions are dealt again (joins and departures within it count as
     one change). docs/extensions.md, "Consumer groups"."""
@@ -188,10 +190,10 @@ class NsqdConfig(Listeners):
     # storage
     data_path: str = ""
     """``""``: the current directory."""
-    retention: float = 0.0
+    retention: float = attrs.field(default=0.0, converter=seconds)
     """trionsq's own: keep consumed segments this many seconds (0: delete when every
     durable channel has confirmed them)."""
-    shutdown_grace: float = 5.0
+    shutdown_grace: float = attrs.field(default=5.0, converter=seconds)
     """trionsq's own: at SIGINT/SIGTERM, deliveries stop and consumers get this many
     seconds to finish what they hold before the broker stops (nsqd: none)."""
     persist: bool = True
@@ -200,7 +202,7 @@ class NsqdConfig(Listeners):
     mem_queue_size: int = 10_000
     max_bytes_per_file: int = 104_857_600
     sync_every: int = 2500
-    sync_timeout: float = 2.0
+    sync_timeout: float = attrs.field(default=2.0, converter=seconds)
     max_open_files: int = 0
     """trionsq's own: segment and delays files held open at most (RocksDB's
     ``max_open_files``); the least recently used is closed for another and opened
@@ -210,46 +212,46 @@ class NsqdConfig(Listeners):
     # timeouts scanning (nsqd's queue scan loop; trionsq uses deadlines, design §5)
     queue_scan_worker_pool_max: int = 4
     queue_scan_selection_count: int = 20
-    queue_scan_interval: float = 0.1
+    queue_scan_interval: float = attrs.field(default=0.1, converter=seconds)
     """No flag in nsqd."""
-    queue_scan_refresh_interval: float = 5.0
+    queue_scan_refresh_interval: float = attrs.field(default=5.0, converter=seconds)
     """No flag in nsqd."""
     queue_scan_dirty_percent: float = 0.25
     """No flag in nsqd."""
 
     # messages and commands
-    msg_timeout: float = 60.0
-    max_msg_timeout: float = 900.0
+    msg_timeout: float = attrs.field(default=60.0, converter=seconds)
+    max_msg_timeout: float = attrs.field(default=900.0, converter=seconds)
     max_msg_size: int = 1_048_576
     max_body_size: int = 5_242_880
-    max_req_timeout: float = 3600.0
-    client_timeout: float = 60.0
+    max_req_timeout: float = attrs.field(default=3600.0, converter=seconds)
+    client_timeout: float = attrs.field(default=60.0, converter=seconds)
     """No flag in nsqd; the default heartbeat interval is half of it."""
 
     # limits a client may negotiate
-    max_heartbeat_interval: float = 60.0
+    max_heartbeat_interval: float = attrs.field(default=60.0, converter=seconds)
     max_rdy_count: int = 2500
     max_output_buffer_size: int = 65_536
-    max_output_buffer_timeout: float = 30.0
-    min_output_buffer_timeout: float = 0.010
+    max_output_buffer_timeout: float = attrs.field(default=30.0, converter=seconds)
+    min_output_buffer_timeout: float = attrs.field(default=0.010, converter=seconds)
     """nsqd says 25ms; 10ms is the floor Youzan's nsqd keeps (it has no flag and raises
     1-9 ms to 10), so every Youzan and upstream client's IDENTIFY is accepted
     (docs/protocol.md, "IDENTIFY defaults")."""
-    output_buffer_timeout: float = 0.25
+    output_buffer_timeout: float = attrs.field(default=0.25, converter=seconds)
     max_channel_consumers: int = 0
     """0: unlimited."""
 
     # statsd
-    statsd_address: str = ""
+    statsd_address: str = attrs.field(default="", converter=address_text)
     statsd_prefix: str = "nsq.%s"
-    statsd_interval: float = 60.0
+    statsd_interval: float = attrs.field(default=60.0, converter=seconds)
     statsd_mem_stats: bool = True
     statsd_udp_packet_size: int = 508
     statsd_exclude_ephemeral: bool = False
 
     # end-to-end latency
     e2e_processing_latency_percentiles: tuple[float, ...] = ()
-    e2e_processing_latency_window_time: float = 600.0
+    e2e_processing_latency_window_time: float = attrs.field(default=600.0, converter=seconds)
 
     # TLS
     tls_cert: str = ""
@@ -276,14 +278,16 @@ class NsqdConfig(Listeners):
         return cls(**options)  # type: ignore[arg-type]
 
     @classmethod
-    def loopback(cls, **changes: object) -> NsqdConfig:
+    def loopback(cls, **changes: Unpack[NsqdOptions]) -> NsqdConfig:
         """Every listener on 127.0.0.1 with a free port, in memory unless a
-        ``data_path`` is given: for tests and embedding."""
+        ``data_path`` is given, delivering at once and sending heartbeats daily unless
+        a client asks for more (:data:`LOOPBACK_QUIET`): for tests and embedding."""
         options: dict[str, object] = {
             "tcp_address": "127.0.0.1:0",
             "http_address": "127.0.0.1:0",
             "https_address": "127.0.0.1:0",
             "persist": "data_path" in changes,
+            **LOOPBACK_QUIET,
         }
         options.update(changes)
         return cls.from_options(options)
@@ -351,6 +355,10 @@ class NsqdConfig(Listeners):
             raise ConfigError(
                 "--auth-http-request-method must be get or post,"
                 f" got {self.auth_http_request_method!r}"
+            )
+        if self.lookupd_ping_interval <= 0:
+            raise ConfigError(
+                f"--lookupd-ping-interval must be more than 0, got {self.lookupd_ping_interval}"
             )
         if self.group_rebalance_delay < 0:
             raise ConfigError(
@@ -453,3 +461,83 @@ class NsqdConfig(Listeners):
             tls_required=self.effective_tls_required is not TlsRequired.NO,
             auth_enabled=bool(self.auth_http_addresses),
         )
+
+
+class NsqdOptions(TypedDict, total=False):
+    """Every :class:`NsqdConfig` field as an optional keyword, typed as the
+    constructor takes it (durations as seconds or Go strings, addresses in either
+    shape): what :meth:`NsqdConfig.loopback` takes, so mypy catches a misspelt or
+    mistyped option. tests/unit/test_typed_options.py keeps it in step with the class."""
+
+    node_id: int
+    log_level: str
+    log_prefix: str
+    tcp_address: Address
+    http_address: Address
+    https_address: Address
+    broadcast_address: str
+    broadcast_tcp_port: int
+    broadcast_http_port: int
+    lookupd_tcp_addresses: Address | Iterable[Address]
+    lookupd_ping_interval: float | str
+    auth_http_addresses: Address | Iterable[Address]
+    auth_http_request_method: str
+    http_client_connect_timeout: float | str
+    http_client_request_timeout: float | str
+    topology_region: str
+    topology_zone: str
+    trace_log: bool
+    idempotency_window: int
+    ttl_dead_letter: bool
+    tubemq_master_address: Address
+    tubemq_broker_address: Address
+    group_rebalance_delay: float | str
+    admin_stream: str
+    admin_secret: str
+    admin_allowed_origins: tuple[str, ...]
+    admin_max_subscribers: int
+    data_path: str
+    retention: float | str
+    shutdown_grace: float | str
+    persist: bool
+    mem_queue_size: int
+    max_bytes_per_file: int
+    sync_every: int
+    sync_timeout: float | str
+    max_open_files: int
+    queue_scan_worker_pool_max: int
+    queue_scan_selection_count: int
+    queue_scan_interval: float | str
+    queue_scan_refresh_interval: float | str
+    queue_scan_dirty_percent: float
+    msg_timeout: float | str
+    max_msg_timeout: float | str
+    max_msg_size: int
+    max_body_size: int
+    max_req_timeout: float | str
+    client_timeout: float | str
+    max_heartbeat_interval: float | str
+    max_rdy_count: int
+    max_output_buffer_size: int
+    max_output_buffer_timeout: float | str
+    min_output_buffer_timeout: float | str
+    output_buffer_timeout: float | str
+    max_channel_consumers: int
+    statsd_address: Address
+    statsd_prefix: str
+    statsd_interval: float | str
+    statsd_mem_stats: bool
+    statsd_udp_packet_size: int
+    statsd_exclude_ephemeral: bool
+    e2e_processing_latency_percentiles: tuple[float, ...]
+    e2e_processing_latency_window_time: float | str
+    tls_cert: str
+    tls_key: str
+    tls_client_auth_policy: str
+    tls_root_ca_file: str
+    tls_required: TlsRequired
+    tls_min_version: str
+    deflate: bool
+    max_deflate_level: int
+    snappy: bool
+    enable_experiment: tuple[str, ...]

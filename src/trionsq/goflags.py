@@ -63,7 +63,13 @@ _FALSE: Final = frozenset({"0", "f", "F", "FALSE", "false", "False"})
 
 
 class FlagError(ValueError):
-    """The command line is wrong; the message is the line Go prints (then exit 2)."""
+    """The command line is wrong; the message is the line Go prints (then exit 2).
+    ``kind`` and ``value``: the flag's type and the text it refused, for a bad value."""
+
+    def __init__(self, message: str, *, kind: Kind | None = None, value: str = "") -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.value = value
 
 
 class HelpRequested(Exception):
@@ -206,7 +212,9 @@ def parse(specs: Iterable[FlagSpec], argv: Sequence[str]) -> ParseResult:
                 values[name] = _set(spec, values[name], value)
             except ValueError as error:
                 raise FlagError(
-                    f"invalid value {go_quote(value)} for flag -{name}: {error}"
+                    f"invalid value {go_quote(value)} for flag -{name}: {error}",
+                    kind=spec.kind,
+                    value=value,
                 ) from None
         explicit.add(name)
     return ParseResult(values=values, explicit=frozenset(explicit), args=tuple(argv[position:]))

@@ -75,7 +75,7 @@ from .server.admin_stream import StreamShared
 from .server.admission import ConnectionGate, reserved_sockets
 from .server.alarms import AlarmClock
 from .server.group_views import LookupdGroupViews
-from .server.lookupd_peers import LookupdPeers, peer_identity
+from .server.lookupd_peers import LookupdPeers, PeerTiming, peer_identity
 from .server.nsqd_api import NsqdHttpApi, RuntimeOptions
 from .server.tcp import ClientSession
 from .version import NSQD_RELEASE
@@ -134,30 +134,38 @@ async def serve_nsqd(
     bound before ``started``, so a client may connect at once. ``wall_clock``: Unix
     nanoseconds now, for publish times and delays (a test under Trio's MockClock
     passes one that follows it, so a DPUB due in days comes due in virtual time).
+
+    Raises:
+        ConfigError: a configuration nsqd refuses (``NsqdConfig.validate``), and
+        OSError: a listener that cannot bind; both themselves, before any task
+            starts (as nsqd, the listeners are bound before the data is loaded).
     """
+    config.validate()
+    listeners = await _open_all_listeners(config)
+    try:
+        await _serve_broker(config, listeners, wall_clock, task_status)
+    finally:  # closed by their tasks, unless the start failed before those began
+        for listener in itertools.chain(*listeners):
+            listener.socket.close()
+
+
+async def _serve_broker(
+    config: NsqdConfig,
+    listeners: tuple[list[trio.SocketListener], ...],
+    wall_clock: Callable[[], int],
+    task_status: trio.TaskStatus[BoundAddresses],
+) -> None:
+    """The broker nursery and its tasks, on listeners already bound."""
     settings = config.server_settings(NSQD_RELEASE)
     started_at = time.time()
+    tcp_listeners, http_listeners, https_listeners = listeners
     async with trio.open_nursery() as broker_nursery:
-        descriptors = _descriptor_budget(config)
-        gate = ConnectionGate(descriptors)
-        storage = Storage(config, wall_clock, descriptors)
-        broker = Broker(config, broker_nursery, storage, drive=ChannelRunner, wall_clock=wall_clock)
-        storage.recover(broker)
-        broker.dead_letter_mover.settle()  # what recovery found on its way, before serving
-        await broker_nursery.start(storage.run, broker)
-        await broker_nursery.start(broker.dead_letter_mover.run)
-        await broker.run_ttl_timers()  # restored channels' messages expire unread too
-        tcp_listeners, http_listeners, https_listeners = await _open_all_listeners(config)
+        broker, gate = await _start_broker(config, broker_nursery, wall_clock)
         tcp = _bound(tcp_listeners)
         http = _bound(http_listeners) if http_listeners else None
         https = _bound(https_listeners) if https_listeners else None
         client_ids = itertools.count(1)
-        # one TLS configuration for the TCP upgrade and HTTPS, as nsqd has
-        tls_context = None
-        if config.tls_enabled:
-            from .server.tls import server_tls_context
-
-            tls_context = server_tls_context(config)
+        tls_context = _tls_context(config)
 
         def handle_tcp(stream: trio.SocketStream) -> Awaitable[None]:
             if not gate.admit("TCP"):
@@ -169,11 +177,7 @@ async def serve_nsqd(
                 next(client_ids), stream, broker, settings, alarms, tls_context, gate.closed
             ).run()
 
-        identity = peer_identity(config, NSQD_RELEASE, tcp[1], http[1] if http else 0)
-        peers = LookupdPeers(
-            broker, identity, config.lookupd_tcp_addresses, max_reply_size=config.max_body_size
-        )
-        await broker_nursery.start(peers.run)
+        peers = await _start_lookupd_peers(config, broker, broker_nursery, tcp, http)
         broker.group_coordinator.learn = LookupdGroupViews(peers.http_addresses, config)
         alarms = AlarmClock()
         await broker_nursery.start(alarms.run)
@@ -225,6 +229,52 @@ async def serve_nsqd(
                 tubemq_broker=tubemq.broker if tubemq else None,
             )
         )
+
+
+async def _start_broker(
+    config: NsqdConfig, broker_nursery: trio.Nursery, wall_clock: Callable[[], int]
+) -> tuple[Broker, ConnectionGate]:
+    """The broker with what its storage recovers, and the storage's tasks started."""
+    descriptors = _descriptor_budget(config)
+    gate = ConnectionGate(descriptors)
+    storage = Storage(config, wall_clock, descriptors)
+    broker = Broker(config, broker_nursery, storage, drive=ChannelRunner, wall_clock=wall_clock)
+    storage.recover(broker)
+    broker.dead_letter_mover.settle()  # what recovery found on its way, before serving
+    await broker_nursery.start(storage.run, broker)
+    await broker_nursery.start(broker.dead_letter_mover.run)
+    await broker.run_ttl_timers()  # restored channels' messages expire unread too
+    return broker, gate
+
+
+def _tls_context(config: NsqdConfig) -> ssl.SSLContext | None:
+    """One TLS configuration for the TCP upgrade and HTTPS, as nsqd has (None: no
+    certificate)."""
+    if not config.tls_enabled:
+        return None
+    from .server.tls import server_tls_context
+
+    return server_tls_context(config)
+
+
+async def _start_lookupd_peers(
+    config: NsqdConfig,
+    broker: Broker,
+    broker_nursery: trio.Nursery,
+    tcp: tuple[str, int],
+    http: tuple[str, int] | None,
+) -> LookupdPeers:
+    """The connections to the configured lookupds, identifying with the bound ports."""
+    identity = peer_identity(config, NSQD_RELEASE, tcp[1], http[1] if http else 0)
+    peers = LookupdPeers(
+        broker,
+        identity,
+        config.lookupd_tcp_addresses,
+        max_reply_size=config.max_body_size,
+        timing=PeerTiming(ping_interval=config.lookupd_ping_interval),
+    )
+    await broker_nursery.start(peers.run)
+    return peers
 
 
 def _descriptor_budget(config: NsqdConfig) -> DescriptorBudget:
@@ -323,14 +373,25 @@ async def _serve_http(transport: Transport, stream: trio.abc.Stream, api: NsqdHt
 
 @asynccontextmanager
 async def open_nsqd(config: NsqdConfig | None = None) -> AsyncIterator[BoundAddresses]:
-    """``async with open_nsqd() as addresses:`` a broker on 127.0.0.1, port 0 by default."""
+    """``async with open_nsqd() as addresses:`` a broker on 127.0.0.1, port 0 by default.
+
+    Raises:
+        ConfigError, OSError: as :func:`serve_nsqd`, themselves (not in a group).
+    """
+    chosen = config if config is not None else NsqdConfig.loopback()
+    failed: Exception | None = None
     async with trio.open_nursery() as nursery:
-        chosen = config if config is not None else NsqdConfig.loopback()
-        addresses: BoundAddresses = await nursery.start(serve_nsqd, chosen)
         try:
-            yield addresses
-        finally:
-            nursery.cancel_scope.cancel()
+            addresses: BoundAddresses = await nursery.start(serve_nsqd, chosen)
+        except Exception as error:  # raised below, outside the nursery (no group)
+            failed = error
+        else:
+            try:
+                yield addresses
+            finally:
+                nursery.cancel_scope.cancel()
+    if failed is not None:
+        raise failed
 
 
 TREE: Final = (

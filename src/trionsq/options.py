@@ -171,6 +171,7 @@ NSQD_FLAGS: Final[tuple[FlagSpec, ...]] = (
     _flag("trace-log", BOOL, "log each traced message at publish and at each delivery (Youzan's trace log)"),
     _flag("tubemq-master-address", STR, "<addr>[:<port>] for TubeMQ SDKs' master calls (port 8715 if none; empty: off; needs -tubemq-broker-address)"),
     _flag("tubemq-broker-address", STR, "<addr>[:<port>] for TubeMQ SDKs' broker calls (port 8123 if none; empty: off)"),
+    _flag("lookupd-ping-interval", DUR, "time between PINGs to each nsqlookupd (nsqd: 15s), which hides a broker silent for its -inactive-producer-timeout"),
     _flag("group-rebalance-delay", DUR, "time a consumer group's membership must be still before its partitions are dealt again"),
     _flag("idempotency-window", INT, "##idempotency_key values each partition remembers to store each at most once (0: off)"),
     _flag("ttl-dead-letter", BOOL, "send messages past their TTL to their channel's dead-letter topic, when it has a max_attempts bound"),

@@ -6,7 +6,8 @@ available:
 - ``nsqd_config``: the :class:`NsqdConfig` the brokers below use (override it in your
   conftest.py); by default 127.0.0.1, port 0.
 - ``nsqd`` (Trio tests, pytest-trio): a broker started for the test in the test's
-  nursery; the value is its :class:`BoundAddresses`. Works with ``autojump_clock``.
+  nursery; the value is its :class:`BoundAddresses`. Works with ``autojump_clock``:
+  its wall clock follows Trio's (:class:`FollowingWallClock`).
 - ``nsqd_client`` (Trio tests): a :class:`ProtocolClient` connected to ``nsqd``.
 - ``client`` (Trio tests): a :class:`ClientKit`: a :mod:`trionsq.client` producer
   connected to ``nsqd``, consumers on demand, and ``publish``/``take`` shortcuts.
@@ -24,15 +25,11 @@ available:
 
 from __future__ import annotations
 
-import math
-import os
+import functools
 import queue
 import threading
-from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Final, Generic, TypeVar
+from typing import TYPE_CHECKING, Final
 
-import attrs
-import orjson
 import trio
 import trio.testing
 
@@ -44,29 +41,41 @@ except ImportError as missing:  # pragma: no cover - exercised in a subprocess
         " pip install 'trionsq[testing]'"
     ) from missing
 
-from .addresses import join_host_port
-from .client import ConsumerSettings, open_consumer, open_producer
+from .addresses import host_and_port, normalize_address
+from .client import open_consumer, open_producer
 from .config import NsqdConfig
-from .http.client import http_get
+from .harness import (
+    POLL_INTERVAL_AUTOJUMP,
+    REGISTRATION_TIMEOUT,
+    FollowingWallClock,
+    NsqCluster,
+    even_group,
+    group_member,
+    is_registered,
+    open_nsq_cluster,
+    wait_until,
+)
 from .lookupd.config import LookupdConfig
-from .lookupd.registry import CHANNEL, CLIENT, TOPIC, Registration
 from .lookupd.server import LookupdAddresses, serve_lookupd
 from .nursery_tree import BoundAddresses, serve_nsqd
 from .protocol import MAGIC_V2
 from .protocol.client import ClientConnection, encode_commands
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator
+    from collections.abc import AsyncIterator, Iterator, Sequence
     from contextlib import AbstractAsyncContextManager
 
-    from .client import ClientMessage, Consumer, Producer
+    from .addresses import Address
+    from .client import ClientMessage, ConnectionOptions, Consumer, ConsumerSettings, Producer
     from .protocol import Command
     from .protocol.client import Frame
+    from .protocol.commands import OffsetSpec
 
 __all__ = [
     "POLL_INTERVAL_AUTOJUMP",
     "REGISTRATION_TIMEOUT",
     "ClientKit",
+    "FollowingWallClock",
     "NsqCluster",
     "ProtocolClient",
     "ThreadedNsqd",
@@ -79,15 +88,6 @@ __all__ = [
 
 GUARD_SECONDS = 30.0
 """No single read by the test client may take longer (virtual seconds under MockClock)."""
-REGISTRATION_TIMEOUT: Final = 60.0
-"""Longest wait for brokers to (re)register: above a broker's longest reconnection
-backoff (15 s) with room to spare (virtual seconds under MockClock)."""
-POLL_INTERVAL: Final = (0.005, 0.5)
-"""Seconds between two looks at a condition in :func:`wait_until`: the first wait,
-doubled after each look up to the second."""
-POLL_INTERVAL_AUTOJUMP: Final = 2.0
-"""The longest wait between two looks under an autojump MockClock, where each wait
-costs a jump (``autojump_threshold`` of real time) and virtual time is free."""
 
 
 class ProtocolClient:
@@ -99,9 +99,9 @@ class ProtocolClient:
         self.frames: list[Frame] = []
 
     @classmethod
-    async def connect(cls, address: tuple[str, int]) -> ProtocolClient:
-        """Connect and send the magic."""
-        stream = await trio.open_tcp_stream(*address)
+    async def connect(cls, address: Address) -> ProtocolClient:
+        """Connect (``(host, port)`` or ``"host:port"``) and send the magic."""
+        stream = await trio.open_tcp_stream(*host_and_port(address))
         await stream.send_all(MAGIC_V2)
         return cls(stream)
 
@@ -191,9 +191,26 @@ def nsqd_config() -> NsqdConfig:
 
 
 @pytest.fixture
-async def nsqd(nsqd_config: NsqdConfig, nursery: trio.Nursery) -> BoundAddresses:
+def checked_nsqd_config(nsqd_config: NsqdConfig) -> NsqdConfig:
+    """``nsqd_config``, validated before the test's Trio run starts a broker with it: a
+    bad configuration is then the ``ConfigError`` itself at setup, not a failure inside
+    pytest-trio's ExceptionGroup."""
+    nsqd_config.validate()
+    return nsqd_config
+
+
+@pytest.fixture
+def checked_lookupd_config(lookupd_config: LookupdConfig) -> LookupdConfig:
+    """``lookupd_config``, validated as :func:`checked_nsqd_config`."""
+    lookupd_config.validate()
+    return lookupd_config
+
+
+@pytest.fixture
+async def nsqd(checked_nsqd_config: NsqdConfig, nursery: trio.Nursery) -> BoundAddresses:
     """A broker for this test, in the test's nursery (pytest-trio)."""
-    addresses: BoundAddresses = await nursery.start(serve_nsqd, nsqd_config)
+    serve = functools.partial(serve_nsqd, checked_nsqd_config, wall_clock=FollowingWallClock())
+    addresses: BoundAddresses = await nursery.start(serve)
     return addresses
 
 
@@ -210,17 +227,39 @@ async def nsqd_client(nsqd: BoundAddresses) -> AsyncIterator[ProtocolClient]:
 class ClientKit:
     """The ``client`` fixture: trionsq.client pointed at the ``nsqd`` fixture."""
 
-    def __init__(self, address: str, producer: Producer) -> None:
-        self.address = address
+    def __init__(self, address: Address, producer: Producer) -> None:
+        self.address = normalize_address(address)
         """The broker's ``host:port`` for TCP clients."""
         self.producer = producer
 
     def consumer(
-        self, topic: str, channel: str, **options: object
+        self,
+        topic: str,
+        channel: str,
+        *,
+        partitions: Sequence[int] | None = None,
+        options: ConnectionOptions | None = None,
+        settings: ConsumerSettings | None = None,
+        max_in_flight: int | None = None,
+        ordered: bool | None = None,
+        start_at: OffsetSpec | None = None,
+        trace: bool | None = None,
     ) -> AbstractAsyncContextManager[Consumer]:
-        """``async with client.consumer("t", "c") as consumer:`` (``open_consumer``'s
-        keyword options pass through)."""
-        return open_consumer(topic, channel, self.address, **options)  # type: ignore[arg-type]
+        """``async with client.consumer("t", "c") as consumer:`` on the broker, with
+        ``open_consumer``'s keyword options (``settings=ConsumerSettings(...)`` for
+        the rest)."""
+        return open_consumer(
+            topic,
+            channel,
+            self.address,
+            partitions=partitions,
+            options=options,
+            settings=settings,
+            max_in_flight=max_in_flight,
+            ordered=ordered,
+            start_at=start_at,
+            trace=trace,
+        )
 
     async def publish(self, topic: str, *bodies: bytes) -> None:
         """Store ``bodies`` in ``topic`` (one MPUB)."""
@@ -243,9 +282,8 @@ class ClientKit:
 @pytest.fixture
 async def client(nsqd: BoundAddresses) -> AsyncIterator[ClientKit]:
     """trionsq.client on the ``nsqd`` fixture: a producer, consumers on demand."""
-    address = join_host_port(*nsqd.tcp)
-    async with open_producer(address) as producer:
-        yield ClientKit(address, producer)
+    async with open_producer(nsqd.tcp) as producer:
+        yield ClientKit(nsqd.tcp, producer)
 
 
 @pytest.fixture
@@ -257,424 +295,6 @@ def nsqd_thread(nsqd_config: NsqdConfig) -> Iterator[BoundAddresses]:
         yield addresses
     finally:
         broker.stop()
-
-
-# ---------------------------------------------------------------------- lookupd and clusters
-
-
-async def wait_until(
-    condition: Callable[[], bool], what: str, *, within: float = REGISTRATION_TIMEOUT
-) -> None:
-    """Return once ``condition()`` holds, looking again whenever the program settles.
-
-    Between two looks it lets every task run until all are blocked (bytes already on
-    a socket get handled), then sleeps (:data:`POLL_INTERVAL`, growing), which lets an
-    autojump MockClock move on to the next timer (a reconnection backoff, a ping): a
-    condition met at once costs milliseconds, a long wait costs few looks. Works under
-    the real clock and under MockClock with autojump; a MockClock without autojump
-    never moves and the wait never ends.
-
-    Raises:
-        trio.TooSlowError: naming ``what``, after ``within`` seconds.
-    """
-    interval, longest = POLL_INTERVAL
-    clock = trio.lowlevel.current_clock()
-    if isinstance(clock, trio.testing.MockClock) and clock.autojump_threshold != math.inf:
-        longest = POLL_INTERVAL_AUTOJUMP
-    with trio.move_on_after(within) as scope:
-        while not condition():
-            await trio.testing.wait_all_tasks_blocked(cushion=0.005)
-            if condition():
-                return
-            await trio.sleep(interval)
-            interval = min(2 * interval, longest)
-    if scope.cancelled_caught:
-        raise trio.TooSlowError(f"still waiting after {within}s for {what}")
-
-
-T = TypeVar("T")
-
-
-async def group_member(
-    lookupd: str,
-    topic: str,
-    channel: str,
-    name: str,
-    *,
-    task_status: trio.TaskStatus[trio.CancelScope] = trio.TASK_STATUS_IGNORED,
-) -> None:
-    """A consumer-group member that handles nothing: a ``trionsq.client`` consumer
-    found through ``lookupd`` (HTTP ``host:port``), subscribed to every partition
-    until cancelled. ``await nursery.start(group_member, ...)`` returns once it is
-    subscribed, with a scope whose cancelling makes it leave."""
-    with trio.CancelScope() as scope:
-        settings = ConsumerSettings(group_member=name, lookup_interval=0.5)
-        async with open_consumer(topic, channel, lookupd=lookupd, settings=settings):
-            task_status.started(scope)
-            await trio.sleep_forever()
-
-
-async def even_group(
-    lookupd: str,
-    topic: str,
-    channel: str,
-    members: Collection[str],
-    partitions: int,
-    *,
-    steady: float = 0.5,
-) -> dict[int, str]:
-    """partition -> member, from lookupd's ``GET /group`` (``lookupd``: its HTTP
-    ``host:port``) once every partition of the topic has one of ``members``, the
-    members' counts differ by one at most, and it stays so for ``steady`` seconds
-    (a consumer group's rebalances over the brokers have settled)."""
-    target = f"/group?topic={topic}&channel={channel}"
-    while True:
-        reply = await http_get(lookupd, target, connect_timeout=2, request_timeout=5)
-        document = orjson.loads(reply.body) if reply.status == 200 else {}
-        owners = {p: m for m, parts in document.get("assignment", {}).items() for p in parts}
-        loads = [list(owners.values()).count(m) for m in members]
-        if (
-            set(document.get("assignment", {})) == set(members)
-            and sorted(owners) == list(range(partitions))
-            and max(loads) - min(loads) <= 1
-        ):
-            await trio.sleep(steady)
-            again = await http_get(lookupd, target, connect_timeout=2, request_timeout=5)
-            if again.body == reply.body:
-                return owners
-        await trio.sleep(0.1)
-
-
-def _address(host_port: tuple[str, int]) -> str:
-    return join_host_port(*host_port)
-
-
-def _peer_ids(lookupd: LookupdAddresses, broker: BoundAddresses) -> list[str]:
-    """The lookupd's ids of identified connections from ``broker`` (by its TCP port)."""
-    config = broker.broker.config
-    port = config.broadcast_tcp_port or broker.tcp[1]
-    return [
-        producer.peer.id
-        for producer in lookupd.registry.find_producers(CLIENT, "", "")
-        if producer.peer.info.tcp_port == port
-        and producer.peer.info.broadcast_address == config.broadcast_address
-    ]
-
-
-def is_registered(lookupd: LookupdAddresses, broker: BoundAddresses) -> bool:
-    """Whether ``broker`` has identified with ``lookupd`` and registered every topic
-    and channel it has now. Call it from the Trio thread both run in."""
-    wanted: set[Registration] = set()
-    for topic, channel in broker.broker.registrations():
-        wanted.add(Registration(TOPIC, topic))
-        if channel is not None:
-            wanted.add(Registration(CHANNEL, topic, channel))
-    registry = lookupd.registry
-    return any(
-        wanted <= set(registry.lookup_registrations(peer_id))
-        for peer_id in _peer_ids(lookupd, broker)
-    )
-
-
-class _Hosted(Generic[T]):
-    """One broker or lookupd run in a cluster's nursery under its own cancel scope."""
-
-    def __init__(self) -> None:
-        self.scope = trio.CancelScope()
-        self.finished = trio.Event()
-
-    async def run(
-        self,
-        serve: Callable[[trio.TaskStatus[T]], Awaitable[None]],
-        *,
-        task_status: trio.TaskStatus[T] = trio.TASK_STATUS_IGNORED,
-    ) -> None:
-        try:
-            with self.scope:
-                await serve(task_status)
-        finally:
-            self.finished.set()
-
-    async def stop(self) -> None:
-        self.scope.cancel()
-        await self.finished.wait()
-
-
-def _pinned(address: str, bound: tuple[str, int] | None) -> str:
-    """``address`` with the port a previous run bound, so a restart keeps its ports."""
-    if not address or bound is None:
-        return address
-    return join_host_port(bound[0], bound[1])
-
-
-class NsqCluster:
-    """Brokers registered with every lookupd, run in one nursery (the ``nsq_cluster``
-    fixture, or :func:`open_nsq_cluster`).
-
-    Nodes are numbered from 0 in :attr:`brokers` and :attr:`lookupds`; a stopped node
-    keeps its entry (its last addresses) and a restarted one binds the same ports, so
-    clients, lookupds and brokers find it where it was. Use it from the Trio thread
-    the cluster runs in.
-    """
-
-    def __init__(
-        self, nursery: trio.Nursery, nsqd_config: NsqdConfig, lookupd_config: LookupdConfig
-    ) -> None:
-        self.nursery: Final = nursery
-        self.nsqd_config: Final = nsqd_config
-        """The base of every broker's configuration (see :meth:`broker_config`)."""
-        self.lookupd_config: Final = lookupd_config
-        self.brokers: list[BoundAddresses] = []
-        """Each broker's addresses and live :class:`Broker` (``.broker``)."""
-        self.lookupds: list[LookupdAddresses] = []
-        """Each lookupd's addresses and live registry (``.registry``)."""
-        self._broker_runs: list[_Hosted[BoundAddresses] | None] = []
-        self._lookupd_runs: list[_Hosted[LookupdAddresses] | None] = []
-        self._lookupd_configs: list[LookupdConfig] = []
-        self._change = trio.Event()
-        """Set by any lookupd's registry when it changes (see :meth:`_until`)."""
-
-    # ------------------------------------------------------------------ addresses
-
-    @property
-    def lookupd_tcp_addresses(self) -> list[str]:
-        """``host:port`` of every lookupd's TCP listener (what brokers register with)."""
-        return [_address(lookupd.tcp) for lookupd in self.lookupds]
-
-    @property
-    def lookupd_http_addresses(self) -> list[str]:
-        """``host:port`` of every lookupd's HTTP API (``lookupd_http_addresses`` of a
-        consumer)."""
-        return [_address(lookupd.http) for lookupd in self.lookupds]
-
-    @property
-    def nsqd_tcp_addresses(self) -> list[str]:
-        """``host:port`` of every broker's TCP listener (publishers connect here)."""
-        return [_address(broker.tcp) for broker in self.brokers]
-
-    def broker_running(self, index: int) -> bool:
-        """Whether broker ``index`` runs (it was not stopped, or was started again)."""
-        return self._broker_runs[index] is not None
-
-    def lookupd_running(self, index: int) -> bool:
-        """Whether lookupd ``index`` runs."""
-        return self._lookupd_runs[index] is not None
-
-    def broker_config(self, index: int) -> NsqdConfig:
-        """Broker ``index``'s configuration: :attr:`nsqd_config` with every lookupd's
-        TCP address, a distinct ``node_id``, ``broadcast_address`` 127.0.0.1 (where
-        clients that ask a lookupd connect) and, with ``persist``, its own directory
-        ``<data_path>/nsqd<index>``; after a first start, the ports it bound."""
-        base = self.nsqd_config
-        data_path = base.data_path
-        if base.persist:
-            data_path = os.path.join(base.data_path or ".", f"nsqd{index}")
-            os.makedirs(data_path, exist_ok=True)
-        tcp, http, https = base.tcp_address, base.http_address, base.https_address
-        if index < len(self.brokers):
-            bound = self.brokers[index]
-            tcp = _pinned(tcp, bound.tcp)
-            http = _pinned(http, bound.http)
-            https = _pinned(https, bound.https)
-        return attrs.evolve(
-            base,
-            lookupd_tcp_addresses=tuple(self.lookupd_tcp_addresses),
-            node_id=(base.node_id + index) % 1024,
-            broadcast_address="127.0.0.1",
-            data_path=data_path,
-            tcp_address=tcp,
-            http_address=http,
-            https_address=https,
-        )
-
-    # ------------------------------------------------------------------ registration
-
-    def registered(self, broker: int, lookupd: int) -> bool:
-        """Whether broker ``broker`` has identified with lookupd ``lookupd`` and
-        registered every topic and channel it has now."""
-        return is_registered(self.lookupds[lookupd], self.brokers[broker])
-
-    def listed(self, broker: int, lookupd: int) -> bool:
-        """Whether lookupd ``lookupd`` holds a connection from broker ``broker``."""
-        return bool(_peer_ids(self.lookupds[lookupd], self.brokers[broker]))
-
-    def _all_registered(self) -> bool:
-        return all(
-            self.registered(b, k)
-            for b in range(len(self.brokers))
-            if self.broker_running(b)
-            for k in range(len(self.lookupds))
-            if self.lookupd_running(k)
-        )
-
-    async def wait_registered(self, *, within: float = REGISTRATION_TIMEOUT) -> None:
-        """Return once every running broker has registered everything it has with
-        every running lookupd (topics created since are included)."""
-        await self._until(self._all_registered, "every broker registered", within=within)
-
-    def _note_change(self) -> None:
-        self._change.set()
-
-    async def _until(
-        self, condition: Callable[[], bool], what: str, *, within: float = REGISTRATION_TIMEOUT
-    ) -> None:
-        """Return once ``condition()`` holds, looking again after each change of a
-        lookupd's registry: the cluster's conditions (registered, listed) can only
-        become true through one, so this waits on an event instead of polling.
-
-        Raises:
-            trio.TooSlowError: naming ``what``, after ``within`` seconds.
-        """
-        with trio.move_on_after(within):
-            while True:
-                change = self._change = trio.Event()
-                if condition():
-                    return
-                await change.wait()
-        raise trio.TooSlowError(f"still waiting after {within}s for {what}")
-
-    # ------------------------------------------------------------------ brokers
-
-    async def start_broker(self, index: int | None = None, *, wait: bool = True) -> BoundAddresses:
-        """Start broker ``index`` again (None: add a broker); with ``wait``, return once
-        it is registered with every running lookupd."""
-        if index is None:
-            index = len(self.brokers)
-            self._broker_runs.append(None)
-        elif self._broker_runs[index] is not None:
-            raise RuntimeError(f"broker {index} is running")
-        hosted = _Hosted[BoundAddresses]()
-        config = self.broker_config(index)
-        addresses: BoundAddresses = await self.nursery.start(
-            hosted.run, lambda status: serve_nsqd(config, task_status=status)
-        )
-        self._broker_runs[index] = hosted
-        if index < len(self.brokers):
-            self.brokers[index] = addresses
-        else:
-            self.brokers.append(addresses)
-        if wait:
-            await self._until(
-                lambda: all(
-                    self.registered(index, k)
-                    for k in range(len(self.lookupds))
-                    if self.lookupd_running(k)
-                ),
-                f"broker {index} registered",
-            )
-        return addresses
-
-    async def stop_broker(self, index: int, *, wait: bool = True) -> None:
-        """Stop broker ``index`` as a killed nsqd stops (connections closed, nothing
-        unregistered); with ``wait``, return once no running lookupd lists it."""
-        hosted = self._broker_runs[index]
-        if hosted is None:
-            raise RuntimeError(f"broker {index} is not running")
-        self._broker_runs[index] = None
-        await hosted.stop()
-        if wait:
-            await self._until(
-                lambda: (
-                    not any(
-                        self.listed(index, k)
-                        for k in range(len(self.lookupds))
-                        if self.lookupd_running(k)
-                    )
-                ),
-                f"broker {index} gone from the lookupds",
-            )
-
-    async def restart_broker(self, index: int, *, wait: bool = True) -> BoundAddresses:
-        """Stop then start broker ``index`` on the same ports."""
-        await self.stop_broker(index, wait=wait)
-        return await self.start_broker(index, wait=wait)
-
-    # ------------------------------------------------------------------ lookupds
-
-    async def start_lookupd(
-        self, index: int | None = None, *, wait: bool = True
-    ) -> LookupdAddresses:
-        """Start lookupd ``index`` again on its ports (None: add one, which the running
-        brokers do not know). With ``wait``, return once every running broker has
-        registered with it again: brokers reconnect after their backoff (1 s, doubling
-        up to 15 s), which is real time unless the test runs on an autojump MockClock."""
-        if index is None:
-            index = len(self.lookupds)
-            self._lookupd_runs.append(None)
-            self._lookupd_configs.append(self.lookupd_config)
-        elif self._lookupd_runs[index] is not None:
-            raise RuntimeError(f"lookupd {index} is running")
-        hosted = _Hosted[LookupdAddresses]()
-        config = self._lookupd_configs[index]
-        addresses: LookupdAddresses = await self.nursery.start(
-            hosted.run, lambda status: serve_lookupd(config, task_status=status)
-        )
-        self._lookupd_runs[index] = hosted
-        addresses.registry.watch(self._note_change)
-        self._lookupd_configs[index] = attrs.evolve(
-            self._lookupd_configs[index],
-            tcp_address=_address(addresses.tcp),
-            http_address=_address(addresses.http),
-        )
-        if index < len(self.lookupds):
-            self.lookupds[index] = addresses
-        else:
-            self.lookupds.append(addresses)
-        if wait:
-            await self._until(
-                lambda: all(
-                    self.registered(b, index)
-                    for b in range(len(self.brokers))
-                    if self.broker_running(b)
-                ),
-                f"every broker registered with lookupd {index}",
-            )
-        return addresses
-
-    async def stop_lookupd(self, index: int) -> None:
-        """Stop lookupd ``index``: its registrations are gone, brokers start reconnecting."""
-        hosted = self._lookupd_runs[index]
-        if hosted is None:
-            raise RuntimeError(f"lookupd {index} is not running")
-        self._lookupd_runs[index] = None
-        await hosted.stop()
-
-    async def restart_lookupd(self, index: int, *, wait: bool = True) -> LookupdAddresses:
-        """Stop then start lookupd ``index`` on the same ports (empty, as nsqlookupd
-        keeps no state); with ``wait``, return once the brokers registered again."""
-        await self.stop_lookupd(index)
-        return await self.start_lookupd(index, wait=wait)
-
-    async def aclose(self) -> None:
-        """Stop every node (what leaving :func:`open_nsq_cluster` does)."""
-        self.nursery.cancel_scope.cancel()
-
-
-@asynccontextmanager
-async def open_nsq_cluster(
-    brokers: int = 3,
-    lookupds: int = 2,
-    *,
-    nsqd_config: NsqdConfig | None = None,
-    lookupd_config: LookupdConfig | None = None,
-) -> AsyncIterator[NsqCluster]:
-    """``async with open_nsq_cluster() as cluster:`` lookupds first, then brokers
-    registered with all of them; everything stops when the block is left."""
-    async with trio.open_nursery() as nursery:
-        cluster = NsqCluster(
-            nursery,
-            nsqd_config if nsqd_config is not None else NsqdConfig.loopback(),
-            lookupd_config if lookupd_config is not None else LookupdConfig.loopback(),
-        )
-        try:
-            for _ in range(lookupds):
-                await cluster.start_lookupd(wait=False)
-            for _ in range(brokers):
-                await cluster.start_broker(wait=False)
-            await cluster.wait_registered()
-            yield cluster
-        finally:
-            await cluster.aclose()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -711,15 +331,17 @@ def lookupd_config() -> LookupdConfig:
 
 
 @pytest.fixture
-async def lookupd(lookupd_config: LookupdConfig, nursery: trio.Nursery) -> LookupdAddresses:
+async def lookupd(checked_lookupd_config: LookupdConfig, nursery: trio.Nursery) -> LookupdAddresses:
     """A lookupd for this test on 127.0.0.1 with free ports, in the test's nursery."""
-    addresses: LookupdAddresses = await nursery.start(serve_lookupd, lookupd_config)
+    addresses: LookupdAddresses = await nursery.start(serve_lookupd, checked_lookupd_config)
     return addresses
 
 
 @pytest.fixture
 async def nsq_cluster(
-    request: pytest.FixtureRequest, nsqd_config: NsqdConfig, lookupd_config: LookupdConfig
+    request: pytest.FixtureRequest,
+    checked_nsqd_config: NsqdConfig,
+    checked_lookupd_config: LookupdConfig,
 ) -> AsyncIterator[NsqCluster]:
     """Brokers registered with lookupds (3 and 2; ``@pytest.mark.nsq_cluster(brokers=,
     lookupds=)`` to change), every broker identified with every lookupd on return."""
@@ -728,7 +350,7 @@ async def nsq_cluster(
     async with open_nsq_cluster(
         size.get("brokers", 3),
         size.get("lookupds", 2),
-        nsqd_config=nsqd_config,
-        lookupd_config=lookupd_config,
+        nsqd_config=checked_nsqd_config,
+        lookupd_config=checked_lookupd_config,
     ) as cluster:
         yield cluster

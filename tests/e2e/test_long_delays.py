@@ -20,9 +20,9 @@ from trionsq import NsqdConfig, serve_nsqd
 from trionsq.protocol import Dpub, Fin, IdentifyRequest, Pub, Rdy, Req, Sub
 from trionsq.protocol.client import encode_identify
 from trionsq.queues.cursor_state import delays_path, load_state, state_path
-from trionsq.testing import ProtocolClient, wait_until
+from trionsq.testing import FollowingWallClock, ProtocolClient, wait_until
 
-from ..integration.raw import FollowingWallClock, message_by, next_frame, next_message, ok, publish
+from ..integration.raw import message_by, next_frame, next_message, ok, publish
 from .test_crash_recovery import start
 
 if TYPE_CHECKING:

@@ -69,3 +69,32 @@ def test_importing_the_plugin_without_pytest_names_the_extra() -> None:
         "ImportError: trionsq.testing is a pytest plugin and needs pytest and pytest-trio:"
         " pip install 'trionsq[testing]'"
     )
+
+
+BAD_CONFIG_SUITE = """
+import pytest
+from trionsq import NsqdConfig
+
+
+@pytest.fixture
+def nsqd_config():
+    return NsqdConfig.loopback(tls_cert="cert.pem")
+
+
+async def test_publish(nsqd):
+    pass
+"""
+
+
+def test_a_bad_nsqd_config_fails_the_test_with_the_config_error_itself(
+    pytester: pytest.Pytester,
+) -> None:
+    """Not inside an ExceptionGroup from pytest-trio's nursery (issue 34): the fixtures
+    check the configuration before the test's Trio run starts the broker."""
+    pytester.makeini("[pytest]\ntrio_mode = true\n")
+    pytester.makepyfile(BAD_CONFIG_SUITE)
+    result = pytester.runpytest_subprocess()
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["E *ConfigError: --tls-cert and --tls-key must be given together"])
+    result.stdout.no_fnmatch_line("*Exception Group Traceback*")
+    result.stdout.no_fnmatch_line("*ExceptionGroup: Exceptions from Trio nursery*")

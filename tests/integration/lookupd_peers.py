@@ -7,7 +7,7 @@ every test sees exactly what goes over the wire.
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Unpack
 
 import pytest
 import trio
@@ -29,6 +29,7 @@ from trionsq.protocol.lookupd import (
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
+    from trionsq.lookupd.config import LookupdOptions
     from trionsq.lookupd.server import LookupdAddresses
 
 GUARD: Final = 10.0
@@ -48,7 +49,9 @@ def nsqd_info(port: int = 4150, *, host: str = "nsqd1", http_port: int = 4151) -
     )
 
 
-async def start_lookupd(nursery: trio.Nursery, **changes: object) -> LookupdAddresses:
+async def start_lookupd(
+    nursery: trio.Nursery, **changes: Unpack[LookupdOptions]
+) -> LookupdAddresses:
     """A lookupd on 127.0.0.1 with free ports, for the length of the test."""
     addresses: LookupdAddresses = await nursery.start(
         serve_lookupd, LookupdConfig.loopback(**changes)

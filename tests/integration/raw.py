@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
 
 import httpx
@@ -61,18 +60,6 @@ class Clients:
 async def start(nursery: trio.Nursery, config: NsqdConfig = LOCAL) -> BoundAddresses:
     addresses: BoundAddresses = await nursery.start(serve_nsqd, config)
     return addresses
-
-
-class FollowingWallClock:
-    """Unix nanoseconds that move with Trio's (mock) clock from the real now: a
-    broker's ``wall_clock`` for tests that jump days (``serve_nsqd(wall_clock=)``)."""
-
-    def __init__(self) -> None:
-        self.start_wall = time.time_ns()
-        self.start_trio = trio.current_time()
-
-    def __call__(self) -> int:
-        return self.start_wall + round((trio.current_time() - self.start_trio) * 1e9)
 
 
 async def http(

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 
 _SIZE = struct.Struct(">I")
 MIB = 1024 * 1024
+NSQD_HEARTBEATS = NsqdConfig.loopback(client_timeout=60.0)
+"""nsqd's 30-second default heartbeat (a loopback broker sends one a day)."""
 
 
 def peak_rss() -> int:
@@ -74,7 +76,7 @@ async def test_a_body_that_never_ends_is_dropped_after_two_heartbeats(
     clients: Clients, nursery: trio.Nursery, autojump_clock: trio.testing.MockClock
 ) -> None:
     autojump_clock.autojump_threshold = 0.1
-    addresses = await start(nursery)
+    addresses = await start(nursery, NSQD_HEARTBEATS)
     stalled = await clients.connect(addresses.tcp)
     await stalled.stream.send_all(b"PUB t\n" + _SIZE.pack(1000) + b"only part of it")
     start_time = trio.current_time()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import logging
 import socket
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Unpack
 
 import attrs
 import httpx
@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 
     import pytest
 
+    from trionsq.config import NsqdOptions
     from trionsq.nursery_tree import BoundAddresses
 
     from .raw import Clients
@@ -221,9 +222,12 @@ async def start_lookupd(nursery: trio.Nursery, **options: object) -> RecordingLo
     return lookupd
 
 
-def broker_config(*lookupds: RecordingLookupd | str, **changes: object) -> NsqdConfig:
-    addresses = tuple(x if isinstance(x, str) else x.address for x in lookupds)
-    return NsqdConfig.loopback(lookupd_tcp_addresses=addresses, **changes)
+def broker_config(*lookupds: RecordingLookupd | str, **changes: Unpack[NsqdOptions]) -> NsqdConfig:
+    options: NsqdOptions = {
+        "lookupd_tcp_addresses": [x if isinstance(x, str) else x.address for x in lookupds]
+    }
+    options.update(changes)
+    return NsqdConfig.loopback(**options)
 
 
 async def put_addresses(nsqd: BoundAddresses, *addresses: str) -> None:

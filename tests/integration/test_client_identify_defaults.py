@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from trionsq import NsqdConfig
 from trionsq.protocol import Fin, Pub, Rdy, Sub
 from trionsq.protocol.client import MessageFrame, Response
 
@@ -141,6 +142,14 @@ NSQJS = json.dumps(  # dudleycarr/nsqjs 0.13.0, NSQDConnection.identify (null ke
     },
     separators=(",", ":"),
 ).encode()
+
+
+@pytest.fixture
+def nsqd_config() -> NsqdConfig:
+    """nsqd's own output buffer default (250 ms), which a loopback broker lowers to
+    1 ms: the clients that send no ``output_buffer_timeout`` must be told nsqd's."""
+    return NsqdConfig.loopback(output_buffer_timeout=0.25)
+
 
 CLIENTS = [
     pytest.param(UPSTREAM_GO_NSQ, 16_384, 250, id="go-nsq"),

@@ -12,7 +12,7 @@ import os
 import sys
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import pytest
 import trio
@@ -24,6 +24,9 @@ from trionsq.testing import open_nsq_cluster
 from ..auth_server import grant, start_auth_server
 from ..doc_examples import DOCS, NEEDS, Example, all_examples
 from .test_client_blocking import free_port
+
+if TYPE_CHECKING:
+    from trionsq.config import NsqdOptions
 
 BIN: Final = Path(sys.executable).parent
 EXAMPLES: Final = all_examples()
@@ -46,17 +49,18 @@ async def environment(
         places |= {"127.0.0.1:4150": f"127.0.0.1:{free_port()}"}
         places |= {"127.0.0.1:4151": f"127.0.0.1:{free_port()}"}
         return places
-    changes: dict[str, object] = {}
+    changes: NsqdOptions = {}
     if "tls" in needs:
         ca = trustme.CA()
         server = ca.issue_cert("localhost", "127.0.0.1")
         server.cert_chain_pems[0].write_to_path(str(directory / "cert.pem"))
         server.private_key_pem.write_to_path(str(directory / "key.pem"))
         ca.cert_pem.write_to_path(str(directory / "ca.pem"))
-        changes |= {"tls_cert": str(directory / "cert.pem"), "tls_key": str(directory / "key.pem")}
+        changes["tls_cert"] = str(directory / "cert.pem")
+        changes["tls_key"] = str(directory / "key.pem")
     if "auth" in needs:
         auth = await start_auth_server(nursery, {"the-secret": grant()})
-        changes |= {"auth_http_addresses": (auth.address,)}
+        changes["auth_http_addresses"] = (auth.address,)
     if "lookupd" in needs:
         cluster = await stack.enter_async_context(
             open_nsq_cluster(1, 1, nsqd_config=NsqdConfig.loopback(**changes))

@@ -14,9 +14,9 @@ import trio
 from trionsq import NsqdConfig, serve_nsqd
 from trionsq.protocol import Dpub, Fin, IdentifyRequest, Mpub, Pub, Req
 from trionsq.queues.cursor_state import delays_path, load_state, save_state, state_path
+from trionsq.testing import FollowingWallClock
 
 from .raw import (
-    FollowingWallClock,
     http,
     message_by,
     next_error,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import socket
 from collections import Counter
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Unpack
 
 import httpx
 import orjson
@@ -27,6 +27,7 @@ from .raw import bodies, next_frame, ok, publish, quiet
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
 
+    from trionsq.config import NsqdOptions
     from trionsq.lookupd.server import LookupdAddresses
     from trionsq.nursery_tree import BoundAddresses
 
@@ -71,12 +72,8 @@ async def wait_until(condition: Callable[[], bool]) -> None:
     raise AssertionError("condition not met in time")
 
 
-def broker_config(lookupd: LookupdAddresses, **changes: object) -> NsqdConfig:
-    host, port = lookupd.tcp
-    options: dict[str, object] = {
-        "lookupd_tcp_addresses": (f"{host}:{port}",),
-        "broadcast_address": "127.0.0.1",
-    }
+def broker_config(lookupd: LookupdAddresses, **changes: Unpack[NsqdOptions]) -> NsqdConfig:
+    options: NsqdOptions = {"lookupd_tcp_addresses": lookupd.tcp, "broadcast_address": "127.0.0.1"}
     options.update(changes)
     return NsqdConfig.loopback(**options)
 

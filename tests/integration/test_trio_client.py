@@ -10,7 +10,7 @@ import pytest
 import trio
 import trio.testing
 
-from trionsq import NsqdConfig, serve_nsqd
+from trionsq import NsqdConfig, normalize_address, serve_nsqd
 from trionsq.client import (
     ConnectionOptions,
     NsqError,
@@ -218,3 +218,41 @@ async def test_a_frame_the_parser_refuses_ends_the_connection_not_its_owner(
             await connection.request(Sub("t", "c"))
             await connection.wait_closed()
     assert connection.closed
+
+
+async def test_get_waits_for_the_next_message_at_most_timeout_seconds(
+    client: ClientKit, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The async consumer's ``get(timeout)``, as the blocking consumer has (issue 34)."""
+    autojump_clock.autojump_threshold = 0.1  # real sockets
+    async with client.consumer("got", "c") as consumer:
+        started = trio.current_time()
+        assert await consumer.get(timeout=5) is None
+        assert trio.current_time() - started == pytest.approx(5)
+        await client.producer.publish_deferred("got", b"in 3 s", 3)
+        message = await consumer.get(timeout=10)
+        assert message is not None
+        assert message.body == b"in 3 s"
+        message.finish()
+        await client.publish("got", b"now")
+        message = await consumer.get()  # no timeout: as async for
+        assert message is not None
+        assert message.body == b"now"
+        message.finish()
+
+
+async def test_e_topic_not_exist_names_the_topic(nsqd: BoundAddresses) -> None:
+    """The broker's E_TOPIC_NOT_EXIST has no description (Youzan's nsqd sends none);
+    the client's NsqError says which topic and partition, and where (issue 34)."""
+    nsqd.broker.topic("ext", ext=True)
+    where = normalize_address(nsqd.tcp)
+    async with open_producer(nsqd.tcp) as producer:
+        with pytest.raises(NsqError) as missing:
+            await producer.publish_ext("no-such-topic", ExtMessage(b"{}", b"x"))
+        with pytest.raises(NsqError) as partition:
+            await producer.publish_ext("ext", ExtMessage(b"{}", b"x"), partition=3)
+    assert missing.value.code == partition.value.code == "E_TOPIC_NOT_EXIST"
+    assert str(missing.value) == (
+        f"E_TOPIC_NOT_EXIST topic 'no-such-topic' does not exist on {where}"
+    )
+    assert str(partition.value) == (f"E_TOPIC_NOT_EXIST topic 'ext' has no partition 3 on {where}")

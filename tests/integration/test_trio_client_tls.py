@@ -10,7 +10,7 @@ import random
 import ssl
 import struct
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Unpack
 
 import attrs
 import pytest
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from trionsq.client import Consumer
+    from trionsq.config import NsqdOptions
     from trionsq.nursery_tree import BoundAddresses
     from trionsq.server.tcp import ClientSession
 
@@ -80,8 +81,10 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 @pytest.fixture
 def nsqd_config(pki: Pki, request: pytest.FixtureRequest) -> NsqdConfig:
     """A broker with a certificate; indirect parametrization adds changes."""
-    changes: dict[str, object] = getattr(request, "param", {})
-    return NsqdConfig.loopback(tls_cert=pki.cert_file, tls_key=pki.key_file, **changes)
+    options: NsqdOptions = {"tls_cert": pki.cert_file, "tls_key": pki.key_file}
+    changes: NsqdOptions = getattr(request, "param", options)
+    options.update(changes)
+    return NsqdConfig.loopback(**options)
 
 
 def tcp(addresses: BoundAddresses) -> str:
@@ -242,8 +245,12 @@ async def test_a_broker_that_requires_tls_refuses_a_plain_client(
 # --- AUTH -------------------------------------------------------------------------
 
 
-async def start_broker(nursery: trio.Nursery, pki: Pki, **changes: object) -> BoundAddresses:
-    config = NsqdConfig.loopback(tls_cert=pki.cert_file, tls_key=pki.key_file, **changes)
+async def start_broker(
+    nursery: trio.Nursery, pki: Pki, **changes: Unpack[NsqdOptions]
+) -> BoundAddresses:
+    options: NsqdOptions = {"tls_cert": pki.cert_file, "tls_key": pki.key_file}
+    options.update(changes)
+    config = NsqdConfig.loopback(**options)
     addresses: BoundAddresses = await nursery.start(serve_nsqd, config)
     return addresses
 

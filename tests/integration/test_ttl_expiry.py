@@ -12,7 +12,7 @@ count in virtual time and the assertions are exact.
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Unpack
 
 import orjson
 import trio
@@ -22,20 +22,22 @@ from prometheus_client.parser import text_string_to_metric_families
 from trionsq import NsqdConfig, serve_nsqd
 from trionsq.protocol import IdentifyRequest, Mpub, Pub, Rdy, Req, Sub
 from trionsq.protocol.client import MessageFrame, encode_identify
+from trionsq.testing import FollowingWallClock
 
-from .raw import FollowingWallClock, http, next_frame, next_message, ok, publish, quiet
+from .raw import http, next_frame, next_message, ok, publish, quiet
 from .test_admin_stream import open_stream, snapshot_where
 
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from trionsq.config import NsqdOptions
     from trionsq.nursery_tree import BoundAddresses
 
     from .raw import Clients
 
 
 async def started(
-    nursery: trio.Nursery, clock: trio.testing.MockClock, **options: object
+    nursery: trio.Nursery, clock: trio.testing.MockClock, **options: Unpack[NsqdOptions]
 ) -> BoundAddresses:
     clock.autojump_threshold = 0.05  # jump only while no bytes are in flight
     config = NsqdConfig.loopback(**options)

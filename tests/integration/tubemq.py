@@ -3,7 +3,7 @@ that follows the master's rebalance events as TubeMQ's SDKs do."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Unpack
 
 import trio
 
@@ -14,6 +14,7 @@ from trionsq.protocol.tubemq_proto import broker_pb2, master_pb2
 from trionsq.tubemq.client import TubeClient, open_client
 
 if TYPE_CHECKING:
+    from trionsq.config import NsqdOptions
     from trionsq.nursery_tree import BoundAddresses
     from trionsq.protocol.tubemq_formats import PartitionRef
 
@@ -22,10 +23,13 @@ TUBEMQ = NsqdConfig.loopback(
 )
 
 
-async def start_tubemq(nursery: trio.Nursery, **changes: object) -> BoundAddresses:
-    config = NsqdConfig.loopback(
-        tubemq_master_address="127.0.0.1:0", tubemq_broker_address="127.0.0.1:0", **changes
-    )
+async def start_tubemq(nursery: trio.Nursery, **changes: Unpack[NsqdOptions]) -> BoundAddresses:
+    options: NsqdOptions = {
+        "tubemq_master_address": "127.0.0.1:0",
+        "tubemq_broker_address": "127.0.0.1:0",
+    }
+    options.update(changes)
+    config = NsqdConfig.loopback(**options)
     addresses: BoundAddresses = await nursery.start(serve_nsqd, config)
     return addresses
 

@@ -17,6 +17,8 @@ from trionsq.options import NSQLOOKUPD_FLAGS
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from trionsq.lookupd.config import LookupdOptions
+
 
 def test_defaults_are_nsqlookupds() -> None:
     config = LookupdConfig()
@@ -37,7 +39,7 @@ def test_defaults_are_nsqlookupds() -> None:
         ({"tombstone_lifetime": -1.0}, "--tombstone-lifetime must not be negative"),
     ],
 )
-def test_validate_refuses_in_one_line(changes: dict[str, object], message: str) -> None:
+def test_validate_refuses_in_one_line(changes: LookupdOptions, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         LookupdConfig.loopback(**changes).validate()
 

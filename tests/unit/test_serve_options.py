@@ -104,6 +104,43 @@ def test_serve_refuses_a_bad_value_with_go_s_line() -> None:
         main.commands["serve"].callback(msg_timeout="soon")  # type: ignore[misc]
 
 
+@pytest.mark.parametrize(
+    ("command", "given", "line"),
+    [
+        (
+            "serve",
+            {"msg_timeout": "5"},
+            'invalid value "5" for flag -msg-timeout: parse error; use a duration such as 5s',
+        ),
+        (
+            "serve",
+            {"sync_timeout": "soon"},
+            'invalid value "soon" for flag -sync-timeout: parse error; use a duration such as 5s',
+        ),
+        (
+            "lookupd",
+            {"inactive_producer_timeout": "300"},
+            'invalid value "300" for flag -inactive-producer-timeout: parse error;'
+            " use a duration such as 300s",
+        ),
+    ],
+)
+def test_a_duration_without_a_unit_gets_a_hint(
+    command: str, given: dict[str, str], line: str
+) -> None:
+    """nsqd's own line stays (scripts may match it), with what to write instead
+    (issue 34): a bare number is the natural spelling for a user of other tools."""
+    with pytest.raises(click.UsageError) as raised:
+        main.commands[command].callback(**given)  # type: ignore[misc]
+    assert raised.value.message == line
+
+
+def test_the_drop_in_nsqd_keeps_go_s_line_alone() -> None:
+    with pytest.raises(goflags.FlagError) as raised:
+        goflags.parse(NSQD_FLAGS, ["-msg-timeout", "5"])
+    assert str(raised.value) == 'invalid value "5" for flag -msg-timeout: parse error'
+
+
 def test_lookupd_resolves_like_nsqlookupd() -> None:
     args = ["--tcp-address=127.0.0.1:0", "--inactive-producer-timeout=5m", "--log-level=debug"]
     assert lookupd_config(args) == build_lookupd_config(goflags.parse(NSQLOOKUPD_FLAGS, args))

@@ -563,11 +563,12 @@ class Storage:
 
     async def _persist_forever(self, broker: Topics) -> None:
         """Write what changed a second after the first change, so what follows in that
-        second goes in the same write; an idle broker does not wake at all, unless
-        ``--retention`` needs the ticks to expire segments by age."""
+        second goes in the same write; an idle broker does not wake at all, except
+        when ``--retention`` lets a consumed segment go by age: then once, when the
+        oldest comes of age."""
         retention = self.config.retention
         while True:
-            if retention <= 0:
+            with trio.move_on_at(self._next_expiry()):
                 await self._changed.wait()
             await trio.sleep(PERSIST_INTERVAL)
             self._changed = trio.Event()
@@ -576,9 +577,17 @@ class Storage:
             for topic in list(broker.topics.values()):
                 for partition in topic.partitions:
                     partition.release()
-            if retention > 0:  # age alone deletes nothing: look each tick
+            if retention > 0:  # age alone deletes nothing: look when one is due
                 for topic_log in self.logs.values():
                     topic_log.expire()
+
+    def _next_expiry(self) -> float:
+        """The Trio time at which some log's oldest released segment is old enough to
+        go (inf: none is, or ``--retention`` is off)."""
+        if self.config.retention <= 0:
+            return math.inf
+        waits = [wait for log in self.logs.values() if (wait := log.expires_in()) is not None]
+        return trio.current_time() + min(waits) if waits else math.inf
 
     def _delay_syncs(self) -> list[tuple[DelayStore, FileHandle]]:
         """The file to fsync of each delay store written since the last round."""

@@ -28,8 +28,13 @@ from typing import TYPE_CHECKING, Final
 
 import trio
 
-from ..addresses import local_address, peer_address
-from ..config import split_host_port
+from ..addresses import (
+    address_list,
+    local_address,
+    normalize_address,
+    peer_address,
+    split_host_port,
+)
 from ..protocol.client import (
     ClientConnection,
     ErrorReply,
@@ -57,12 +62,15 @@ from .layers import Codec, Layers
 from .options import ConnectionOptions
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable
+    from collections.abc import AsyncIterator, Callable, Sequence
 
+    from ..addresses import Address
     from ..protocol.commands import Command
     from ..protocol.message import Message
 
 __all__ = ["Connection", "ConnectionClosedError", "NsqError", "open_connection"]
+
+TOPIC_NOT_EXIST: Final = "E_TOPIC_NOT_EXIST"
 
 log = logging.getLogger("trionsq.client")
 READ_SIZE: Final = 65536
@@ -200,8 +208,19 @@ class Connection:
         if reply is None:
             raise ConnectionClosedError(self.address)
         if isinstance(reply, ErrorReply):
-            raise error_for(reply)
+            raise error_for(self._described(reply, command))
         return reply
+
+    def _described(self, reply: ErrorReply, command: Command | bytes) -> ErrorReply:
+        """``E_TOPIC_NOT_EXIST`` comes with no description (as from Youzan's nsqd): say
+        which topic, which partition and where, from the command it answers."""
+        topic: str | None = getattr(command, "topic", None)
+        if reply.code != TOPIC_NOT_EXIST or reply.error.description or topic is None:
+            return reply
+        partition: int | None = getattr(command, "partition", None)
+        missing = "does not exist" if partition is None else f"has no partition {partition}"
+        text = f"topic {topic!r} {missing} on {self.address}"
+        return ErrorReply(ProtocolError(reply.code, text, fatal=reply.fatal))
 
     async def _write_forever(self) -> None:
         write = self._send_layered if self._upgraded else self._write_queued
@@ -342,9 +361,18 @@ class Connection:
             self._waiters.popleft().done.set()
 
 
+def client_addresses(addresses: Address | Sequence[Address]) -> list[str]:
+    """``"host:port"`` strings for the addresses a caller gave, in either shape; one
+    that is neither is the caller's configuration mistake (:class:`NsqConfigError`)."""
+    try:
+        return address_list(addresses)
+    except ValueError as error:
+        raise NsqConfigError(str(error)) from error
+
+
 @asynccontextmanager
 async def open_connection(
-    address: str,
+    address: Address,
     options: ConnectionOptions | None = None,
     *,
     on_messages: Callable[[list[Message]], None] | None = None,
@@ -352,9 +380,10 @@ async def open_connection(
     extended: bool = False,
     detail: bool = False,
 ) -> AsyncIterator[Connection]:
-    """Connect to ``address`` (``host:port``), identify, upgrade, and serve the
-    connection until the block ends or the broker closes it (then waiting commands
-    fail with :class:`ConnectionClosedError` and ``connection.closed`` is set).
+    """Connect to ``address`` (``host:port`` or ``(host, port)``), identify, upgrade,
+    and serve the connection until the block ends or the broker closes it (then
+    waiting commands fail with :class:`ConnectionClosedError` and
+    ``connection.closed`` is set).
 
     ``extended``/``detail``: the message layout the SUB that follows asks for;
     ``on_messages``: each read's messages; ``on_group_owner``: a group member's
@@ -371,6 +400,7 @@ async def open_connection(
     """
     options = options if options is not None else ConnectionOptions()
     try:
+        address = normalize_address(address)
         host, port = split_host_port(address)
     except ValueError as error:
         raise NsqConfigError(str(error)) from error

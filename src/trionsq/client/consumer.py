@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import math
 from collections import deque
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Final
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING, Final
 import attrs
 import trio
 
+from ..config_values import checked_fields, seconds
 from ..protocol.client import encode_req
 from ..protocol.commands import Cls, OffsetSpec, Sub, SubAdvanced, SubOrdered
 from ..protocol.identify import (
@@ -41,7 +43,7 @@ from ..protocol.identify import (
     MIN_GROUP_SESSION_TIMEOUT_MS,
 )
 from .backoff import Backoff
-from .connection import open_connection
+from .connection import client_addresses, open_connection
 from .discovery import Discovery, Placement, Target
 from .errors import ConnectionClosedError, NsqConfigError, NsqError
 from .groups import single_errors
@@ -55,6 +57,7 @@ from .tracing import trace_consumed
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
+    from ..addresses import Address
     from ..protocol.commands import Command
     from ..protocol.message import Message
     from .connection import Connection
@@ -79,7 +82,7 @@ CLOSE_WAIT_TIMEOUT: Final = 2.0
 """Seconds a stopping consumer waits for the brokers' ``CLOSE_WAIT`` answers to CLS."""
 
 
-@attrs.frozen
+@attrs.frozen(field_transformer=checked_fields)
 class ConsumerSettings:
     """How a consumer behaves; the defaults are go-nsq's where it has one."""
 
@@ -106,7 +109,7 @@ class ConsumerSettings:
     departed member's partitions to the others. Connect to every partition (through
     lookupd, or ``partitions=``); give each consumer process its own name (1-64 of
     ``[.a-zA-Z0-9_-]``, e.g. host and pid). Empty: an ordinary NSQ consumer."""
-    group_session_timeout: float = 0.0
+    group_session_timeout: float = attrs.field(default=0.0, converter=seconds)
     """A group member's session timeout in seconds (IDENTIFY ``group_session_timeout``;
     3 to 1800, 0: the broker's default, 10): a member the broker hears nothing from
     for that long is gone and its connections closed. Heartbeats come every third
@@ -121,19 +124,19 @@ class ConsumerSettings:
     pull: bool = False
     """Pull consumption (PULL, trionsq's extension; TubeMQ's pull model): no RDY is
     sent, messages come only as :meth:`Consumer.fetch` asks for them."""
-    requeue_delay: float = 90.0
+    requeue_delay: float = attrs.field(default=90.0, converter=seconds)
     """Handler mode: a failed message comes back after this times its attempts..."""
-    max_requeue_delay: float = 900.0
+    max_requeue_delay: float = attrs.field(default=900.0, converter=seconds)
     """...but not later than this."""
-    backoff_unit: float = 1.0
-    max_backoff: float = 120.0
-    redistribute_interval: float = 5.0
+    backoff_unit: float = attrs.field(default=1.0, converter=seconds)
+    max_backoff: float = attrs.field(default=120.0, converter=seconds)
+    redistribute_interval: float = attrs.field(default=5.0, converter=seconds)
     """With more connections than ``max_in_flight``: how often RDY moves on."""
-    idle_before_redistribute: float = 10.0
-    lookup_interval: float = 60.0
+    idle_before_redistribute: float = attrs.field(default=10.0, converter=seconds)
+    lookup_interval: float = attrs.field(default=60.0, converter=seconds)
     trace: bool = False
     """Log each message's ids, offsets, time and addresses (logger ``trionsq.client.trace``)."""
-    drain_timeout: float = 5.0
+    drain_timeout: float = attrs.field(default=5.0, converter=seconds)
     """Handler mode, once the consumer stops (:meth:`Consumer.handle` cancelled, or
     its block left): seconds the running handlers get to finish the messages they
     hold; then they are cancelled and those messages given back (REQ 0)."""
@@ -246,6 +249,18 @@ class Consumer:
             message = self._waiting.popleft()
             if message.connection.session_timeout is None or not self._fenced(message):
                 return message
+
+    async def get(
+        self,
+        timeout: float | None = None,  # noqa: ASYNC109 - as the blocking consumer's get
+    ) -> ClientMessage | None:
+        """The next message, as ``async for`` gives it; None once ``timeout`` seconds
+        passed without one (the blocking consumer's ``get``; ``trio.move_on_after``
+        around ``anext(consumer)`` does the same). A message that arrives as the time
+        runs out stays for the next call."""
+        with trio.move_on_after(math.inf if timeout is None else timeout):
+            return await self.__anext__()
+        return None
 
     async def next_batch(self) -> list[ClientMessage]:
         """Every message waiting now (at least one: waits for it), for callers that
@@ -683,9 +698,9 @@ def _prune_margin(settings: ConsumerSettings) -> int:
 async def open_consumer(
     topic: str,
     channel: str,
-    nsqd: Sequence[str] | str = (),
+    nsqd: Address | Sequence[Address] = (),
     *,
-    lookupd: Sequence[str] | str = (),
+    lookupd: Address | Sequence[Address] = (),
     partitions: Sequence[int] | None = None,
     options: ConnectionOptions | None = None,
     settings: ConsumerSettings | None = None,
@@ -720,8 +735,7 @@ async def open_consumer(
         chosen = attrs.evolve(chosen, start_at=start_at)
     if trace is not None:
         chosen = attrs.evolve(chosen, trace=trace)
-    addresses = [nsqd] if isinstance(nsqd, str) else list(nsqd)
-    lookupds = [lookupd] if isinstance(lookupd, str) else list(lookupd)
+    addresses, lookupds = client_addresses(nsqd), client_addresses(lookupd)
     if not addresses and not lookupds:
         raise NsqConfigError("open_consumer needs nsqd TCP addresses or lookupd HTTP addresses")
     with single_errors():  # a refused first SUB comes out as the NsqError itself

@@ -41,12 +41,13 @@ import attrs
 import orjson
 import trio
 
+from ..config_values import checked_fields, seconds
 from ..protocol.broker_errors import RATE_LIMITED
 from ..protocol.commands import Dpub, ExtMessage, Mpub, MpubExt, Pub, PubExt, PubTrace
 from ..protocol.ext_header import IDEMPOTENCY_KEY
 from .backoff import Backoff
 from .batching import Batcher
-from .connection import Connection, open_connection
+from .connection import Connection, client_addresses, open_connection
 from .discovery import Discovery, Placement, Target
 from .errors import (
     ConnectionClosedError,
@@ -65,6 +66,7 @@ from .tracing import trace_published
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Sequence
 
+    from ..addresses import Address
     from ..protocol.client import Response, TracedReply
     from ..protocol.commands import Command
 
@@ -83,7 +85,7 @@ its rate) or one an outage failed; each retry waits twice as long, up to
 MAX_BACKOFF: Final = 1.0
 
 
-@attrs.frozen
+@attrs.frozen(field_transformer=checked_fields)
 class ProducerSettings:
     """How a producer behaves."""
 
@@ -101,15 +103,15 @@ class ProducerSettings:
     25.0k/25.7k/39.0k msg/s, 19-27 against 17-22 us of CPU a message; 64 tasks: the
     same either way (their batch is every task)."""
     connections_per_nsqd: int = 1
-    lookup_interval: float = 60.0
+    lookup_interval: float = attrs.field(default=60.0, converter=seconds)
     partition_count: int | None = None
     """Publishing by key without lookupd: how many partitions the topics have."""
     trace: bool = False
     """Publish with PUB_TRACE and log where each message went (``trionsq.client.trace``)."""
-    rate_limit_timeout: float = 30.0
+    rate_limit_timeout: float = attrs.field(default=30.0, converter=seconds)
     """Seconds a publish refused by a topic's publish limit is retried (backing off
     from 50 ms to 1 s) before its error is raised."""
-    publish_timeout: float = 0.0
+    publish_timeout: float = attrs.field(default=0.0, converter=seconds)
     """Seconds a publish keeps being tried through an outage (the broker unreachable,
     the connection lost, lookupd silent, a leader moving), backing off from 50 ms to
     1 s, before the last error is raised; counted from its first send (a gathered
@@ -466,9 +468,9 @@ def with_idempotency_key(message: ExtMessage) -> ExtMessage:
 
 @asynccontextmanager
 async def open_producer(
-    nsqd: Sequence[str] | str = (),
+    nsqd: Address | Sequence[Address] = (),
     *,
-    lookupd: Sequence[str] | str = (),
+    lookupd: Address | Sequence[Address] = (),
     options: ConnectionOptions | None = None,
     settings: ProducerSettings | None = None,
     trace: bool | None = None,
@@ -477,8 +479,7 @@ async def open_producer(
     ``open_producer(lookupd="127.0.0.1:4161")`` to publish wherever lookupd says
     each topic's partitions are led. Every connection is a task of this block's
     nursery and ends with it."""
-    addresses = [nsqd] if isinstance(nsqd, str) else list(nsqd)
-    lookupds = [lookupd] if isinstance(lookupd, str) else list(lookupd)
+    addresses, lookupds = client_addresses(nsqd), client_addresses(lookupd)
     if not addresses and not lookupds:
         raise NsqConfigError("open_producer needs nsqd TCP addresses or lookupd HTTP addresses")
     chosen = settings or ProducerSettings()

@@ -3,35 +3,38 @@
 from __future__ import annotations
 
 import socket
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict, Unpack
 
 import attrs
 
 from ..config import LOG_LEVELS, ConfigError, Listeners, split_host_port
+from ..config_values import address_text, checked_fields, seconds
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-__all__ = ["LookupdConfig"]
+    from ..addresses import Address
+
+__all__ = ["LookupdConfig", "LookupdOptions"]
 
 
-@attrs.frozen
+@attrs.frozen(field_transformer=checked_fields)
 class LookupdConfig(Listeners):
     """Options of ``nsqlookupd`` / ``trionsq lookupd`` / ``serve_lookupd``.
 
     Field = flag name with ``_``; durations are seconds.
     """
 
-    tcp_address: str = "0.0.0.0:4160"
+    tcp_address: str = attrs.field(default="0.0.0.0:4160", converter=address_text)
     """Where nsqd instances connect (TCP protocol V1); port 0 picks a free port."""
-    http_address: str = "0.0.0.0:4161"
+    http_address: str = attrs.field(default="0.0.0.0:4161", converter=address_text)
     """Where consumers and nsqadmin ask (``/lookup``, ``/nodes`` ...)."""
     broadcast_address: str = attrs.field(factory=socket.gethostname)
     """The address this lookupd gives in its IDENTIFY reply."""
-    inactive_producer_timeout: float = 300.0
+    inactive_producer_timeout: float = attrs.field(default=300.0, converter=seconds)
     """Producers not heard from (IDENTIFY or PING) for longer are hidden from
     ``/lookup`` and ``/nodes``; nothing is deleted, a later PING shows them again."""
-    tombstone_lifetime: float = 45.0
+    tombstone_lifetime: float = attrs.field(default=45.0, converter=seconds)
     """How long ``/topic/tombstone`` hides a producer of a topic from ``/lookup``."""
     log_level: str = "info"
     log_prefix: str = "[nsqlookupd] "
@@ -46,12 +49,15 @@ class LookupdConfig(Listeners):
         return cls(**options)  # type: ignore[arg-type]
 
     @classmethod
-    def loopback(cls, **changes: object) -> LookupdConfig:
-        """Both listeners on 127.0.0.1 with a free port: for tests and embedding."""
+    def loopback(cls, **changes: Unpack[LookupdOptions]) -> LookupdConfig:
+        """Both listeners on 127.0.0.1 with a free port, and brokers kept active for a
+        day without a PING (a broker that goes away closes its connection, which
+        unregisters it at once): for tests and embedding."""
         options: dict[str, object] = {
             "tcp_address": "127.0.0.1:0",
             "http_address": "127.0.0.1:0",
             "broadcast_address": "127.0.0.1",
+            "inactive_producer_timeout": 86_400.0,
         }
         options.update(changes)
         return cls.from_options(options)
@@ -76,9 +82,23 @@ class LookupdConfig(Listeners):
             raise ConfigError(
                 f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}"
             )
-        for flag, seconds in (
+        for flag, duration in (
             ("inactive-producer-timeout", self.inactive_producer_timeout),
             ("tombstone-lifetime", self.tombstone_lifetime),
         ):
-            if seconds < 0:
-                raise ConfigError(f"--{flag} must not be negative, got {seconds}s")
+            if duration < 0:
+                raise ConfigError(f"--{flag} must not be negative, got {duration}s")
+
+
+class LookupdOptions(TypedDict, total=False):
+    """Every :class:`LookupdConfig` field as an optional keyword, as the constructor
+    takes it: what :meth:`LookupdConfig.loopback` takes (typed, so mypy catches a
+    misspelt option). tests/unit/test_typed_options.py keeps it in step."""
+
+    tcp_address: Address
+    http_address: Address
+    broadcast_address: str
+    inactive_producer_timeout: float | str
+    tombstone_lifetime: float | str
+    log_level: str
+    log_prefix: str

@@ -74,6 +74,7 @@ async def serve_lookupd(
     at once. Cancelling it closes every connection; nothing is persisted (nsqlookupd
     keeps no state either: nsqd instances re-register when they reconnect).
     """
+    config.validate()  # a bad configuration is a ConfigError itself, before any task
     registry = RegistrationDB(
         inactive_producer_timeout=config.inactive_producer_timeout,
         tombstone_lifetime=config.tombstone_lifetime,

@@ -42,7 +42,7 @@ class _Retention(_LogState):
 
         A segment goes when all its ids are below ``start_id``, it is not the active
         one, and (with ``retention`` > 0) it stopped taking writes that long ago.
-        Call now and then when retention is on: age alone does not trigger it.
+        Call it when :meth:`expires_in` says so: age alone does not trigger it.
         """
         if self._undeleted:
             undeleted, self._undeleted = self._undeleted, []
@@ -71,6 +71,20 @@ class _Retention(_LogState):
         with self._lock:
             self._directory_dirty = True
         return count
+
+    def expires_in(self) -> float | None:
+        """Seconds until :meth:`expire` may delete a segment by age alone (0: now, to
+        try again a removal the system refused); None while only a release can let
+        one go (the oldest segment is still needed, or is the active one)."""
+        if self._undeleted:
+            return 0.0
+        segments = self._segments
+        if self.retention <= 0 or len(segments) < 2:
+            return None
+        oldest = segments[0]
+        if oldest is self._active or oldest.next_id > self._start_id:
+            return None
+        return max(0.0, oldest.closed_at + self.retention - self._clock())
 
     def _unlink(self, path: str, *, again: bool = False) -> None:
         """Remove an expired segment; if refused (read-only, I/O error), keep its name

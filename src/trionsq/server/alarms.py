@@ -72,10 +72,15 @@ class AlarmClock:
                 trio.lowlevel.reschedule(sleeper)
         return alarm
 
-    @staticmethod
-    def cancel(alarm: Alarm) -> None:
-        """The alarm rings for nobody; its target is not kept alive by the heap."""
+    def cancel(self, alarm: Alarm) -> None:
+        """The alarm rings for nobody; its target is not kept alive by the heap. If the
+        clock sleeps until it, the clock looks again now (no jump of a mock clock) and
+        sleeps until the next live alarm instead of waking at this one for nothing."""
         alarm.target = None
+        sleeper = self._sleeper
+        if sleeper is not None and alarm.due == self._sleeping_until:
+            self._sleeper = None
+            trio.lowlevel.reschedule(sleeper)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Ring every due alarm, then sleep until the next one or a new earlier one."""
@@ -83,8 +88,8 @@ class AlarmClock:
         heap = self._heap
         while True:
             now = trio.current_time()
-            while heap and heap[0].due <= now:
-                target = heappop(heap).target
+            while heap and (heap[0].due <= now or heap[0].target is None):
+                target = heappop(heap).target  # a cancelled one goes before its time
                 if target is not None:
                     target.alarm()
             until = heap[0].due if heap else math.inf

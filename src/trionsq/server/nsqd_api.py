@@ -78,6 +78,7 @@ _DURATION_FIELDS: Final = frozenset(
         "e2e_processing_latency_window_time",
         "queue_scan_interval",
         "queue_scan_refresh_interval",
+        "lookupd_ping_interval",
     }
 )
 ADMIN_PAGE: Final = {
@@ -109,6 +110,7 @@ _NOT_CFG_NAMES: Final = frozenset(
         "trace_log",
         "idempotency_window",
         "group_rebalance_delay",
+        "lookupd_ping_interval",
         "ttl_dead_letter",
         "admin_stream",
         "admin_secret",

@@ -1076,6 +1076,21 @@ def test_retention_with_age(tmp_path: Path) -> None:
     assert segment_files(tmp_path) == files[-1:]
 
 
+def test_expires_in_says_when_the_oldest_released_segment_comes_of_age(tmp_path: Path) -> None:
+    now = [1000.0]
+    log, _ = open_log(tmp_path, max_bytes_per_file=1000, retention=60.0, clock=lambda: now[0])
+    fill(log, 12)
+    assert log.expires_in() is None  # nothing released: only a release can let one go
+    log.discard_before(log.next_id)
+    assert log.expires_in() == 60.0
+    now[0] += 45
+    assert log.expires_in() == 15.0
+    now[0] += 20
+    assert log.expires_in() == 0.0
+    assert log.expire() > 0
+    assert log.expires_in() is None  # only the active segment is left
+
+
 def test_recovered_segments_age_from_their_mtime(tmp_path: Path) -> None:
     log, _ = open_log(tmp_path, max_bytes_per_file=1000)
     fill(log, 12)

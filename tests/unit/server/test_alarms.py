@@ -68,3 +68,37 @@ async def test_an_alarm_set_while_the_clock_sleeps_forever_wakes_it(
     clock.set(due, Ringer("only", rung))
     await trio.sleep(1)
     assert rung == [("only", due)]
+
+
+class ClockSteps(trio.abc.Instrument):
+    """The (virtual) times at which the alarm clock's task ran."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task.name.endswith("AlarmClock.run"):
+            self.times.append(trio.current_time())
+
+
+async def test_the_clock_does_not_wake_at_a_cancelled_alarm_s_time(
+    nursery: trio.Nursery, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A closed connection's heartbeat alarm must not wake an idle broker (issue 34):
+    under an autojump clock each such wake-up costs a jump."""
+    clock = AlarmClock()
+    await nursery.start(clock.run)
+    rung: list[tuple[str, float]] = []
+    start = trio.current_time()
+    closed = clock.set(start + 10, Ringer("closed", rung))
+    clock.set(start + 20, Ringer("open", rung))
+    steps = ClockSteps()
+    trio.lowlevel.add_instrument(steps)
+    try:
+        clock.cancel(closed)
+        await trio.sleep(30)
+    finally:
+        trio.lowlevel.remove_instrument(steps)
+    assert rung == [("open", start + 20)]
+    assert start + 10 not in steps.times
+    assert len(clock) == 0

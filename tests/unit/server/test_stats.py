@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Unpack
 
 import attrs
 import orjson
@@ -30,6 +30,7 @@ from ...integration.raw import Clients, next_frame, next_message, ok, publish
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterator
 
+    from trionsq.config import NsqdOptions
     from trionsq.nursery_tree import BoundAddresses
 
 VERSION = "1.3.0-trionsq.test"
@@ -139,7 +140,7 @@ def autojump(autojump_clock: trio.testing.MockClock) -> None:
     autojump_clock.autojump_threshold = 0.1
 
 
-async def start(nursery: trio.Nursery, **changes: object) -> BoundAddresses:
+async def start(nursery: trio.Nursery, **changes: Unpack[NsqdOptions]) -> BoundAddresses:
     addresses: BoundAddresses = await nursery.start(serve_nsqd, NsqdConfig.loopback(**changes))
     return addresses
 
