@@ -13,6 +13,8 @@ STAMP := $(VENV)/.installed
 COMPILE := $(BIN)/python -m compileall -q src >/dev/null
 CHROMIUM := /usr/bin/chromium
 PROMTOOL := /usr/bin/promtool
+ETCD := /usr/bin/etcd
+IP := /sbin/ip
 
 .PHONY: serve test quick lint typecheck unit java-check bench example-spark proto clean
 
@@ -52,7 +54,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP) java-check | $(CHROMIUM) $(PROMTOOL)
+unit: $(STAMP) java-check | $(CHROMIUM) $(PROMTOOL) $(ETCD) $(IP)
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 # tests/spark run PySpark, whose driver is a JVM: say what is missing at once rather than
@@ -73,6 +75,17 @@ $(CHROMIUM):
 # server it also installs is not started: the test runs promtool only).
 $(PROMTOOL):
 	apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus
+
+# tests/cluster start a real etcd (single node on loopback in a temp dir, three nodes for
+# one test) for replication (docs/replication.md); Debian's etcd-server is etcd 3.4. Its
+# package enables a service where systemd runs; the tests start their own, on free ports.
+$(ETCD):
+	apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends etcd-server
+
+# tests/cluster/test_network_partition.py makes its own network namespaces and veth
+# pairs with iproute2's ip (as root, as CI runs).
+$(IP):
+	apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends iproute2
 
 # The Spark example pipeline (docs/spark.md): its own broker, clicks in, counts out.
 example-spark: $(STAMP)

@@ -171,6 +171,20 @@ class NsqdConfig(Listeners):
     tubemq_broker_address: str = attrs.field(default="", converter=address_text)
     """trionsq's own: ``<addr>[:<port>]`` of TubeMQ's broker service (port 8123 when
     none is given); empty: off. Set both or neither."""
+    etcd_endpoints: tuple[str, ...] = ()
+    """trionsq's own (Youzan's ``cluster-leadership-addresses``): etcd client URLs
+    (``http://host:port``); set, the broker joins a replicated cluster
+    (docs/replication.md). Empty: a single broker, exactly as without the option."""
+    cluster_id: str = "trionsq"
+    """The cluster's name: its keys live under ``/trionsq/<cluster-id>/`` in etcd."""
+    replication_address: str = attrs.field(default="", converter=address_text)
+    """``<addr>:<port>`` where followers fetch from this broker ("": the TCP listener's
+    host, a free port; etcd tells the others which)."""
+    cluster_lease_ttl: float = attrs.field(default=2.0, converter=seconds)
+    """Seconds the broker's etcd lease lasts without renewal: a dead broker is replaced
+    as leader within it, and a leader cut off from etcd that long stops acknowledging."""
+    replica_lag_time: float = attrs.field(default=5.0, converter=seconds)
+    """An in-sync follower behind the leader's end for longer leaves the ISR."""
     group_rebalance_delay: float = attrs.field(default=1.0, converter=seconds)
     """trionsq's own: how long a consumer group's membership must stay unchanged
     before its partitions are dealt again (joins and departures within it count as
@@ -308,6 +322,17 @@ class NsqdConfig(Listeners):
         return with_default_port(self.tubemq_broker_address, TUBEMQ_BROKER_PORT)
 
     @property
+    def etcd_urls(self) -> tuple[str, ...]:
+        """``etcd_endpoints`` with comma-separated values split (``--etcd-endpoints
+        URL[,URL]``, or the option repeated)."""
+        return tuple(url for given in self.etcd_endpoints for url in given.split(",") if url)
+
+    @property
+    def cluster_enabled(self) -> bool:
+        """Whether the broker replicates through etcd (``--etcd-endpoints``)."""
+        return bool(self.etcd_endpoints)
+
+    @property
     def tubemq_enabled(self) -> bool:
         return bool(self.tubemq_master_address and self.tubemq_broker_address)
 
@@ -366,6 +391,7 @@ class NsqdConfig(Listeners):
             )
         if self.max_open_files < 0:
             raise ConfigError(f"--max-open-files must be 0 or more, got {self.max_open_files}")
+        self._validate_cluster()
         if self.idempotency_window < 0:
             raise ConfigError(
                 f"--idempotency-window must be 0 or more, got {self.idempotency_window}"
@@ -378,6 +404,29 @@ class NsqdConfig(Listeners):
                     f" got {percentile!r}"
                 )
         self._validate_tls()
+
+    def _validate_cluster(self) -> None:
+        if not self.etcd_endpoints:
+            return
+        for url in self.etcd_urls:
+            text = url.removeprefix("http://").rstrip("/")
+            if url.startswith("https://") or ":" not in text:
+                raise ConfigError(f"--etcd-endpoints takes http://<host>:<port> URLs, got {url!r}")
+        if not self.cluster_id or "/" in self.cluster_id:
+            raise ConfigError(f"--cluster-id must be a name without '/', got {self.cluster_id!r}")
+        if self.replication_address:
+            try:
+                split_host_port(self.replication_address)
+            except ValueError:
+                raise ConfigError(
+                    f"--replication-address must be <addr>:<port>, got {self.replication_address!r}"
+                ) from None
+        if self.cluster_lease_ttl < 1:
+            raise ConfigError(
+                f"--cluster-lease-ttl must be 1s or more, got {self.cluster_lease_ttl}s"
+            )
+        if self.replica_lag_time <= 0:
+            raise ConfigError(f"--replica-lag-time must be positive, got {self.replica_lag_time}s")
 
     def _validate_admin(self) -> None:
         if self.admin_stream not in ADMIN_STREAM_MODES:
@@ -491,6 +540,11 @@ class NsqdOptions(TypedDict, total=False):
     ttl_dead_letter: bool
     tubemq_master_address: Address
     tubemq_broker_address: Address
+    etcd_endpoints: tuple[str, ...]
+    cluster_id: str
+    replication_address: Address
+    cluster_lease_ttl: float | str
+    replica_lag_time: float | str
     group_rebalance_delay: float | str
     admin_stream: str
     admin_secret: str

@@ -282,7 +282,9 @@ def resolve(
             resolved[spec.dest] = parsed.values[spec.name]
         elif in_file:
             resolved[spec.dest] = coerce_config_value(spec, config[spec.cfg_key])
-        else:
+        elif (
+            spec.dest not in resolved
+        ):  # an alias (a second flag of one option) keeps the first's value
             resolved[spec.dest] = spec.default
     return resolved
 

@@ -36,6 +36,14 @@ below)::
     │       ├── per lookupd address: peer [own CancelScope; removed = cancel]
     │       │   └── reader task    replies -> the waiting command; close -> reconnect
     │       └── per new topic: channel pre-creation (asks every lookupd, then ends)
+    │   ├── replication listener (with --etcd-endpoints) -> per follower connection   cluster/leader_streams.py
+    │   │   └── ACK reader   the follower's ACKs move the commit end
+    │   └── replica manager (with --etcd-endpoints)   cluster/replica_manager.py
+    │       ├── registration   the broker's key on its etcd lease, renewed
+    │       ├── cluster view   etcd's keys, kept by a watch; roles follow it
+    │       ├── ISR upkeep     lagging followers leave the ISR, caught-up ones join
+    │       ├── consumer state shipper   channels' positions and settings, every 0.1 s
+    │       └── per followed partition: follower stream [own CancelScope; role over = cancel]
     task_status.started(BoundAddresses(...))   # after every listener accepts
 
 Every listener accepts through ``listen.serve_connections``: each connection's task
@@ -177,7 +185,7 @@ async def _serve_broker(
                 next(client_ids), stream, broker, settings, alarms, tls_context, gate.closed
             ).run()
 
-        peers = await _start_lookupd_peers(config, broker, broker_nursery, tcp, http)
+        peers = await _start_peers(config, broker, broker_nursery, tcp, http)
         broker.group_coordinator.learn = LookupdGroupViews(peers.http_addresses, config)
         alarms = AlarmClock()
         await broker_nursery.start(alarms.run)
@@ -394,6 +402,23 @@ async def open_nsqd(config: NsqdConfig | None = None) -> AsyncIterator[BoundAddr
         raise failed
 
 
+async def _start_peers(
+    config: NsqdConfig,
+    broker: Broker,
+    nursery: trio.Nursery,
+    tcp: tuple[str, int],
+    http: tuple[str, int] | None,
+) -> LookupdPeers:
+    """The broker's peers: with ``--etcd-endpoints`` the replicated cluster's side
+    (docs/replication.md; its hook in place before anyone may publish), then the
+    lookupds."""
+    if config.cluster_enabled:
+        from .cluster.serve import start_cluster
+
+        await start_cluster(broker, config, tcp[1], http[1] if http else 0, nursery)
+    return await _start_lookupd_peers(config, broker, nursery, tcp, http)
+
+
 TREE: Final = (
     ("serve_nsqd", None),
     ("broker nursery", "serve_nsqd"),
@@ -431,6 +456,15 @@ TREE: Final = (
     ("admin stream", "http connection"),
     ("admin stream frame reader", "admin stream"),
     ("admin stream op reader", "admin stream"),
+    ("replication listener", "broker nursery"),
+    ("replication connection", "replication listener"),
+    ("replication ack reader", "replication connection"),
+    ("replica manager", "broker nursery"),
+    ("cluster registration", "replica manager"),
+    ("cluster view", "replica manager"),
+    ("isr upkeep", "replica manager"),
+    ("follower stream", "replica manager"),
+    ("consumer state shipper", "replica manager"),
 )
 """Each long-lived task and the task or nursery that is its parent, as data, so the
 tree in the docstring and the code that builds it can be checked against each other."""
@@ -468,6 +502,15 @@ TASKS: Final = {
     "lookupd peer": "LookupdPeer.run",
     "lookupd peer reader": "LookupdPeer._read_replies",
     "channel pre-creation": "LookupdPeers.precreate_channels",
+    "replication listener": "serve_connections",
+    "replication connection": "_run_connection",  # leader_streams.serve_follower
+    "replication ack reader": "_read_acks",
+    "replica manager": "ReplicaManager.run",
+    "cluster registration": "Registration.run",  # its lease keep-alive loop too
+    "cluster view": "follow_cluster",
+    "isr upkeep": "ReplicaManager._upkeep_forever",
+    "follower stream": "ReplicaManager._follow",
+    "consumer state shipper": "ReplicaManager._ship_state_forever",
 }
 """The coroutine each node of :data:`TREE` runs as, for the nodes that are tasks (the
 others are nurseries, or loops inside their parent's task): a test walks a running

@@ -171,6 +171,13 @@ NSQD_FLAGS: Final[tuple[FlagSpec, ...]] = (
     _flag("trace-log", BOOL, "log each traced message at publish and at each delivery (Youzan's trace log)"),
     _flag("tubemq-master-address", STR, "<addr>[:<port>] for TubeMQ SDKs' master calls (port 8715 if none; empty: off; needs -tubemq-broker-address)"),
     _flag("tubemq-broker-address", STR, "<addr>[:<port>] for TubeMQ SDKs' broker calls (port 8123 if none; empty: off)"),
+    _flag("etcd-endpoints", Kind.STRING_LIST, "etcd client URL http://<host>:<port> (repeatable or comma-separated): join a replicated cluster (docs/replication.md)"),
+    _flag("cluster-leadership-addresses", Kind.STRING_LIST, "Youzan's name of -etcd-endpoints",
+          dest="etcd_endpoints", cfg_key="cluster_leadership_addresses"),
+    _flag("cluster-id", STR, "the cluster's name in etcd (with -etcd-endpoints)"),
+    _flag("replication-address", STR, "<addr>:<port> followers fetch from (empty: the TCP host, a free port)"),
+    _flag("cluster-lease-ttl", DUR, "etcd lease of the broker: a dead broker is replaced within it"),
+    _flag("replica-lag-time", DUR, "an in-sync follower behind the leader for longer leaves the ISR"),
     _flag("lookupd-ping-interval", DUR, "time between PINGs to each nsqlookupd (nsqd: 15s), which hides a broker silent for its -inactive-producer-timeout"),
     _flag("group-rebalance-delay", DUR, "time a consumer group's membership must be still before its partitions are dealt again"),
     _flag("idempotency-window", INT, "##idempotency_key values each partition remembers to store each at most once (0: off)"),
@@ -205,6 +212,16 @@ NSQLOOKUPD_FLAGS: Final[tuple[FlagSpec, ...]] = (
              help="duration of time a producer will remain in the active list since its last ping"),
     FlagSpec("tombstone-lifetime", DUR, default=_L.tombstone_lifetime,
              help="duration of time a producer will remain tombstoned if registration remains"),
+    # trionsq's own, after nsqlookupd's
+    FlagSpec("etcd-endpoints", Kind.STRING_LIST, default=_L.etcd_endpoints,
+             help="etcd client URL http://<host>:<port> (repeatable or comma-separated): coordinate a replicated cluster"),
+    FlagSpec("cluster-leadership-addresses", Kind.STRING_LIST, default=_L.etcd_endpoints,
+             help="Youzan's name of -etcd-endpoints", dest="etcd_endpoints"),
+    FlagSpec("cluster-id", STR, default=_L.cluster_id, help="the cluster's name in etcd"),
+    FlagSpec("cluster-lease-ttl", DUR, default=_L.cluster_lease_ttl,
+             help="etcd lease of the coordinator: a dead one is replaced within it"),
+    FlagSpec("min-isr", INT, default=_L.min_isr,
+             help="fewest in-sync replicas a replicated topic needs to take writes (a topic's own min_isr wins)"),
 )
 # fmt: on
 """nsqlookupd's flags (defaults.md), in nsqlookupd's order."""

@@ -16,15 +16,19 @@ import trio.testing
 from trio_websocket import ConnectionClosed
 
 from trionsq import NsqdConfig
-from trionsq.server.admin_snapshots import Snapshot, SnapshotHub
+from trionsq.protocol import Fin, Pub, Req
+from trionsq.server import admin_snapshots, stats, websocket_frames
+from trionsq.server.admin_snapshots import RATES, Snapshot, SnapshotHub, SnapshotKey
+from trionsq.testing import wait_until
 
-from .raw import http, start
+from .raw import Clients, http, next_message, publish, start
 from .test_admin_stream import open_stream, receive
 
 if TYPE_CHECKING:
     from trio_websocket import WebSocketConnection
 
     from trionsq.nursery_tree import BoundAddresses
+    from trionsq.server.stats import TopicSnapshot
 
 
 class SerializedBytes:
@@ -115,6 +119,23 @@ async def test_subscribers_beyond_the_bound_are_refused_with_1013(nursery: trio.
         assert (await receive(again))["type"] == "hello"
 
 
+async def test_a_snapshot_larger_than_one_write_arrives_whole(
+    nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A snapshot's bulk goes in several writes (other tasks run between them): the
+    subscriber reads one message, the snapshot whole."""
+    monkeypatch.setattr(websocket_frames, "SEND_PIECE", 1000)
+    broker = await start(nursery)
+    await many_topics(broker, 30, 3)
+    async with open_stream(broker, "events=snapshot") as ws:
+        assert (await receive(ws))["type"] == "hello"
+        text = await ws.get_message()
+    assert len(text) > 20 * 1000
+    body = orjson.loads(text)
+    assert [topic["topic_name"] for topic in body["topics"]] == [f"t{t:02d}" for t in range(30)]
+    assert all(len(topic["channels"]) == 3 for topic in body["topics"])
+
+
 def continuation_payload(frame: bytes) -> bytes:
     """The payload of a final, unmasked continuation frame (RFC 6455 §5.2)."""
     assert frame[0] == 0x80  # FIN, opcode 0
@@ -143,7 +164,7 @@ async def test_a_snapshot_is_built_once_for_every_subscriber_due_at_once(
     """Twenty writers due at the same time: one builds, topic by topic with scheduler
     passes between, the others wait for it and take the same snapshot."""
     broker = await start(nursery)
-    await many_topics(broker, 45, 1)  # several turns of TOPICS_PER_TURN
+    await many_topics(broker, 45, 1)
     hub = SnapshotHub(broker.broker, started_at=0)
     key = (100, None)
     got: list[Snapshot] = []
@@ -179,3 +200,130 @@ async def test_snapshots_come_further_apart_than_asked_when_they_cost_too_much(
     again = await hub.snapshot(key, sent=snapshot.built_at, fresh_after=0)
     assert again is not snapshot
     assert hub.builds == 2
+
+
+async def test_a_build_lets_others_in_between_topics_and_skips_one_deleted_meanwhile(
+    nursery: trio.Nursery, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """/ping waits at most one turn of a build, never a whole one: with turns of no
+    length, the loop runs other tasks before each topic but the first, and a topic
+    they delete meanwhile is left out (not an error)."""
+    broker = await start(nursery)
+    await many_topics(broker, 45, 1)
+    monkeypatch.setattr(admin_snapshots, "TURN", 0.0)
+    hub = SnapshotHub(broker.broker, started_at=0)
+    key = (100, None)
+    hub.join(key)
+    passes = 0
+    done = False
+
+    async def others() -> None:
+        nonlocal passes
+        while not done:
+            passes += 1
+            if passes == 20:
+                assert broker.broker.delete_topic("t30")
+            await trio.lowlevel.checkpoint()
+
+    nursery.start_soon(others)
+    snapshot = await hub.snapshot(key, sent=-math.inf, fresh_after=0)
+    done = True
+    assert passes >= 44
+    body = orjson.loads(snapshot.head(1) + continuation_payload(snapshot.tail))
+    names = [topic["topic_name"] for topic in body["topics"]]
+    assert names == [f"t{topic:02d}" for topic in range(45) if topic != 30]
+
+
+def topics_without_rates(snapshot: Snapshot) -> list[dict[str, object]]:
+    """A snapshot's topics, their rates set to 0 (a group's rates follow its own
+    previous snapshot, which a build from scratch has not)."""
+    topics: list[dict[str, object]] = orjson.loads(
+        snapshot.head(0) + continuation_payload(snapshot.tail)
+    )["topics"]
+    for topic in topics:
+        topic["message_rate"] = 0
+        for channel in topic["channels"]:  # type: ignore[attr-defined]
+            channel.update(dict.fromkeys(RATES, 0))
+    return topics
+
+
+class PiecesAgainstWhole:
+    """A group's snapshots next to ones built from scratch at the same moment."""
+
+    def __init__(self, broker: BoundAddresses, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.broker = broker
+        self.key: SnapshotKey = (100, None)
+        self.hub = SnapshotHub(broker.broker, started_at=0)
+        self.hub.join(self.key)
+        self.sent = -math.inf
+        self.documents = 0
+        """Topic documents the group's builds made (those of topics that moved)."""
+        build_document = stats._topic_json
+
+        def counted(topic: TopicSnapshot) -> dict[str, object]:
+            self.documents += 1
+            return build_document(topic)
+
+        monkeypatch.setattr(stats, "_topic_json", counted)
+
+    async def same_as_whole(self, step: str) -> int:
+        """After ``step``: the group's next snapshot equals a whole build; the topic
+        documents it built."""
+        await trio.sleep(0.1)
+        before = self.documents
+        snapshot = await self.hub.snapshot(self.key, sent=self.sent, fresh_after=0)
+        built = self.documents - before
+        self.sent = snapshot.built_at
+        whole = SnapshotHub(self.broker.broker, started_at=0)
+        whole.join(self.key)
+        fresh = await whole.snapshot(self.key, sent=-math.inf, fresh_after=0)
+        assert topics_without_rates(snapshot) == topics_without_rates(fresh), step
+        return built
+
+
+async def test_a_snapshot_that_keeps_idle_topics_equals_one_built_whole(
+    nursery: trio.Nursery, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A build keeps the JSON of each topic whose figures stood still: after every kind
+    of change /stats shows, the snapshot is still the one a build from scratch makes,
+    and only the topics that moved were built again."""
+    config = NsqdConfig.loopback(e2e_processing_latency_percentiles=(0.5, 0.99))
+    broker = await start(nursery, config)
+    await many_topics(broker, 3, 2)
+    check = PiecesAgainstWhole(broker, monkeypatch)
+    channel = broker.broker.topics["t00"].partitions[0].channels["c0"]
+    clients = Clients()
+    try:
+        assert await check.same_as_whole("first") == 3
+        assert await check.same_as_whole("idle") == 0
+        producer = await clients.connect(broker.tcp)
+        await publish(producer, Pub("t00", b"one"), Pub("t00", b"two"))
+        assert await check.same_as_whole("published") == 1
+        consumer = await clients.subscribe(broker.tcp, "t00", "c0", rdy=1)
+        first = await next_message(consumer)
+        await check.same_as_whole("in flight")
+        await consumer.send(Fin(first.id))
+        second = await next_message(consumer)  # the FIN went through
+        await check.same_as_whole("finished")
+        await consumer.send(Req(second.id, 60_000))
+        await wait_until(lambda: len(channel.deferred) == 1, "deferred")
+        await check.same_as_whole("deferred")
+        for path in (
+            "/channel/pause?topic=t01&channel=c1",
+            "/topic/pause?topic=t02",
+            "/channel/rate_limit?topic=t01&channel=c0&msgs_per_sec=1000",
+            "/topic/publish_limit?topic=t01&msgs_per_sec=10&mode=refuse",
+            "/channel/dead_letter?topic=t02&channel=c0&max_attempts=3",
+            "/topic/ttl?topic=t01&ttl=2h",
+            "/channel/create?topic=t01&channel=c9",
+            "/channel/delete?topic=t00&channel=c1",
+            "/topic/delete?topic=t02",
+        ):
+            assert (await http(broker, "POST", path)).status_code == 200
+            await check.same_as_whole(path)
+        await trio.aclose_forcefully(consumer.stream)
+        await wait_until(lambda: not channel.consumers, "consumer gone")
+        await check.same_as_whole("consumer gone")
+        assert await check.same_as_whole("idle again") == 0
+    finally:
+        await clients.close_all()

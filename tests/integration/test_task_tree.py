@@ -31,6 +31,16 @@ ACCEPT_LOOPS = frozenset({"_accept_forever"})
 """The accept loops of listen.serve_connections, one per listener."""
 NOT_RUNNING_HERE = frozenset(
     {
+        # a replicated broker's (--etcd-endpoints): tests/cluster/test_replicated_brokers.py
+        "replication listener",
+        "replication connection",
+        "replication ack reader",
+        "replica manager",
+        "cluster registration",
+        "cluster view",
+        "isr upkeep",
+        "follower stream",
+        "consumer state shipper",
         "https listener",
         "https connection",
         "channel pre-creation",

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from ..queues.record import Record
     from .channel import Channel, Consumer
     from .driver import ChannelDriver, DriverFactory, Outbox
+    from .replication import ReplicationHook
     from .statistics import ClientStatistics
     from .storage import Storage
     from .topic import Partition
@@ -105,6 +106,9 @@ class Broker:
         self.group_coordinator = GroupCoordinator(self, nursery, self._wake)
         self.groups: Final = self.group_coordinator.groups
         """Consumer groups by (topic, channel), while they have members."""
+        self.replication: ReplicationHook | None = None
+        """The cluster's hook for replicated topics (``--etcd-endpoints``; None: a
+        single broker, and publishes are answered once in its log as always)."""
         self.dead_letter_mover = DeadLetterMover(self, storage)
         """Moves what leaves a channel to its dead-letter topic (its task runs in the
         broker nursery, started by nursery_tree.py)."""
@@ -256,8 +260,14 @@ class Broker:
 
     @property
     def health(self) -> str:
-        """nsqd's health text: ``OK``, or ``NOK - <error>`` while storing fails."""
-        return "OK" if self.storage is None else self.storage.health.text
+        """nsqd's health text: ``OK``, or ``NOK - <error>`` while storing fails or, in a
+        replicated cluster, while etcd cannot be reached."""
+        text = "OK" if self.storage is None else self.storage.health.text
+        if text == "OK" and self.replication is not None:
+            degraded = self.replication.degraded()
+            if degraded is not None:
+                return f"NOK - {degraded}"
+        return text
 
     def publish(
         self,
@@ -279,8 +289,12 @@ class Broker:
 
         Raises:
             StorageFault: the log refused the write (nothing of the batch is stored).
+            ReplicaRefusal: a replicated partition this broker may not write now.
         """
         partition = self.topic(topic_name).partitions[partition_index]
+        replication = self.replication
+        if replication is not None:
+            replication.check_write(topic_name, partition_index)
         try:
             records = partition.publish(
                 bodies,
@@ -294,6 +308,8 @@ class Broker:
             raise self._storage_fault(APPEND, error) from error
         if self.storage is not None and records:
             self.storage.appended(partition.log, len(records))
+        if replication is not None and records:
+            replication.appended(topic_name, partition_index)
         if exts and ext_version and partition.ttl.note_published(exts):
             self._state_changed()  # the metadata remembers the topic's ##ttl headers
             self._nursery.start_soon(self.run_ttl_timers, topic_name)
@@ -342,7 +358,11 @@ class Broker:
         Raises:
             StorageFault: the log (or the key journal it needs first) refused the
                 write: nothing of the batch is stored, and no key of it is remembered.
+            ReplicaRefusal: a replicated partition this broker may not write now
+                (checked first: a follower answers no duplicate either).
         """
+        if self.replication is not None:
+            self.replication.check_write(topic, partition_index)
         partition = self.topics[topic].partitions[partition_index]
         table = partition.idempotence
         if table is None:
@@ -403,6 +423,14 @@ class Broker:
             if runner is not None:
                 runner.deadline_changed()
 
+    def default_partition(self, topic: str, lowest: int) -> int:
+        """Where a publish or SUB naming no partition goes: ``lowest``, or for a
+        replicated topic the lowest partition this broker leads (plain NSQ clients
+        reach it through any broker lookupd lists; docs/replication.md)."""
+        replication = self.replication
+        led = replication.default_partition(topic) if replication is not None else None
+        return lowest if led is None else led
+
     async def subscribe(
         self,
         topic_name: str,
@@ -418,7 +446,12 @@ class Broker:
 
         ``ordered`` (SUB_ORDERED) makes the channel ordered from now on: one message in
         flight at a time.
+
+        Raises:
+            ReplicaRefusal: a replicated partition this broker does not lead.
         """
+        if self.replication is not None:
+            self.replication.check_read(topic_name, partition)
         runner = await self._runner(topic_name, partition, channel_name)
         if ordered:
             runner.channel.ordered = True

@@ -46,7 +46,17 @@ if TYPE_CHECKING:
     from ..queues.partition_log import PartitionLog
     from ..queues.record import Record
 
-__all__ = ["IdempotenceTable", "Stored", "key_digest", "key_digests", "new_table", "restore"]
+__all__ = [
+    "IdempotenceTable",
+    "Stored",
+    "journaled",
+    "key_digest",
+    "key_digests",
+    "new_table",
+    "remember_copies",
+    "restore",
+    "rewrite_journal",
+]
 
 _MARK: Final = IDEMPOTENCY_KEY.encode()
 """What a stored header must contain before it is parsed for a key (at restore)."""
@@ -289,12 +299,29 @@ def restore(
         table.journal = journal
         if last:
             from_id = max(last + 1, log.start_id)
-    table = _remember_stored(log, window, table, from_id)
+    return journaled(_remember_stored(log, window, table, from_id), log, window)
+
+
+def journaled(
+    table: IdempotenceTable | None, log: PartitionLog, window: int
+) -> IdempotenceTable | None:
+    """``table`` with its durable log's journal, which gets every key the table holds
+    if it had none (a table rebuilt from the records, or a replica's copied keys)."""
     if table is not None and table.journal is None and log.on_disk:
         table.journal, _ = log.open_keys(window, create=True)
         if table.journal is not None:
             table.journal.append(table.entries())
     return table
+
+
+def rewrite_journal(table: IdempotenceTable | None) -> None:
+    """Make the journal hold exactly the table's keys: after a replica's log was cut,
+    it still names the records that went, which must not come back at a restart."""
+    if table is not None and table.journal is not None:
+        table.journal.forget()
+        entries = table.entries()
+        if entries:
+            table.journal.append(entries)
 
 
 def _remember_stored(
@@ -309,20 +336,29 @@ def _remember_stored(
             records = log.read(from_id, RESTORE_CHUNK)
         if not records:
             break
-        digests: list[bytes | None] = []
-        keyed: list[Record] = []
-        for record in records:
-            if record.ext_version != EXT_VERSION_JSON or _MARK not in record.ext:
-                continue
-            key = _stored_key(record.ext)
-            if key is not None:
-                digests.append(key_digest(key))
-                keyed.append(record)
-        if keyed:
-            if table is None:
-                table = IdempotenceTable(window)
-            table.remember(digests, keyed)
+        table = remember_copies(table, window, records)
         from_id = records[-1].internal_id + 1
+    return table
+
+
+def remember_copies(
+    table: IdempotenceTable | None, window: int, records: Sequence[Record]
+) -> IdempotenceTable | None:
+    """Remember the keys ``records`` carry (stored records read back, or a leader's
+    records a replica copied), making the table at the first key."""
+    digests: list[bytes | None] = []
+    keyed: list[Record] = []
+    for record in records:
+        if record.ext_version != EXT_VERSION_JSON or _MARK not in record.ext:
+            continue
+        key = _stored_key(record.ext)
+        if key is not None:
+            digests.append(key_digest(key))
+            keyed.append(record)
+    if keyed:
+        if table is None:
+            table = IdempotenceTable(window)
+        table.remember(digests, keyed)
     return table
 
 

@@ -183,6 +183,13 @@ class LatencyWindow:
         """Count and quantiles of the window at ``now``."""
         return _result(self.sketch(now), self.settings, self.total_count, self.total_ns)
 
+    def version(self, now: float) -> tuple[int, float | None]:
+        """What the window holds at ``now``, in two numbers: a FIN moves the first, a
+        rotation the second, so equal versions mean equal results (the admin stream
+        reuses a topic's snapshot while its figures stand still)."""
+        self._rotate(now)
+        return self.total_count, self._moved_at
+
     def _rotate(self, now: float) -> None:
         """Start a new half for every half-window passed since the current one began."""
         moved_at = self._moved_at

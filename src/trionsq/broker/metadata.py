@@ -200,40 +200,42 @@ def _durable(name: str) -> bool:
 
 def snapshot(broker: Topics) -> Metadata:
     """The live broker's durable topics and channels (call on the broker's thread)."""
-    topics: list[TopicMeta] = []
-    for name in sorted(broker.topics):
-        topic = broker.topics[name]
-        if topic.ephemeral:
-            continue
-        limit = topic.publish_limit
-        publish = limit.rates if limit is not None else Rates()
-        mode = limit.mode if limit is not None else PublishMode.THROTTLE
-        paused: dict[str, bool] = {}
-        dead_letters: dict[str, tuple[int, str]] = {}
-        for partition in topic.partitions:
-            for channel_name, channel in partition.channels.items():
-                if not is_ephemeral(channel_name):
-                    paused[channel_name] = paused.get(channel_name, False) or channel.paused
-                    dead_letters[channel_name] = (channel.max_attempts, channel.dead_letter_topic)
-        topics.append(
-            TopicMeta(
-                name=name,
-                partitions=len(topic.partitions),
-                paused=topic.paused,
-                ext=topic.ext,
-                ordered=topic.ordered,
-                channels=tuple(
-                    ChannelMeta(c, paused[c], *dead_letters[c], *_channel_rates(topic, c))
-                    for c in sorted(paused)
-                ),
-                ttl_ns=topic.ttl.ttl_ns,
-                ttl_headers=topic.ttl.headers,
-                publish_limit_msgs=publish.msgs_per_sec,
-                publish_limit_bytes=publish.bytes_per_sec,
-                publish_limit_mode=mode.value,
-            )
-        )
+    topics = [
+        topic_entry(name, broker.topics[name])
+        for name in sorted(broker.topics)
+        if not broker.topics[name].ephemeral
+    ]
     return Metadata(METADATA_VERSION, tuple(topics))
+
+
+def topic_entry(name: str, topic: Topic) -> TopicMeta:
+    """One durable topic's entry (a replicated partition's leader ships it too)."""
+    limit = topic.publish_limit
+    publish = limit.rates if limit is not None else Rates()
+    mode = limit.mode if limit is not None else PublishMode.THROTTLE
+    paused: dict[str, bool] = {}
+    dead_letters: dict[str, tuple[int, str]] = {}
+    for partition in topic.partitions:
+        for channel_name, channel in partition.channels.items():
+            if not is_ephemeral(channel_name):
+                paused[channel_name] = paused.get(channel_name, False) or channel.paused
+                dead_letters[channel_name] = (channel.max_attempts, channel.dead_letter_topic)
+    return TopicMeta(
+        name=name,
+        partitions=len(topic.partitions),
+        paused=topic.paused,
+        ext=topic.ext,
+        ordered=topic.ordered,
+        channels=tuple(
+            ChannelMeta(c, paused[c], *dead_letters[c], *_channel_rates(topic, c))
+            for c in sorted(paused)
+        ),
+        ttl_ns=topic.ttl.ttl_ns,
+        ttl_headers=topic.ttl.headers,
+        publish_limit_msgs=publish.msgs_per_sec,
+        publish_limit_bytes=publish.bytes_per_sec,
+        publish_limit_mode=mode.value,
+    )
 
 
 def _channel_rates(topic: Topic, channel: str) -> tuple[int, int]:

@@ -108,6 +108,9 @@ class Partition:
         self.paused = False
         self.pause_from: int | None = None
         """While paused with channels: the first id the topic holds back from them."""
+        self.commit_end: int | None = None
+        """A replicated partition's commit end: channels read nothing from it on (None:
+        not replicated, they read to the log's end). docs/replication.md."""
         self.message_count = 0
         self.message_bytes = 0
         self.dropped = 0
@@ -166,10 +169,28 @@ class Partition:
         self.channels[name] = channel
         if self.paused:
             if feed is None:
-                channel.intake_limit = start  # nothing fanned out to it yet
+                channel.intake_limit = self._bounded(start)  # nothing fanned out to it yet
         elif feed is not None:
             self._offer(feed)
+        else:
+            channel.intake_limit = self.commit_end
         return channel
+
+    def _bounded(self, limit: int | None) -> int | None:
+        """A channel's intake limit: the pause's, below the commit end if replicated."""
+        commit = self.commit_end
+        if commit is None:
+            return limit
+        return commit if limit is None else min(limit, commit)
+
+    def set_commit_end(self, end: int | None) -> None:
+        """Replication committed every record below ``end``: channels may read them
+        (None: the partition is not replicated any more)."""
+        self.commit_end = end
+        limit = self.pause_from if self.paused else None
+        for channel in self.channels.values():
+            if channel.feed is None:
+                channel.intake_limit = self._bounded(limit)
 
     def delete_channel(self, name: str) -> Channel | None:
         """Remove a channel; its position no longer holds records back.
@@ -200,11 +221,11 @@ class Partition:
             self.pause_from = self.log.next_id if self.channels else None
             for channel in self.channels.values():
                 if channel.feed is None:
-                    channel.intake_limit = self.pause_from
+                    channel.intake_limit = self._bounded(self.pause_from)
             return
         self.pause_from = None
         for channel in self.channels.values():
-            channel.intake_limit = None
+            channel.intake_limit = None if channel.feed is not None else self._bounded(None)
             if channel.feed is not None:
                 self._offer(channel.feed)
 

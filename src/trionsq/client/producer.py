@@ -31,6 +31,7 @@ however often it is sent (docs/extensions.md, "Idempotent publishing").
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
@@ -58,6 +59,7 @@ from .errors import (
     NsqError,
     NsqSecurityError,
 )
+from .failover import FailoverRetry
 from .groups import single_errors
 from .options import ConnectionOptions
 from .partitioning import partition_for_key
@@ -108,6 +110,9 @@ class ProducerSettings:
     """Publishing by key without lookupd: how many partitions the topics have."""
     trace: bool = False
     """Publish with PUB_TRACE and log where each message went (``trionsq.client.trace``)."""
+    failover_timeout: float = attrs.field(default=10.0, converter=seconds)
+    """Seconds a publish keeps retrying (looking the topic up again, backing off)
+    while its partition's leader is gone or refuses it (client/failover.py)."""
     rate_limit_timeout: float = attrs.field(default=30.0, converter=seconds)
     """Seconds a publish refused by a topic's publish limit is retried (backing off
     from 50 ms to 1 s) before its error is raised."""
@@ -371,33 +376,62 @@ class Producer:
         where: list[tuple[Connection, Target]] | None,
         pinned: Target | None,
     ) -> Response:
-        """One request, retried over lost connections and stale placements."""
-        for attempt in range(ATTEMPTS):
-            last = attempt == ATTEMPTS - 1
-            target = pinned or await self._target(topic, partition, key)
-            slot = next(self._slots)
-            connection = await self._connection(target.address, slot)
+        """One request, retried over lost connections and stale placements, and for
+        up to ``failover_timeout`` while a replicated partition changes leader."""
+        failover = FailoverRetry(self.settings.failover_timeout)
+        attempt = 0
+        while True:
             try:
+                target = pinned or await self._target(topic, partition, key)
+            except NsqDiscoveryError:  # a partition without a leader yet (being elected)
+                if topic not in self._discoveries or not await self._again(
+                    topic, attempt, failover, unreachable=True
+                ):
+                    raise
+                attempt += 1
+                continue
+            slot = next(self._slots)
+            try:
+                connection = await self._connection(target.address, slot)
                 reply = await connection.request(command(target))
-            except ConnectionClosedError:
+            except NsqConnectionError as error:
                 self._connections.pop((target.address, slot), None)
-                if last:
+                if isinstance(error, NsqSecurityError):
+                    raise
+                unreachable = not isinstance(error, ConnectionClosedError)
+                if not await self._again(topic, attempt, failover, unreachable=unreachable):
                     raise
             except NsqError as error:
-                if last or error.code not in REFRESH_ERRORS:
+                if error.code not in REFRESH_ERRORS:
                     raise
                 if error.fatal:
                     self._connections.pop((target.address, slot), None)
-                discovery = self._discoveries.get(topic)
-                if discovery is not None:
-                    await discovery.lookup()
-                    pinned = None  # the refreshed lookup decides again
+                if not await self._again(topic, attempt, failover):
+                    raise
+                pinned = None  # the refreshed lookup decides again
             else:
                 if where is not None:
                     where.append((connection, target))
                 return reply
+            attempt += 1
             self.retries += 1
-        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _again(
+        self, topic: str, attempt: int, failover: FailoverRetry, *, unreachable: bool = False
+    ) -> bool:
+        """Whether to try again: at once for the first retries, then, for a topic
+        found through lookupd (whose leaders may move), after a backoff while the
+        failover window lasts; the topic is looked up again first. A broker named
+        directly that cannot be reached fails at once, as always."""
+        discovery = self._discoveries.get(topic)
+        if discovery is None and (unreachable or attempt >= ATTEMPTS - 1):
+            return False
+        if attempt >= ATTEMPTS - 1 and not await failover.wait():
+            return False
+        if discovery is not None:
+            with contextlib.suppress(NsqDiscoveryError):  # the last placement stands meanwhile
+                await discovery.lookup()
+        return True
 
     async def _connection(self, address: str, slot: int) -> Connection:
         """The open connection to ``address`` (pool ``slot``); one task opens it,

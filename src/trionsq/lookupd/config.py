@@ -38,6 +38,20 @@ class LookupdConfig(Listeners):
     """How long ``/topic/tombstone`` hides a producer of a topic from ``/lookup``."""
     log_level: str = "info"
     log_prefix: str = "[nsqlookupd] "
+    etcd_endpoints: tuple[str, ...] = ()
+    """trionsq's own: etcd client URLs; set, this lookupd campaigns to coordinate the
+    replicated cluster ``cluster_id`` (docs/replication.md). Empty: as nsqlookupd."""
+    cluster_id: str = "trionsq"
+    cluster_lease_ttl: float = attrs.field(default=2.0, converter=seconds)
+    """The coordinator's etcd lease: a dead coordinator is replaced within it."""
+    min_isr: int = 1
+    """Fewest in-sync replicas a replicated topic needs to take writes, unless its
+    ``/topic/create`` gives ``min_isr`` (at most its replica count)."""
+
+    @property
+    def etcd_urls(self) -> tuple[str, ...]:
+        """``etcd_endpoints`` with comma-separated values split."""
+        return tuple(url for given in self.etcd_endpoints for url in given.split(",") if url)
 
     @classmethod
     def from_options(cls, options: Mapping[str, object]) -> LookupdConfig:
@@ -82,6 +96,12 @@ class LookupdConfig(Listeners):
             raise ConfigError(
                 f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}"
             )
+        if self.min_isr < 1:
+            raise ConfigError(f"--min-isr must be at least 1, got {self.min_isr}")
+        if self.etcd_endpoints and self.cluster_lease_ttl < 1:
+            raise ConfigError(
+                f"--cluster-lease-ttl must be 1s or more, got {self.cluster_lease_ttl}s"
+            )
         for flag, duration in (
             ("inactive-producer-timeout", self.inactive_producer_timeout),
             ("tombstone-lifetime", self.tombstone_lifetime),
@@ -102,3 +122,7 @@ class LookupdOptions(TypedDict, total=False):
     tombstone_lifetime: float | str
     log_level: str
     log_prefix: str
+    etcd_endpoints: tuple[str, ...]
+    cluster_id: str
+    cluster_lease_ttl: float | str
+    min_isr: int

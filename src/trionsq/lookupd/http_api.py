@@ -32,6 +32,7 @@ from . import groups
 from .broker_stats import broker_stats
 from .brokers import BrokerSync
 from .registry import TOPIC
+from .replicated import ReplicationRefused
 from .topics import (
     MAX_PARTITION_NUM,
     PLAIN_META,
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
     from ..http.messages import Request
     from ..protocol.lookupd import LookupdInfo
     from .registry import Producer, RegistrationDB
+    from .replicated import ReplicatedTopics
 
 __all__ = ["GO_ZERO_TIME_UNIX_NANO", "LEGACY_ENDPOINTS", "LookupdHttpApi"]
 
@@ -126,8 +128,13 @@ class LookupdHttpApi:
         catalog: TopicCatalog | None = None,
         brokers: BrokerSync | None = None,
         info: LookupdInfo | None = None,
+        replicated: ReplicatedTopics | None = None,
+        min_isr: int = 1,
     ) -> None:
+        """``replicated``: the cluster's topics (``--etcd-endpoints``; None: none)."""
         self.registry = registry
+        self.replicated = replicated
+        self.min_isr = min_isr
         self.clock = clock
         self.catalog = catalog if catalog is not None else TopicCatalog()
         self.brokers = brokers if brokers is not None else BrokerSync(self.catalog, registry, clock)
@@ -245,6 +252,11 @@ class LookupdHttpApi:
         access = request.arg("access")
         metainfo = request.arg("metainfo")
         partition = request.arg("partition")
+        replicated = self._replicated_lookup(topic, access, partition, metainfo)
+        if replicated is not None:
+            if access not in (None, "", "r", "w"):
+                raise HttpError(400, "INVALID_ACCESS_MODE")
+            return self._ok(request, replicated)
         if (
             access is not None
             or metainfo is not None
@@ -277,6 +289,19 @@ class LookupdHttpApi:
         return Response(
             200, orjson.dumps(document), ((b"Content-Type", JSON_CONTENT_TYPE), V1_HEADER)
         )
+
+    def _replicated_lookup(
+        self, topic: str, access: str | None, partition: str | None, metainfo: str | None
+    ) -> dict[str, object] | None:
+        """A replicated topic's Youzan document: each partition's leader, from etcd."""
+        if self.replicated is None:
+            return None
+        document = self.replicated.lookup(
+            topic, write=access == "w", partition=partition or "*", metainfo=bool(metainfo)
+        )
+        if document is not None:
+            document = {"channels": self.registry.channels(topic), **document}
+        return document
 
     async def _nodes(self, request: Request) -> Response:
         nodes = [
@@ -359,7 +384,24 @@ class LookupdHttpApi:
         return Response.empty()
 
     async def _topic_create_partitioned(self, request: Request) -> Response:
-        """Youzan's create: record, place on registered brokers, tell them; then 200."""
+        """Youzan's create: record, place on registered brokers, tell them; then 200.
+        In a replicated cluster the coordinator places it (``min_isr``: trionsq's own)."""
+        if self.replicated is not None:
+            try:
+                topic, meta = parse_create_args(request.arg)
+                min_isr = self.min_isr
+                raw = request.arg("min_isr")
+                if raw:
+                    if not raw.isdigit() or not 1 <= int(raw) <= meta.replica:
+                        raise HttpError(400, "INVALID_ARG_MIN_ISR")
+                    min_isr = int(raw)
+                await self.replicated.create(topic, meta, min_isr)
+            except ArgError as error:
+                raise HttpError(400, error.message) from None
+            except ReplicationRefused as error:
+                raise HttpError(400, error.message) from None
+            self.registry.create_topic(topic)
+            return Response.empty()
         try:
             topic, meta = parse_create_args(request.arg)
             managed, created = self.catalog.create(topic, meta, self._candidates(topic))

@@ -8,6 +8,9 @@ The tree this module builds (design §3); nursery_tree.py's TREE lists the broke
         │   └── lookupd tcp connection: LookupSession, one per nsqd
         ├── lookupd http listener (listen.serve_connections)              lookupd/http_api.py
         │   └── lookupd http connection: h11 loop, one request at a time   http/connection.py
+        ├── coordinator (with --etcd-endpoints): campaign, then coordinate   cluster/coordinator.py
+        │   ├── cluster view   etcd's keys, kept by a watch
+        │   └── reconcile      leaders and ISRs after each change (while elected)
         └── lookupd broker call: a placed broker that (re)registered       lookupd/brokers.py
             is told its managed topics, one task per broker while needed
     task_status.started(LookupdAddresses(...))   # after both listeners accept
@@ -101,7 +104,27 @@ async def serve_lookupd(
         def handle_tcp(stream: trio.SocketStream) -> Awaitable[None]:
             return LookupSession(stream, registry, info, clock, brokers).run()
 
-        api = LookupdHttpApi(registry, clock, catalog=catalog, brokers=brokers, info=info)
+        replicated = None
+        if config.etcd_endpoints:  # the cluster's coordinator campaign (docs/replication.md)
+            from ..cluster.keys import CoordinatorInfo
+            from ..cluster.lookupd_side import ClusterLookup
+
+            me = CoordinatorInfo(
+                f"{config.broadcast_address}:{http[1]}", f"{config.broadcast_address}:{http[1]}"
+            )
+            replicated = ClusterLookup(
+                config.etcd_urls, config.cluster_id, me, config.cluster_lease_ttl
+            )
+            await nursery.start(replicated.run)
+        api = LookupdHttpApi(
+            registry,
+            clock,
+            catalog=catalog,
+            brokers=brokers,
+            info=info,
+            replicated=replicated,
+            min_isr=config.min_isr,
+        )
 
         def handle_http(stream: trio.SocketStream) -> Awaitable[object]:
             return serve_http_connection(FdTransport(stream), api.dispatch, api.body_limit)
@@ -143,6 +166,9 @@ TREE: Final = (
     ("lookupd http listener", "lookupd nursery"),
     ("lookupd http connection", "lookupd http listener"),
     ("lookupd broker call", "lookupd nursery"),
+    ("coordinator", "lookupd nursery"),
+    ("coordinator view", "coordinator"),
+    ("coordinator reconcile", "coordinator"),
 )
 """Each long-lived task of a lookupd and its parent, as data (as nursery_tree.TREE),
 so the docstring's tree and the code can be checked against each other."""

@@ -134,6 +134,19 @@ class MemoryLog:
             self._skip = 0
         return len(dropped)
 
+    def truncate(self, end_id: int) -> int:
+        """Drop the records from ``end_id`` on (a replica's uncommitted tail after a
+        leader change, docs/replication.md); returns how many went."""
+        if end_id >= self.next_id:
+            return 0
+        keep = max(end_id, self.start_id) - self._base_id
+        cut = self._records[keep:]
+        del self._records[keep:]
+        self.bytes_held -= sum(len(r.body) for r in cut)
+        self.next_id = max(end_id, self.start_id)
+        self.next_offset = cut[0].offset if cut else self.next_offset
+        return len(cut)
+
     def is_cold(self, from_id: int) -> bool:
         """Never: every record held is in memory."""
         return False

@@ -27,6 +27,7 @@ from ..broker.channel import Consumer
 from ..broker.health import StorageFault, go_error_text
 from ..broker.offsets import OffsetError
 from ..broker.rate_limits import RateLimit, Rates
+from ..broker.replication import ReplicaRefusal
 from ..broker.rules import (
     MAX_PARTITION_NUM,
     InFlightError,
@@ -283,7 +284,12 @@ class CommandLayer(PublishCommands):
             self._closes_at_next_delivery = True
 
     def _reply(self, frame_bytes: bytes) -> None:
-        """Replies come only from the reader, which writes them after each read."""
+        """Replies come only from the reader, which writes them after each read; behind
+        a replicated publish's answer they wait for it (publish_commands.py)."""
+        held = self.held_replies
+        if held:
+            held.append((frame_bytes, None))
+            return
         self.outbound.add_response(frame_bytes)
 
     def _ready(self) -> bool:
@@ -333,8 +339,16 @@ class CommandLayer(PublishCommands):
                     await self._handle(event)
             except StorageFault as fault:
                 self._fail(_storage_refusal(event, fault.reason))
+            except ReplicaRefusal as refusal:  # Youzan: fatal for SUB, not for publishes
+                if type(event) in _PUBLISHES:
+                    self._reply(error_frame(refusal.error(fatal=False)))
+                else:
+                    self._fail(refusal.error(fatal=True))
             if self._refused:
                 break  # the broker's fatal answer: nothing after it is acted on, as nsqd
+        if self.held_replies:  # replicated publishes: answered as they commit
+            self.release_replies()
+            await self._settle_replies()
 
     # ------------------------------------------------------------- commands
 
@@ -438,7 +452,8 @@ class CommandLayer(PublishCommands):
         4-6, 9 and 12).
 
         A named partition must exist (a plain SUB without one may create a plain
-        topic; the Youzan verbs never create); no partition means the lowest. An
+        topic; the Youzan verbs never create); no partition means the lowest (of a
+        replicated topic, the lowest this broker leads). An
         ordered topic takes only SUB_ORDERED, which gets the detail layout and makes
         the channel ordered; SUB_ADVANCED gets the detail layout and may move the
         channel to an offset when it is the channel's only consumer. An ext topic
@@ -480,8 +495,10 @@ class CommandLayer(PublishCommands):
         self.outbound.binary_ids = self.protocol.binary_ids
         self.outbound.extended = ext
         self.outbound.detail = youzan_verb
+        if partition is None:
+            partition = self.broker.default_partition(event.topic, 0)
         self.subscription = await self.broker.subscribe(
-            event.topic, event.channel, consumer, self, partition=partition or 0, ordered=ordered
+            event.topic, event.channel, consumer, self, partition=partition, ordered=ordered
         )
         self.broker.events.emit(
             "client",

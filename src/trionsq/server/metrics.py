@@ -326,7 +326,51 @@ def metric_families(stats: StatsSnapshot, facts: BrokerFacts) -> list[Metric]:
             if not c.channel_name.endswith(EPHEMERAL_SUFFIX)
         ],
     )
-    return families
+    return families + _replication(partitions)
+
+
+def _replication(partitions: Sequence[tuple[TopicSnapshot, PartitionSnapshot]]) -> list[Metric]:
+    """ISR size, leadership, commit point and each follower's lag, per replicated
+    partition (docs/replication.md); none without one."""
+    rows = [(t, p, p.replication) for t, p in partitions if p.replication is not None]
+    if not rows:
+        return []
+    labels = ["topic", "partition"]
+    isr = GaugeMetricFamily(
+        "nsq_partition_isr_size", "In-sync replicas of the partition.", labels=labels
+    )
+    leader = GaugeMetricFamily(
+        "nsq_partition_leader", "1 while this broker leads the partition.", labels=labels
+    )
+    epoch = GaugeMetricFamily("nsq_partition_epoch", "The partition's leader epoch.", labels=labels)
+    commit = GaugeMetricFamily(
+        "nsq_partition_commit_messages",
+        "Messages committed (on every in-sync replica), as this broker knows.",
+        labels=labels,
+    )
+    lag = GaugeMetricFamily(
+        "nsq_partition_follower_lag_messages",
+        "Messages the leader holds that the follower has not acknowledged (leaders only).",
+        labels=[*labels, "follower"],
+    )
+    for t, p, status in rows:
+        values = [t.name, str(p.partition)]
+        members = status.get("isr")
+        isr.add_metric(values, len(members) if isinstance(members, list) else 0)
+        leader.add_metric(values, int(status.get("role") == "leader"))
+        epoch.add_metric(values, _number(status.get("epoch")))
+        commit.add_metric(values, _number(status.get("commit_count")))
+        followers = status.get("followers")
+        for follower in followers if isinstance(followers, list) else ():
+            if isinstance(follower, dict):
+                lag.add_metric(
+                    [*values, str(follower.get("id"))], _number(follower.get("lag_count"))
+                )
+    return [isr, leader, epoch, commit, lag]
+
+
+def _number(value: object) -> float:
+    return float(value) if isinstance(value, (int, float)) else 0.0
 
 
 def _top_level(facts: BrokerFacts) -> list[Metric]:

@@ -24,6 +24,7 @@ from ..broker.dead_letters import dead_topic_name
 from ..broker.health import StorageFault, go_error_text
 from ..broker.offsets import OffsetError
 from ..broker.rate_limits import PublishMode, Rates
+from ..broker.replication import ReplicaRefusal
 from ..broker.rules import MAX_PARTITION_NUM
 from ..config import TlsRequired
 from ..durations import parse_duration
@@ -272,6 +273,8 @@ class NsqdHttpApi:
             return refusal
         except StorageFault as fault:  # logged once per episode by the broker's health
             return self._refusal(request, 500, f"{_failed_verb(path)}_FAILED {fault.reason}")
+        except ReplicaRefusal as refusal:  # Youzan's 400 for a replicated partition
+            return self._refusal(request, 400, refusal.code)
 
     def _tls_refused(self) -> bool:
         """Plain HTTP while TLS is required: every request gets the 403."""

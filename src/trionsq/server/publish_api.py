@@ -74,8 +74,9 @@ class PublishApi:
     ) -> tuple[str, int]:
         """The topic and partition index a publish goes to (spec http-api §3).
 
-        No ``partition`` (or empty, or -1): the default partition 0, refused on an
-        ordered topic as TCP refuses it; ``create``: a plain topic is created then,
+        No ``partition`` (or empty, or -1): the default partition 0 (of a replicated
+        topic, the lowest this broker leads), refused on an ordered topic as TCP
+        refuses it; ``create``: a plain topic is created then,
         as nsqd's GetTopic does even if the rest of the request is refused. A named
         partition is Youzan's and never creates: it must exist.
         """
@@ -88,6 +89,8 @@ class PublishApi:
             raise HttpError(404, "E_TOPIC_NOT_EXIST")
         if name not in self.broker.topics:
             self.broker.topic(name)
+        if partition is None and self.broker.replication is not None:
+            target = self.broker.default_partition(name, target)
         return name, target
 
     async def _pub(self, request: Request) -> Response:
@@ -109,6 +112,7 @@ class PublishApi:
         now = self.broker.wall_clock()
         deliver_at = now + defer_ms * 1_000_000 if defer_ms else 0
         self.broker.publish(topic, [body], now, deliver_at=deliver_at, partition_index=partition)
+        await self._committed(topic, partition)
         return Response.legacy_ok("OK") if request.legacy else Response.text("OK")
 
     async def _mpub(self, request: Request) -> Response:
@@ -122,7 +126,17 @@ class PublishApi:
         if bodies:
             await self._admit(topic, partition, bodies)
             self.broker.publish(topic, bodies, self.broker.wall_clock(), partition_index=partition)
+            await self._committed(topic, partition)
         return Response.legacy_ok("OK") if request.legacy else Response.text("OK")
+
+    async def _committed(self, topic: str, partition: int) -> None:
+        """A replicated topic's publish is answered once committed (on every in-sync
+        replica); a ReplicaRefusal becomes nsqd_api's 400 with Youzan's code."""
+        replication = self.broker.replication
+        if replication is None or not replication.replicated(topic):
+            return
+        end = self.broker.topics[topic].partitions[partition].log.next_id
+        await replication.committed(topic, partition, end)
 
     async def _admit(self, topic: str, partition: int, bodies: Sequence[bytes]) -> None:
         """The topic's publish limit, one bucket for all HTTP publishers (docs/extensions.md,
@@ -180,6 +194,7 @@ class PublishApi:
             trace_ids=[trace_id],
             source=request.remote_address,
         )
+        await self._committed(topic, partition)
         return _traced(records, given, legacy=False)  # /pubtrace is V1 only
 
     async def _pub_ext(self, request: Request) -> Response:
@@ -202,7 +217,9 @@ class PublishApi:
         await self._admit(topic, partition, (body,))
         trace_id = checked.trace_id
         if checked.idempotency_key is not None:
-            return self._pub_ext_once(request, topic, partition, body, header, checked)
+            response = self._pub_ext_once(request, topic, partition, body, header, checked)
+            await self._committed(topic, partition)
+            return response
         records = self.broker.publish(
             topic,
             [body],
@@ -213,6 +230,7 @@ class PublishApi:
             exts=[header],
             source=request.remote_address,
         )
+        await self._committed(topic, partition)
         if trace_id is None:
             return Response.legacy_ok("OK") if request.legacy else Response.text("OK")
         return _traced(records, str(checked.fields[TRACE_ID_KEY]), legacy=request.legacy)

@@ -10,11 +10,14 @@ state, :meth:`_reply` and :meth:`_fail`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import contextlib
+from collections import deque
+from typing import TYPE_CHECKING, Final
 
 import trio
 
 from ..broker.rate_limits import PublishMode, RateLimit, batch_size
+from ..broker.replication import ReplicaRefusal
 from ..broker.rules import EXT_TOO_LONG_REASON, Refusal, ext_refusal, publish_target
 from ..protocol import broker_errors
 from ..protocol.frames import OK_FRAME, error_frame, traced_reply_frame
@@ -36,20 +39,27 @@ if TYPE_CHECKING:
         PubTrace,
     )
     from ..protocol.errors import ProtocolError
+    from .outbound import OutboundBuffer
 
-__all__ = ["PublishCommands"]
+__all__ = ["MAX_HELD", "PublishCommands"]
+
+MAX_HELD: Final = 64
+"""Replicated publishes a connection may have unanswered before its reader waits."""
 
 
 class PublishCommands:
     """The publish commands' handlers and the publishing state of one connection."""
 
-    __slots__ = ("pub_counts", "publish_limits")
+    __slots__ = ("_commit_watched", "held_replies", "pub_counts", "publish_limits")
 
     if TYPE_CHECKING:  # what the command layer provides
         broker: Broker
         remote_address: str
+        outbound: OutboundBuffer
 
         def _reply(self, frame_bytes: bytes) -> None: ...
+
+        def _wake(self) -> None: ...
 
         def _fail(self, error: ProtocolError) -> None: ...
 
@@ -60,6 +70,64 @@ class PublishCommands:
         self.publish_limits: dict[str, RateLimit] | None = None
         """This connection's buckets for topics with a publish limit, made at its first
         publish to each (a topic's new limit replaces its bucket)."""
+        self.held_replies: deque[tuple[bytes, tuple[str, int, int] | None]] = deque()
+        """Answers from the first unanswered replicated publish on, in order, each with
+        the (topic, partition, log end) it waits for (None: none): each goes out once
+        its records are committed (:meth:`release_replies`), while the reader reads
+        on (up to :data:`MAX_HELD`), so the leader appends the next batches while the
+        followers copy the last ones."""
+        self._commit_watched = False
+
+    def _answer(self, frame_bytes: bytes, topic: str, index: int) -> None:
+        """A stored publish's answer: now, or once committed on a replicated topic."""
+        replication = self.broker.replication
+        if replication is None or not replication.replicated(topic):
+            self._reply(frame_bytes)
+            return
+        end = self.broker.topics[topic].partitions[index].log.next_id
+        self.held_replies.append((frame_bytes, (topic, index, end)))
+
+    def release_replies(self) -> None:
+        """Answer, in order, every held reply whose records are committed (a lost
+        leadership answers Youzan's error: the client retries, with an idempotency
+        key to store once); the first still waiting asks to be called back."""
+        replication = self.broker.replication
+        assert replication is not None  # noqa: S101 - only replicated answers are held
+        held = self.held_replies
+        add = self.outbound.add_response
+        released = False
+        while held:
+            frame_bytes, waits = held[0]
+            if waits is not None:
+                topic, index, end = waits
+                try:
+                    if not replication.reached(topic, index, end):
+                        if not self._commit_watched:
+                            self._commit_watched = True
+                            replication.on_commit(topic, index, self._commit_moved)
+                        break
+                except ReplicaRefusal as refusal:
+                    frame_bytes = error_frame(refusal.error(fatal=False))
+            held.popleft()
+            add(frame_bytes)
+            released = True
+        if released:
+            self._wake()
+
+    def _commit_moved(self) -> None:
+        self._commit_watched = False
+        self.release_replies()
+
+    async def _settle_replies(self) -> None:
+        """Too many answers held: wait until the oldest is committed (or refused)."""
+        replication = self.broker.replication
+        assert replication is not None  # noqa: S101 - only replicated answers are held
+        while len(self.held_replies) > MAX_HELD:
+            _, waits = self.held_replies[0]
+            if waits is not None:
+                with contextlib.suppress(ReplicaRefusal):  # release_replies answers it
+                    await replication.committed(*waits)
+            self.release_replies()
 
     def _count(self, topic: str, published: int) -> None:
         counts = self.pub_counts
@@ -71,13 +139,16 @@ class PublishCommands:
         """The partition a publish goes to, or -1 after answering the fatal error.
 
         No partition: the default one, the lowest (spec §9), except on an ordered
-        topic (§8.3 step 6); ``create``: a plain topic may be created by it (PUB,
-        MPUB, DPUB as nsqd), Youzan's publishes never create one. A named partition
-        must exist (the parser's gate checked it before the body; the topic may have
-        been deleted since).
+        topic (§8.3 step 6); of a replicated topic, the lowest this broker leads
+        (:meth:`~trionsq.broker.broker.Broker.default_partition`). ``create``: a
+        plain topic may be created by it (PUB, MPUB, DPUB as nsqd), Youzan's
+        publishes never create one. A named partition must exist (the parser's gate
+        checked it before the body; the topic may have been deleted since).
         """
         target = publish_target(self.broker.topics, topic_name, partition, create=create)
         if type(target) is int:
+            if partition is None and self.broker.replication is not None:
+                return self.broker.default_partition(topic_name, target)
             return target
         if target is Refusal.BAD_PARTITION:
             self._fail(broker_errors.bad_partition_for_ordered())
@@ -150,7 +221,7 @@ class PublishCommands:
             event.topic, [event.body], self.broker.wall_clock(), partition_index=index
         )
         self._count(event.topic, 1)
-        self._reply(OK_FRAME)
+        self._answer(OK_FRAME, event.topic, index)
 
     def _pub_together(self, topic: str, pubs: list[Pub]) -> None:
         """PUBs to one topic without a publish limit, in one read: one append per run
@@ -167,8 +238,12 @@ class PublishCommands:
             bodies = [pub.body for pub in pubs[start:end]]
             self.broker.publish(topic, bodies, self.broker.wall_clock(), partition_index=index)
             self._count(topic, len(bodies))
-            for _ in bodies:
-                self._reply(OK_FRAME)
+            if self.broker.replication is None:  # single-broker mode: as it always was
+                for _ in bodies:
+                    self._reply(OK_FRAME)
+            else:
+                for _ in bodies:
+                    self._answer(OK_FRAME, topic, index)
             start = end
 
     def _mpub(self, event: Mpub) -> None:
@@ -180,7 +255,7 @@ class PublishCommands:
             event.topic, event.bodies, self.broker.wall_clock(), partition_index=index
         )
         self._count(event.topic, len(event.bodies))
-        self._reply(OK_FRAME)
+        self._answer(OK_FRAME, event.topic, index)
 
     def _dpub(self, event: Dpub) -> None:
         if self._target(event.topic, None) < 0 or self._over_limit(
@@ -194,7 +269,7 @@ class PublishCommands:
             event.topic, [event.body], now, deliver_at=now + defer_ns if defer_ns else 0
         )
         self._count(event.topic, 1)
-        self._reply(OK_FRAME)
+        self._answer(OK_FRAME, event.topic, 0)
 
     def _ext_refusal(self, topic_name: str, headers: Sequence[bytes]) -> bool:
         """Answer the error if these headers cannot be stored in the topic (non-fatal).
@@ -237,11 +312,13 @@ class PublishCommands:
         )
         self._count(event.topic, 1)
         if trace_id is None or not records:
-            self._reply(OK_FRAME)
+            self._answer(OK_FRAME, event.topic, index)
             return
         record = records[0]
-        self._reply(
-            traced_reply_frame(record.internal_id, trace_id, record.offset, record.raw_size)
+        self._answer(
+            traced_reply_frame(record.internal_id, trace_id, record.offset, record.raw_size),
+            event.topic,
+            index,
         )
 
     def _pub_ext_once(self, topic: str, index: int, message: ExtMessage) -> None:
@@ -259,10 +336,12 @@ class PublishCommands:
         )
         self._count(topic, 1)
         if message.trace_id is None or stored is None:
-            self._reply(OK_FRAME)
+            self._answer(OK_FRAME, topic, index)
             return
-        self._reply(
-            traced_reply_frame(stored.internal_id, stored.trace_id, stored.offset, stored.raw_size)
+        self._answer(
+            traced_reply_frame(stored.internal_id, stored.trace_id, stored.offset, stored.raw_size),
+            topic,
+            index,
         )
 
     def _mpub_ext(self, event: MpubExt) -> None:
@@ -300,7 +379,7 @@ class PublishCommands:
                 source=self.remote_address,
             )
         self._count(event.topic, len(messages))
-        self._reply(OK_FRAME)
+        self._answer(OK_FRAME, event.topic, index)
 
     def _pub_trace(self, event: PubTrace) -> None:
         """PUB_TRACE: stored with its trace id, answered with the 30-byte reply (§8.4)."""
@@ -317,11 +396,13 @@ class PublishCommands:
         )
         self._count(event.topic, 1)
         if not records:  # an ephemeral topic dropped it: nothing to point at
-            self._reply(OK_FRAME)
+            self._answer(OK_FRAME, event.topic, index)
             return
         record = records[0]
-        self._reply(
-            traced_reply_frame(record.internal_id, event.trace_id, record.offset, record.raw_size)
+        self._answer(
+            traced_reply_frame(record.internal_id, event.trace_id, record.offset, record.raw_size),
+            event.topic,
+            index,
         )
 
     def _mpub_trace(self, event: MpubTrace) -> None:
@@ -343,8 +424,10 @@ class PublishCommands:
         )
         self._count(event.topic, len(messages))
         if not records:
-            self._reply(OK_FRAME)
+            self._answer(OK_FRAME, event.topic, index)
             return
         first = records[0]
         raw_size = sum(record.raw_size for record in records)
-        self._reply(traced_reply_frame(first.internal_id, 0, first.offset, raw_size))
+        self._answer(
+            traced_reply_frame(first.internal_id, 0, first.offset, raw_size), event.topic, index
+        )

@@ -32,11 +32,10 @@ from ..version import TRIONSQ_VERSION
 from .memory_stats import memory_statistics
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
-
     from ..broker.broker import Broker
     from ..broker.channel import Channel
     from ..broker.latency import LatencyWindow
+    from ..broker.replication import ReplicationHook
     from ..broker.topic import Partition, Topic
 
 __all__ = [
@@ -45,11 +44,13 @@ __all__ = [
     "PartitionSnapshot",
     "StatsSnapshot",
     "TopicSnapshot",
+    "group_snapshot",
+    "lost_records",
     "producer_documents",
     "snapshot",
     "stats_document",
     "stats_text",
-    "topic_documents",
+    "topic_document",
 ]
 
 
@@ -122,6 +123,9 @@ class PartitionSnapshot:
     end_count: int
     """Messages ever stored in the partition (``msgcount:`` of the tail)."""
     channels: tuple[PartitionChannelSnapshot, ...]
+    replication: dict[str, object] | None = None
+    """A replicated partition's role, leader, ISR, commit point and followers' lag
+    (docs/replication.md); None: not replicated."""
 
 
 @attrs.frozen
@@ -265,19 +269,13 @@ def snapshot(
     return StatsSnapshot(topics=tuple(topics), producers=producers)
 
 
-def topic_documents(
-    broker: Broker, names: Iterable[str], *, now: float | None = None
-) -> Iterator[dict[str, object]]:
-    """Each topic of ``names`` that exists, as ``/stats?format=json&include_clients=true``
-    shows it, one at a time: the admin stream builds a snapshot topic by topic, with
-    other work let in between (the topics are read a few moments apart)."""
-    when = time.time() if now is None else now
-    for name in names:
-        found = broker.topics.get(name)
-        if found is not None:
-            shown = _topic_snapshot(broker, found, None, None, True, when)
-            if shown is not None:
-                yield _topic_json(shown)
+def topic_document(broker: Broker, topic: Topic, now: float) -> dict[str, object]:
+    """``topic`` as ``/stats?format=json&include_clients=true`` shows it at ``now`` (Unix
+    seconds): the admin stream builds a snapshot topic by topic, and only the topics
+    whose figures moved (topic_figures.py)."""
+    shown = _topic_snapshot(broker, topic, None, None, True, now)
+    assert shown is not None  # noqa: S101 - None only with a channel filter
+    return _topic_json(shown)
 
 
 def producer_documents(broker: Broker) -> list[dict[str, object]] | None:
@@ -298,7 +296,8 @@ def _topic_snapshot(
     now: float,
 ) -> TopicSnapshot | None:
     """One topic (None: the ``channel`` filter names none of its channels); ``topic``
-    is the request's filter, which narrows its clients' publish counts."""
+    is the request's filter, which narrows its clients' publish counts. What this reads,
+    topic_figures.py reads too (the admin stream rebuilds a topic when it moved)."""
     by_name = _channels_by_name(t)
     if channel:
         if channel not in by_name:
@@ -322,8 +321,10 @@ def _topic_snapshot(
         paused=stats.paused,
         e2e=aggregate(_windows([c for group in by_name.values() for c in group]), now),
         disk_bytes=sum(getattr(p.log, "disk_bytes", 0) for p in t.partitions),
-        lost_count=_lost(broker, t),
-        partitions=tuple(_partition_snapshot(p, set(names), of) for p in t.partitions),
+        lost_count=lost_records(broker, t),
+        partitions=tuple(
+            _partition_snapshot(p, set(names), of, broker.replication) for p in t.partitions
+        ),
         **_publish_limit_fields(t),
     )
 
@@ -348,7 +349,10 @@ def _channels_by_name(topic: Topic) -> dict[str, list[Channel]]:
 
 
 def _partition_snapshot(
-    partition: Partition, names: set[str], of: dict[int, ChannelStatistics]
+    partition: Partition,
+    names: set[str],
+    of: dict[int, ChannelStatistics],
+    replication: ReplicationHook | None,
 ) -> PartitionSnapshot:
     """``of``: each channel's statistics, by ``id(channel)``."""
     log = partition.log
@@ -376,6 +380,11 @@ def _partition_snapshot(
         end_offset=log.next_offset,
         end_count=log.next_id - FIRST_ID,
         channels=tuple(channels),
+        replication=(
+            replication.partition_status(partition.topic, partition.index)
+            if replication is not None
+            else None
+        ),
     )
 
 
@@ -419,7 +428,7 @@ def _channel_snapshot(
         dead_letter_count=total.dead_letter_count,
         ttl_ns=total.ttl_ns,
         expired_count=total.expired_count,
-        group=_group_snapshot(broker, parts[0].topic, parts[0].name),
+        group=group_snapshot(broker, parts[0].topic, parts[0].name),
         rate_limit_msgs=total.rate_limit_msgs,
         rate_limit_bytes=total.rate_limit_bytes,
         throttled_count=total.throttled_count,
@@ -449,7 +458,8 @@ def _summed(stats: list[ChannelStatistics]) -> ChannelStatistics:
     )
 
 
-def _group_snapshot(broker: Broker, topic: str, channel: str) -> GroupSnapshot | None:
+def group_snapshot(broker: Broker, topic: str, channel: str) -> GroupSnapshot | None:
+    """A channel's consumer group as /stats shows it (None: the channel has none)."""
     group = broker.groups.get((topic, channel))
     if group is None:
         return None
@@ -497,7 +507,7 @@ def _e2e_json(result: LatencyResult | None) -> dict[str, object]:
     }
 
 
-def _lost(broker: Broker, topic: Topic) -> int:
+def lost_records(broker: Broker, topic: Topic) -> int:
     """Records lost per partition: those recovery found missing at start, those the
     first read of an older segment found missing later, plus what channels found cut
     from the log."""
@@ -518,7 +528,9 @@ def _lost(broker: Broker, topic: Topic) -> int:
 
 
 _PARTITION_FIELDS: Final = tuple(
-    field.name for field in attrs.fields(PartitionSnapshot) if field.name != "channels"
+    field.name
+    for field in attrs.fields(PartitionSnapshot)
+    if field.name not in ("channels", "replication")
 )
 _PARTITION_CHANNEL_FIELDS: Final = tuple(
     field.name for field in attrs.fields(PartitionChannelSnapshot)
@@ -562,6 +574,8 @@ def _partition_json(p: PartitionSnapshot) -> dict[str, object]:
     document["channels"] = [
         {name: getattr(c, name) for name in _PARTITION_CHANNEL_FIELDS} for c in p.channels
     ]
+    if p.replication is not None:
+        document["replication"] = p.replication
     return document
 
 

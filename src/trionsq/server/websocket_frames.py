@@ -32,6 +32,11 @@ __all__ = ["continuation_frame", "send_in_two_frames"]
 _TEXT: Final = 0x1
 _CONTINUATION: Final = 0x0
 _FIN: Final = 0x80
+SEND_PIECE: Final = 256 * 1024
+"""Bytes of a final frame one write takes before other tasks run. The subscribers of
+a group send at once, in one scheduler batch: 20 writes of 0.5 MB each held the loop
+(and /ping) 3-7 ms per snapshot, half of that in pieces of 256 KB; smaller pieces
+cost more CPU in writes (64 KB: 2% of a core more at 200 snapshots a second)."""
 
 
 def _header(first_byte: int, length: int) -> bytes:
@@ -43,15 +48,17 @@ def _header(first_byte: int, length: int) -> bytes:
     return struct.pack("!BBQ", first_byte, 127, length)
 
 
-def continuation_frame(payload: bytes | memoryview) -> bytes:
-    """The final frame of a fragmented message, carrying ``payload`` (built once)."""
-    return b"".join((_header(_FIN | _CONTINUATION, len(payload)), payload))
+def continuation_frame(*payload: bytes | memoryview) -> bytes:
+    """The final frame of a fragmented message, carrying the parts of ``payload``
+    joined (built once, with one copy of them)."""
+    length = sum(len(part) for part in payload)
+    return b"".join((_header(_FIN | _CONTINUATION, length), *payload))
 
 
 async def send_in_two_frames(ws: WebSocketConnection, head: bytes, tail: bytes) -> None:
     """Send the text message ``head`` + the payload of ``tail`` (a
     :func:`continuation_frame`): ``head`` in a text frame that is not final, then
-    ``tail`` unchanged.
+    ``tail`` unchanged, :data:`SEND_PIECE` bytes a write.
 
     Raises:
         ConnectionClosed: as ``send_message`` does, when the websocket is closed or
@@ -63,7 +70,9 @@ async def send_in_two_frames(ws: WebSocketConnection, head: bytes, tail: bytes) 
     async with ws._stream_lock:  # whole frames, never inside one of trio-websocket's
         try:
             await ws._stream.send_all(first)
-            await ws._stream.send_all(tail)
+            with memoryview(tail) as view:
+                for start in range(0, len(view), SEND_PIECE):
+                    await ws._stream.send_all(view[start : start + SEND_PIECE])
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             await ws._abort_web_socket()
             raise ConnectionClosed(ws._close_reason) from None

@@ -203,3 +203,25 @@ def test_count_is_the_samples_of_the_current_and_previous_half(
 
     expected = sum(1 for t in times if half(now) - half(t) <= 1)
     assert window.result(float(now)).count == expected
+
+
+@given(
+    steps=st.lists(
+        st.tuples(st.integers(min_value=0, max_value=40), st.booleans()), min_size=1, max_size=40
+    ),
+    window_time=st.sampled_from([0.0, 4.0, 10.0]),
+)
+def test_equal_versions_mean_equal_results(
+    steps: list[tuple[int, bool]], window_time: float
+) -> None:
+    """The admin stream keeps a topic's snapshot while its figures stand still, a window's
+    version among them: whatever FINs and time did in between, two moments with the same
+    version have the same result."""
+    window = LatencyWindow(LatencySettings((0.5, 1.0), window_time))
+    seen: dict[tuple[int, float | None], LatencyResult] = {}
+    for at, fin in sorted(steps):
+        if fin:
+            window.insert(1000.0 * (at + 1), float(at))
+        version = window.version(float(at))
+        result = window.result(float(at))
+        assert seen.setdefault(version, result) == result

@@ -1,0 +1,149 @@
+"""A replica's side of a replicated partition's log: copies of the leader's records,
+and cutting back a tail the leader does not have (docs/replication.md).
+
+A follower appends the leader's records exactly: the same ids, timestamps, trace
+ids, headers and DPUB times, hence the same bytes and offsets (a run of records
+that share a timestamp, deliver-at time and ext version goes in as one batch, as it
+was published). Keys of ``##idempotency_key`` headers are remembered as the leader
+remembered them, so a publish retried after a failover is still stored once.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from ..queues.cursor import ChannelCursor
+from ..queues.log_cut import cut_segment_files, restart_segment_files
+from ..queues.memory_log import MemoryLog
+from ..queues.record_runs import batch_runs
+from ..queues.topic_log import TopicLog
+from . import idempotence
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from ..queues.partition_log import PartitionLog
+    from ..queues.record import Record
+    from .broker import Broker
+    from .storage import Storage
+    from .topic import Partition
+
+__all__ = ["CopyError", "append_copies", "restart_partition", "truncate_partition"]
+
+log = logging.getLogger("trionsq.cluster")
+
+
+class CopyError(ValueError):
+    """The leader's records do not continue this replica's log."""
+
+
+def append_copies(broker: Broker, topic: str, index: int, records: Sequence[Record]) -> None:
+    """Append the leader's ``records`` (continuing this log) as they are.
+
+    Raises:
+        CopyError: they do not start at this log's end, or came out at other offsets.
+        OSError: the log refused the write.
+    """
+    partition = broker.topics[topic].partitions[index]
+    partition_log = partition.log
+    if not records:
+        return
+    if (
+        records[0].internal_id != partition_log.next_id
+        or records[0].offset != partition_log.next_offset
+    ):
+        raise CopyError(
+            f"{topic}/{index}: records from id {records[0].internal_id} (offset"
+            f" {records[0].offset}) do not continue the log at {partition_log.next_id}"
+            f" ({partition_log.next_offset})"
+        )
+    for run in batch_runs(records):
+        first = run[0]
+        stored = partition.publish(
+            [record.body for record in run],
+            first.timestamp,
+            deliver_at=first.deliver_at,
+            trace_ids=[record.trace_id for record in run],
+            ext_version=first.ext_version,
+            exts=[record.ext for record in run] if first.ext_version else None,
+        )
+        if not stored or stored[-1].end != run[-1].end:
+            raise CopyError(f"{topic}/{index}: a copy came out at another offset")
+    if broker.storage is not None:
+        broker.storage.appended(partition.log, len(records))
+    window = broker.config.idempotency_window
+    if window > 0:
+        table = idempotence.remember_copies(partition.idempotence, window, records)
+        partition.idempotence = idempotence.journaled(table, partition.log, window)
+
+
+def truncate_partition(broker: Broker, topic: str, index: int, end_id: int) -> int:
+    """Remove the partition's records from ``end_id`` on; returns how many went.
+
+    A durable log is closed, cut on disk and opened again (recovered as after a
+    stop); channel cursors past the cut move back to it, and the idempotency keys
+    are rebuilt from what stays.
+    """
+    partition = broker.topics[topic].partitions[index]
+    old = partition.log
+    if end_id >= old.next_id:
+        return 0
+    count = old.next_id - end_id
+    if isinstance(old, MemoryLog):
+        old.truncate(end_id)
+    elif isinstance(old, TopicLog) and broker.storage is not None:
+        storage = broker.storage
+        offset = old.offset_of(end_id)
+        _close(storage, topic, index, old)
+        cut_segment_files(old.directory, old.name, offset)
+        _swap_log(partition, storage.open_log(topic, index))
+    else:  # pragma: no cover - every log is one of the two
+        raise TypeError(f"cannot cut a {type(old).__name__}")
+    for channel in partition.channels.values():
+        cursor = channel.cursor
+        if isinstance(cursor, ChannelCursor) and cursor.read_id > end_id:
+            channel.move_to(min(cursor.confirmed_id, end_id))
+    partition.idempotence = idempotence.restore(partition.log, broker.config.idempotency_window)
+    idempotence.rewrite_journal(partition.idempotence)
+    log.warning("%s/%d: cut %d records from id %d (not on the leader)", topic, index, count, end_id)
+    return count
+
+
+def restart_partition(
+    broker: Broker, topic: str, index: int, first_id: int, first_offset: int
+) -> None:
+    """Drop every record of the partition and start its log at ``first_id`` (at
+    ``first_offset``): the leader no longer holds what this replica lacks before it."""
+    partition = broker.topics[topic].partitions[index]
+    old = partition.log
+    if isinstance(old, TopicLog) and broker.storage is not None:
+        storage = broker.storage
+        _close(storage, topic, index, old)
+        restart_segment_files(old.directory, old.name, first_id, first_offset)
+        new = storage.open_log(topic, index)
+    else:
+        new = MemoryLog(first_id=first_id, first_offset=first_offset)
+    _swap_log(partition, new)
+    for channel in partition.channels.values():
+        if isinstance(channel.cursor, ChannelCursor):
+            channel.move_to(max(first_id, min(channel.cursor.confirmed_id, first_id)))
+    partition.idempotence = None
+    log.warning(
+        "%s/%d: log restarted at id %d (the leader holds nothing older)", topic, index, first_id
+    )
+
+
+def _close(storage: Storage, topic: str, index: int, old: TopicLog) -> None:
+    """Close a log to change its files; the storage opens it anew afterwards."""
+    old.close(sync=True)
+    storage.logs.pop((topic, index), None)
+    storage._unsynced.discard(old)  # closed: not to be synced again
+
+
+def _swap_log(partition: Partition, new: PartitionLog) -> None:
+    partition.log = new
+    for channel in partition.channels.values():
+        channel.log = new
+        if isinstance(channel.cursor, ChannelCursor):
+            channel.cursor.log = new

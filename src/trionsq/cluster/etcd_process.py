@@ -1,0 +1,170 @@
+"""A real etcd on loopback in a directory of its own, for tests and benchmarks.
+
+Debian's ``etcd-server`` (the Makefile installs it, as it installs chromium) is
+started with every member's client and peer listener on 127.0.0.1 and a free
+port; :func:`start_etcd` returns once each member answers ``/health``. Blocking
+code (``subprocess``), so pytest's synchronous module-scoped fixtures and the
+benchmark scripts can both use it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Final
+
+import attrs
+
+__all__ = ["ETCD_BINARY", "EtcdMember", "EtcdServer", "etcd_available", "free_port", "start_etcd"]
+
+ETCD_BINARY: Final = os.environ.get("TRIONSQ_ETCD", "etcd")
+START_TIMEOUT: Final = 30.0
+
+
+def etcd_available() -> bool:
+    """Whether an ``etcd`` binary is on the PATH (``make unit`` installs one)."""
+    return shutil.which(ETCD_BINARY) is not None
+
+
+def free_port() -> int:
+    """A free loopback TCP port (free now: a process started next binds it)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@attrs.define
+class EtcdMember:
+    """One etcd process: its name, directory, ports and (while running) process."""
+
+    name: str
+    directory: Path
+    client_port: int
+    peer_port: int
+    initial_cluster: str
+    host: str = "127.0.0.1"
+    prefix: tuple[str, ...] = ()
+    """What the command runs under (e.g. ``ip netns exec NS``: another network namespace)."""
+    process: subprocess.Popen[bytes] | None = None
+    started_once: bool = False
+
+    @property
+    def url(self) -> str:
+        """The client URL (``http://<host>:port``)."""
+        return f"http://{self.host}:{self.client_port}"
+
+    def start(self) -> None:
+        """Start (or restart, keeping its data) this member."""
+        arguments = [
+            *self.prefix,
+            ETCD_BINARY,
+            f"--name={self.name}",
+            f"--data-dir={self.directory / 'data'}",
+            f"--listen-client-urls={self.url}",
+            f"--advertise-client-urls={self.url}",
+            f"--listen-peer-urls=http://{self.host}:{self.peer_port}",
+            f"--initial-advertise-peer-urls=http://{self.host}:{self.peer_port}",
+            f"--initial-cluster={self.initial_cluster}",
+            f"--initial-cluster-state={'existing' if self.started_once else 'new'}",
+            "--heartbeat-interval=50",
+            "--election-timeout=500",
+        ]
+        self.directory.mkdir(parents=True, exist_ok=True)
+        with open(self.directory / "etcd.log", "ab") as log:
+            self.process = subprocess.Popen(arguments, stdout=log, stderr=subprocess.STDOUT)  # noqa: S603 - our own arguments
+        self.started_once = True
+
+    def healthy(self) -> bool:
+        """Whether the member answers ``/health`` with ``true``."""
+        try:
+            with urllib.request.urlopen(f"{self.url}/health", timeout=1) as reply:  # noqa: S310 - loopback http
+                return b'"true"' in reply.read()
+        except (urllib.error.URLError, OSError, ValueError):
+            return False
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        """Stop the process (SIGKILL for a crash) and wait for it."""
+        if self.process is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            self.process.send_signal(sig)
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.process = None
+
+
+@attrs.define
+class EtcdServer:
+    """A running etcd of one or more members."""
+
+    members: list[EtcdMember]
+
+    @property
+    def endpoints(self) -> list[str]:
+        """Every member's client URL."""
+        return [member.url for member in self.members]
+
+    def wait_healthy(self, timeout: float = START_TIMEOUT) -> None:
+        """Block until every running member is healthy.
+
+        Raises:
+            RuntimeError: a member exited or stayed unhealthy past ``timeout``.
+        """
+        deadline = time.monotonic() + timeout
+        for member in self.members:
+            if member.process is None:
+                continue
+            while not member.healthy():
+                if member.process.poll() is not None:
+                    log = (member.directory / "etcd.log").read_text(errors="replace")[-2000:]
+                    raise RuntimeError(f"etcd {member.name} exited: {log}")
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"etcd {member.name} not healthy after {timeout}s")
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        """Stop every member."""
+        for member in self.members:
+            member.stop()
+
+
+def start_etcd(
+    directory: Path, *, members: int = 1, host: str = "127.0.0.1", prefix: tuple[str, ...] = ()
+) -> EtcdServer:
+    """Start an etcd of ``members`` members under ``directory`` and wait until healthy;
+    on loopback (free ports), or on ``host`` run under ``prefix`` (another network
+    namespace: etcd's own ports there)."""
+    names = [f"m{i}" for i in range(members)]
+    if host == "127.0.0.1":
+        ports = [(free_port(), free_port()) for _ in names]
+    else:
+        ports = [(2379 + 10 * i, 2380 + 10 * i) for i, _ in enumerate(names)]
+    initial = ",".join(
+        f"{n}=http://{host}:{peer}" for n, (_, peer) in zip(names, ports, strict=True)
+    )
+    server = EtcdServer(
+        [
+            EtcdMember(name, directory / name, client, peer, initial, host, prefix)
+            for name, (client, peer) in zip(names, ports, strict=True)
+        ]
+    )
+    for member in server.members:
+        member.start()
+    try:
+        server.wait_healthy()
+    except RuntimeError:
+        server.stop()
+        raise
+    return server

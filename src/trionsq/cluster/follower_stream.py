@@ -1,0 +1,197 @@
+"""A follower's replication connection to its partition's leader.
+
+Connect, FOLLOW with the epoch of the last record held, cut the log where it agrees
+with the leader's (asking again with older epochs when the leader's answer names
+an epoch this log lacks: epochs.py), ACK that point, then append every RECORDS
+frame as it is (``broker/replica_log.py``) and ACK the new end after each read's
+frames: one durable append and one ACK per read, not per record. A broken
+connection is tried again after a short pause, for as long as the role lasts.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Final
+
+import trio
+
+from ..broker.replica_log import CopyError, append_copies, restart_partition, truncate_partition
+from ..broker.replica_state import apply_consumer_state
+from ..config import split_host_port
+from ..protocol.replication import (
+    MAGIC,
+    Ack,
+    Commit,
+    Follow,
+    FrameReader,
+    Records,
+    Refuse,
+    ReplicationError,
+    Start,
+    State,
+    encode,
+)
+from ..queues.record import RecordError
+from ..queues.record_runs import decode_all
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ..broker.broker import Broker
+    from .roles import FollowerRole
+
+__all__ = ["follow"]
+
+log = logging.getLogger("trionsq.cluster")
+
+READ: Final = 1 << 20
+RETRY: Final = 0.2
+"""Seconds between connection attempts to the leader."""
+
+
+class _Refused(Exception):
+    pass
+
+
+async def follow(
+    broker: Broker,
+    me: str,
+    role: FollowerRole,
+    leader_address: Callable[[], str | None],
+    saved: Callable[[], None],
+) -> None:
+    """Copy the leader's log until cancelled (the role's scope).
+
+    ``leader_address``: the leader's replication ``host:port`` now (None: unknown);
+    ``saved``: persist the epoch history (it changed).
+    """
+    partition = role.partition
+    where = f"{partition.topic}/{partition.index}"
+    while True:
+        address = leader_address()
+        if address is not None:
+            try:
+                await _session(broker, me, role, address, saved)
+            except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as error:
+                log.info("%s: replication from %s broke: %s", where, address, error)
+            except (ReplicationError, RecordError, CopyError, _Refused) as error:
+                log.warning("%s: replication from %s stopped: %s", where, address, error)
+            finally:
+                role.connected = False
+        await trio.sleep(RETRY)
+
+
+async def _session(
+    broker: Broker, me: str, role: FollowerRole, address: str, saved: Callable[[], None]
+) -> None:
+    host, port = split_host_port(address)
+    stream = await trio.open_tcp_stream(host, port)
+    async with stream:
+        reader = FrameReader()
+        await _handshake(broker, me, role, stream, reader, saved)
+        role.connected = True
+        await _copy(broker, role, stream, reader, saved)
+
+
+async def _next_frame(
+    stream: trio.SocketStream, reader: FrameReader, pending: list[object]
+) -> object:
+    while not pending:
+        data = await stream.receive_some(READ)
+        if not data:
+            raise trio.BrokenResourceError("leader closed the connection")
+        pending.extend(reader.feed(data))
+    return pending.pop(0)
+
+
+async def _handshake(
+    broker: Broker,
+    me: str,
+    role: FollowerRole,
+    stream: trio.SocketStream,
+    reader: FrameReader,
+    saved: Callable[[], None],
+) -> None:
+    """Find where this log agrees with the leader's, cut it there, ACK that point."""
+    partition = role.partition
+    history = role.files.history
+    ask: int | None = history.last_epoch(partition.log.next_id)
+    first = True
+    pending: list[object] = []
+    start = Start(0, 1, 0)
+    while ask is not None:
+        follow_frame = Follow(
+            partition.topic, partition.index, role.epoch, me, ask, partition.log.next_id
+        )
+        await stream.send_all((MAGIC if first else b"") + encode(follow_frame))
+        first = False
+        frame = await _next_frame(stream, reader, pending)
+        if isinstance(frame, Refuse):
+            raise _Refused(frame.reason)
+        if not isinstance(frame, Start):
+            raise ReplicationError(f"expected START, got {type(frame).__name__}")
+        start = frame
+        ask = history.next_question(start.epoch, partition.log.next_id)
+    end = partition.log.next_id
+    cut = history.cut_point(start.epoch, start.end, end)
+    if cut < end:
+        truncate_partition(broker, partition.topic, partition.index, cut)
+        history.truncate(cut)
+        saved()
+    role.files.committed = max(role.files.committed, min(start.commit, cut))
+    await stream.send_all(encode(Ack(partition.log.next_id)))
+
+
+async def _copy(
+    broker: Broker,
+    role: FollowerRole,
+    stream: trio.SocketStream,
+    reader: FrameReader,
+    saved: Callable[[], None],
+) -> None:
+    """Append what the leader sends; one ACK per read."""
+    partition = role.partition
+    history = role.files.history
+    while True:
+        data = await stream.receive_some(READ)
+        if not data:
+            raise trio.BrokenResourceError("leader closed the connection")
+        appended = False
+        for frame in reader.feed(data):
+            if isinstance(frame, Records):
+                partition_log = partition.log
+                if frame.first_id > partition_log.next_id:  # the leader let go of what lies between
+                    restart_partition(
+                        broker, partition.topic, partition.index, frame.first_id, frame.first_offset
+                    )
+                    history.truncate(0)
+                    saved()
+                records = decode_all(frame.data, frame.first_offset)
+                if not records or records[0].internal_id != frame.first_id:
+                    raise ReplicationError(
+                        "RECORDS frame does not hold whole records from its first id"
+                    )
+                append_copies(broker, partition.topic, partition.index, records)
+                if history.begin(frame.epoch, frame.first_id):
+                    saved()
+                role.fetched += len(frame.data)
+                role.files.committed = max(role.files.committed, frame.commit)
+                appended = True
+            elif isinstance(frame, Commit):
+                role.files.committed = max(role.files.committed, frame.commit)
+            elif isinstance(frame, State):
+                try:
+                    apply_consumer_state(broker, partition.topic, partition.index, frame.data)
+                except ValueError as error:
+                    log.warning(
+                        "%s/%d: consumer state not applied: %s",
+                        partition.topic,
+                        partition.index,
+                        error,
+                    )
+            elif isinstance(frame, Refuse):
+                raise _Refused(frame.reason)
+            else:
+                raise ReplicationError(f"unexpected {type(frame).__name__} from the leader")
+        if appended:
+            await stream.send_all(encode(Ack(partition.log.next_id)))

@@ -1,0 +1,204 @@
+"""A broker's role for one replicated partition: what a leader and a follower keep.
+
+:class:`LeaderRole` holds the leader's :class:`~.isr.FollowerProgress`, wakes the
+follower streams when the log grows, lets publishers wait for their records to be
+committed, and moves the partition's commit end (what consumers may read).
+:class:`FollowerRole` remembers the commit end the leader last told, so that a
+follower elected later starts from it. The tasks that move bytes are in
+``leader_streams.py`` and ``follower_stream.py``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import trio
+
+from ..broker.replication import not_leader
+from ..queues.record_runs import encode_records
+from .isr import FollowerProgress
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from ..broker.topic import Partition
+    from ..queues.record import Record
+    from .epochs import EpochHistory
+    from .keys import PartitionState
+
+__all__ = ["FollowerRole", "LeaderRole", "PartitionFiles"]
+
+ENCODED_BATCHES = 16
+"""Shipped batches whose bytes a leader keeps for the followers still to read them."""
+
+
+class PartitionFiles:
+    """What a replica keeps beside the partition's log: its epoch history (saved by
+    the manager, which knows where)."""
+
+    def __init__(self, history: EpochHistory) -> None:
+        self.history = history
+        self.committed = 0
+        """The last commit end this replica learned (as leader or from its leader)."""
+
+
+class LeaderRole:
+    """This broker leads ``partition`` in ``state.epoch``."""
+
+    kind = "leader"
+
+    def __init__(
+        self,
+        me: str,
+        partition: Partition,
+        state: PartitionState,
+        files: PartitionFiles,
+        *,
+        max_lag: float,
+        wake_readers: Callable[[], None],
+        caught_up: Callable[[], None] = lambda: None,
+    ) -> None:
+        """``wake_readers``: wakes the partition's channel routers (the commit end
+        moved); ``caught_up``: a follower outside the ISR holds everything now (the
+        ISR upkeep runs at once)."""
+        self.partition = partition
+        self._wake_readers = wake_readers
+        self._caught_up = caught_up
+        self.state = state
+        self.files = files
+        self.epoch = state.epoch
+        end = partition.log.next_id
+        files.history.begin(state.epoch, end)
+        self.progress = FollowerProgress(
+            me, state.isr, end, now=trio.current_time(), max_lag=max_lag, committed=files.committed
+        )
+        self.lost = False
+        """Leadership went (a newer epoch, or this broker stopped): waiters are refused."""
+        self.grown = trio.Event()
+        """Set (and replaced) when the log grows or the commit end moves: the follower
+        streams look again."""
+        self.committed_event = trio.Event()
+        """Set (and replaced) when the commit end moves or leadership is lost."""
+        self.scope = trio.CancelScope()
+        """Around the role's tasks (ISR upkeep): cancelled when the role ends."""
+        self.state_bytes = b""
+        """The partition's consumer state as last captured (broker/replica_state.py)."""
+        self.state_version = 0
+        """Grows with each change of :attr:`state_bytes`: streams send it again."""
+        self.callbacks: list[Callable[[], None]] = []
+        """Called once at the next commit move or the role's end (connections that
+        hold publishes' answers)."""
+        self._encoded: dict[tuple[int, int], bytes] = {}
+        """The last batches shipped, as bytes, by (first id, end): every follower
+        reading the same range gets the one encoding."""
+        self._publish_commit(self.progress.committed)
+
+    def encoded(self, records: Sequence[Record]) -> bytes:
+        """``records`` as the log's bytes, encoded once for all followers."""
+        key = (records[0].internal_id, records[-1].internal_id + 1)
+        data = self._encoded.get(key)
+        if data is None:
+            data = self._encoded[key] = encode_records(records)
+            if len(self._encoded) > ENCODED_BATCHES:
+                del self._encoded[next(iter(self._encoded))]
+        return data
+
+    def ship_state(self, data: bytes) -> None:
+        """The consumer state now: the follower streams send it if it changed."""
+        if data != self.state_bytes:
+            self.state_bytes = data
+            self.state_version += 1
+            self._wake()
+
+    def _wake(self) -> None:
+        self.grown.set()
+        self.grown = trio.Event()
+
+    def _publish_commit(self, committed: int) -> None:
+        self.files.committed = committed
+        self.partition.set_commit_end(committed)
+        self._wake_readers()
+        self.committed_event.set()
+        self.committed_event = trio.Event()
+        self._call_back()
+
+    def _call_back(self) -> None:
+        callbacks, self.callbacks = self.callbacks, []
+        for callback in callbacks:
+            callback()
+
+    def appended(self) -> None:
+        """The log grew: ship it, and commit at once if no follower counts."""
+        before = self.progress.committed
+        after = self.progress.appended(self.partition.log.next_id, trio.current_time())
+        self._wake()
+        if after != before:
+            self._publish_commit(after)
+
+    def acked(self, follower: str, end: int) -> bool:
+        """A follower's ACK; whether the commit end moved (the caller wakes routers)."""
+        before = self.progress.committed
+        progress = self.progress
+        after = progress.ack(follower, end, trio.current_time())
+        if (
+            follower not in progress.isr
+            and follower not in progress.joining
+            and end >= progress.end
+        ):
+            self._caught_up()
+        if after == before:
+            return False
+        self._publish_commit(after)
+        self._wake()  # the followers learn the new commit end
+        return True
+
+    def confirm(self, state: PartitionState) -> bool:
+        """etcd holds a new state of the same epoch (an ISR change); whether the commit
+        end moved."""
+        self.state = state
+        before = self.progress.committed
+        after = self.progress.confirm(state.isr, trio.current_time())
+        if after != before:
+            self._publish_commit(after)
+            return True
+        return False
+
+    def end(self) -> None:
+        """Leadership is over: refuse whoever waits, stop the role's tasks."""
+        self.lost = True
+        self.scope.cancel()
+        self.committed_event.set()
+        self._wake()
+        self._call_back()
+
+    async def wait_committed(self, end: int) -> None:
+        """Until every record below ``end`` is committed.
+
+        Raises:
+            ReplicaRefusal: leadership was lost first.
+        """
+        while self.progress.committed < end:
+            if self.lost:
+                raise not_leader(f"lost the leadership of epoch {self.epoch}")
+            await self.committed_event.wait()
+
+
+class FollowerRole:
+    """This broker follows ``state.leader`` for ``partition`` in ``state.epoch``."""
+
+    kind = "follower"
+
+    def __init__(self, partition: Partition, state: PartitionState, files: PartitionFiles) -> None:
+        self.partition = partition
+        self.state = state
+        self.files = files
+        self.epoch = state.epoch
+        self.scope = trio.CancelScope()
+        """Around the follower's stream task: cancelled when the role ends."""
+        self.connected = False
+        self.fetched = 0
+        """Bytes of records copied (for /stats and the catch-up rate)."""
+
+    def end(self) -> None:
+        """Stop following."""
+        self.scope.cancel()

@@ -1,0 +1,59 @@
+"""Starting a broker's cluster side (``--etcd-endpoints``): the replication listener
+and the replica manager, in the broker nursery (nursery_tree.py)."""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Final
+
+from ..config import split_host_port
+from ..listen import open_listeners, serve_connections
+from ..version import NSQD_RELEASE
+from .keys import BrokerInfo
+from .replica_manager import ReplicaManager
+
+if TYPE_CHECKING:
+    import trio
+
+    from ..broker.broker import Broker
+    from ..config import NsqdConfig
+
+__all__ = ["REPLICATION_TASK", "start_cluster"]
+
+REPLICATION_TASK: Final = "trionsq.cluster.replication"
+
+
+async def start_cluster(
+    broker: Broker, config: NsqdConfig, tcp_port: int, http_port: int, nursery: trio.Nursery
+) -> ReplicaManager:
+    """Hand the broker its replication hook, listen for followers, register in etcd;
+    called before the client listeners serve, so no publish is taken as a single
+    broker's (started again after a crash, a broker knows its roles first).
+
+    The broker's cluster id is ``<broadcast address>:<TCP port>``: keep both fixed
+    across restarts, since etcd names replicas by it.
+    """
+    if config.replication_address:
+        host, port = split_host_port(config.replication_address)
+    else:
+        host, port = config.tcp_host_port[0], 0
+    listeners = await open_listeners(host, port)
+    replication_port = listeners[0].socket.getsockname()[1]
+    address = config.broadcast_address
+    info = BrokerInfo(
+        id=f"{address}:{config.broadcast_tcp_port or tcp_port}",
+        broadcast_address=address,
+        tcp_port=config.broadcast_tcp_port or tcp_port,
+        http_port=config.broadcast_http_port or http_port,
+        replication_port=replication_port,
+        version=NSQD_RELEASE,
+    )
+    manager = ReplicaManager(broker, config, info)
+    broker.replication = manager  # refuses replicated writes until its roles are known
+    await nursery.start(
+        functools.partial(
+            serve_connections, manager.serve_replication, listeners, name=REPLICATION_TASK
+        )
+    )
+    await nursery.start(manager.run)  # registered, and the cluster's keys read
+    return manager

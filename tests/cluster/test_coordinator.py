@@ -1,0 +1,179 @@
+"""The coordinator against a real etcd: one elected, replicas placed, leaders moved."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+import trio
+
+from trionsq.cluster.coordinator import Coordinator, NotCoordinator
+from trionsq.cluster.etcd import EtcdClient
+from trionsq.cluster.keys import (
+    BrokerInfo,
+    ClusterKeys,
+    CoordinatorInfo,
+    PartitionState,
+    TopicMeta,
+    encode,
+)
+from trionsq.cluster.membership import Registration, propose_state
+from trionsq.cluster.placement import PlacementError, with_isr
+from trionsq.cluster.view import ClusterView, follow_cluster
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from trionsq.cluster.etcd_process import EtcdServer
+
+TTL = 1.0
+
+
+def _coordinator(etcd: EtcdServer, keys: ClusterKeys, name: str) -> Coordinator:
+    return Coordinator(EtcdClient(etcd.endpoints), keys, CoordinatorInfo(name, f"{name}:4161"), TTL)
+
+
+def _broker(name: str) -> BrokerInfo:
+    return BrokerInfo(name, "127.0.0.1", 4150, 4151, 4152)
+
+
+async def _until(
+    view_owner: Coordinator, condition: Callable[[], bool], within: float = 10
+) -> float:
+    """Wait (on the view's changes) until ``condition()``; returns the seconds taken."""
+    start = trio.current_time()
+    with trio.fail_after(within):
+        while not condition():
+            await view_owner.wait_change()
+    return trio.current_time() - start
+
+
+async def test_one_coordinator_then_another_when_its_lease_goes(
+    etcd: EtcdServer, cluster_id: str
+) -> None:
+    keys = ClusterKeys(cluster_id)
+    first, second = _coordinator(etcd, keys, "l1"), _coordinator(etcd, keys, "l2")
+    async with trio.open_nursery() as nursery:
+        scope_first = trio.CancelScope()
+
+        async def run_first() -> None:
+            with scope_first:
+                await first.run()
+
+        nursery.start_soon(run_first)
+        await trio.sleep(0.3)
+        await nursery.start(second.run)
+        await _until(second, lambda: second.view.coordinator is not None)
+        assert first.leading
+        assert not second.leading
+        assert second.view.coordinator == CoordinatorInfo("l1", "l1:4161")
+        with pytest.raises(NotCoordinator):
+            await second.create_topic("t", TopicMeta(1, 1))
+        scope_first.cancel()  # l1 stops renewing: its lease expires in etcd
+        taken = await _until(second, lambda: second.leading)
+        assert taken < TTL + 3
+        assert second.view.coordinator == CoordinatorInfo("l2", "l2:4161")
+        nursery.cancel_scope.cancel()
+
+
+async def test_topic_placed_and_leader_moved_when_a_broker_dies(
+    etcd: EtcdServer, cluster_id: str
+) -> None:
+    keys = ClusterKeys(cluster_id)
+    client = EtcdClient(etcd.endpoints)
+    coordinator = _coordinator(etcd, keys, "l1")
+    async with trio.open_nursery() as nursery:
+        registrations = [Registration(client, keys, _broker(f"b{i}"), TTL) for i in (1, 2)]
+        for registration in registrations:
+            await nursery.start(registration.run)
+        # b3 "crashes": its key sits on a lease nobody renews
+        dying = await client.grant(TTL)
+        await client.put(keys.broker("b3"), encode(_broker("b3")), lease=dying)
+        await nursery.start(coordinator.run)
+        await _until(
+            coordinator, lambda: coordinator.leading and len(coordinator.view.brokers) == 3
+        )
+        with pytest.raises(PlacementError, match="4 replicas need 4 live brokers"):
+            await coordinator.create_topic("t", TopicMeta(4, 4))
+        placed = await coordinator.create_topic("t", TopicMeta(4, 3, min_isr=2))
+        assert [len(set(s.replicas)) for s in placed] == [3, 3, 3, 3]
+        assert await coordinator.create_topic("t", TopicMeta(4, 3)) == placed
+        led_by_b3 = [n for n, s in enumerate(placed) if s.leader == "b3"]
+        assert led_by_b3
+        await _until(coordinator, lambda: len(coordinator.view.topic_partitions("t")) == 4)
+        moved = await _until(coordinator, lambda: "b3" not in coordinator.view.brokers)
+        await _until(
+            coordinator,
+            lambda: all("b3" not in s.isr for _, s in coordinator.view.topic_partitions("t")),
+        )
+        assert moved < TTL + 3
+        for n, state in coordinator.view.topic_partitions("t"):
+            assert "b3" not in state.isr
+            assert state.leader in {"b1", "b2"}
+            assert state.epoch == (2 if n in led_by_b3 else 1)
+        assert coordinator.elections == len(led_by_b3)
+        # b1 exits in order (revokes its lease): its partitions move at once
+        nursery.cancel_scope.cancel()
+
+
+async def test_an_offline_partition_leads_again_when_its_last_isr_member_returns(
+    etcd: EtcdServer, cluster_id: str
+) -> None:
+    keys = ClusterKeys(cluster_id)
+    client = EtcdClient(etcd.endpoints)
+    coordinator = _coordinator(etcd, keys, "l1")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(Registration(client, keys, _broker("b2"), TTL).run)
+        only = await client.grant(2)
+        await client.put(keys.broker("b1"), encode(_broker("b1")), lease=only)
+        await nursery.start(coordinator.run)
+        await _until(
+            coordinator, lambda: coordinator.leading and len(coordinator.view.brokers) == 2
+        )
+        [state] = await coordinator.create_topic("solo", TopicMeta(1, 2))
+        assert state.leader == "b1"  # the ring starts at the first broker id
+        await _until(coordinator, lambda: ("solo", 0) in coordinator.view.partitions)
+        # the leader shrinks the ISR to itself (b2 lags), then b1 dies
+        narrowed = with_isr(state, ["b1"])
+        revision = coordinator.view.revisions["solo", 0]
+        assert await propose_state(client, keys, ("solo", 0), narrowed, revision)
+        assert not await propose_state(client, keys, ("solo", 0), narrowed, revision)  # stale
+        await _until(coordinator, lambda: coordinator.view.partitions["solo", 0].leader == "")
+        offline = coordinator.view.partitions["solo", 0]
+        assert offline == PartitionState(state.replicas, ("b1",), "", 2)  # b2 never leads
+        # b1 comes back (a new lease: a restart): it holds every acknowledged record
+        await client.put(keys.broker("b1"), encode(_broker("b1")), lease=await client.grant(5))
+        await _until(coordinator, lambda: coordinator.view.partitions["solo", 0].leader == "b1")
+        assert coordinator.view.partitions["solo", 0].epoch == 3
+        nursery.cancel_scope.cancel()
+
+
+async def test_view_follows_changes_and_survives_a_reconnect(
+    etcd: EtcdServer, cluster_id: str
+) -> None:
+    keys = ClusterKeys(cluster_id)
+    client = EtcdClient(etcd.endpoints)
+    view = ClusterView(keys)
+    changes = trio.Event()
+
+    def changed() -> None:
+        changes.set()
+
+    await client.put(keys.topic_meta("x"), encode(TopicMeta(2, 1)))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(follow_cluster, client, view, changed)
+        assert view.topics == {"x": TopicMeta(2, 1)}
+        state = PartitionState(("b1",), ("b1",), "b1", 1)
+        await client.put(keys.partition("x", 0), encode(state))
+        with trio.fail_after(5):
+            while ("x", 0) not in view.partitions:
+                await changes.wait()
+                changes = trio.Event()
+        assert view.partitions["x", 0] == state
+        await client.put(keys.root + b"topics/x/garbage", b"{")  # ignored, not fatal
+        await client.delete(keys.topic_meta("x"))
+        with trio.fail_after(5):
+            while "x" in view.topics:
+                await changes.wait()
+                changes = trio.Event()
+        nursery.cancel_scope.cancel()

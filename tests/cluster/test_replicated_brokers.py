@@ -1,0 +1,421 @@
+"""Three brokers replicating through a real etcd: acknowledged once on every in-sync
+replica, Youzan's errors off the leader, consumers read committed records, and a
+leader's loss moves the partition to a follower holding everything acknowledged."""
+
+from __future__ import annotations
+
+import math
+import shutil
+from typing import TYPE_CHECKING
+
+import httpx
+import orjson
+import trio
+
+from tests.integration.raw import Clients, next_error, next_frame, next_message, ok, quiet
+from tests.integration.test_admin_snapshots import continuation_payload
+from trionsq import NsqdConfig, serve_nsqd
+from trionsq.broker.events import Watcher
+from trionsq.cluster.coordinator import Coordinator
+from trionsq.cluster.etcd import EtcdClient
+from trionsq.cluster.etcd_process import free_port
+from trionsq.cluster.keys import ClusterKeys, CoordinatorInfo, TopicMeta
+from trionsq.cluster.replica_manager import ReplicaManager
+from trionsq.cluster.roles import FollowerRole, LeaderRole
+from trionsq.protocol import Fin, Mpub, Pub, Rdy, Sub
+from trionsq.queues.cursor import ChannelCursor
+from trionsq.server.admin_snapshots import Snapshot, SnapshotHub
+from trionsq.testing import wait_until
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
+    from trionsq.cluster.etcd_process import EtcdServer
+    from trionsq.nursery_tree import BoundAddresses
+
+TTL = 1.0
+
+
+class Cluster:
+    """A coordinator and brokers in this Trio run, each broker in its own scope."""
+
+    def __init__(self, etcd: EtcdServer, cluster_id: str, nursery: trio.Nursery, tmp: Path) -> None:
+        self.etcd = etcd
+        self.cluster_id = cluster_id
+        self.nursery = nursery
+        self.tmp = tmp
+        self.coordinator = Coordinator(
+            EtcdClient(etcd.endpoints), ClusterKeys(cluster_id), CoordinatorInfo("l1", "-"), TTL
+        )
+        self.brokers: dict[str, tuple[BoundAddresses, trio.CancelScope]] = {}
+
+    async def start(self) -> None:
+        await self.nursery.start(self.coordinator.run)
+
+    async def add_broker(self, name: str, tcp_port: int = 0) -> BoundAddresses:
+        config = NsqdConfig.loopback(
+            tcp_address=f"127.0.0.1:{tcp_port}",
+            data_path=str(self.tmp / name),
+            etcd_endpoints=tuple(self.etcd.endpoints),
+            cluster_id=self.cluster_id,
+            cluster_lease_ttl=TTL,
+            replica_lag_time=2.0,
+            broadcast_address="127.0.0.1",
+        )
+        scope = trio.CancelScope()
+
+        async def run(task_status: trio.TaskStatus[BoundAddresses]) -> None:
+            with scope:
+                await serve_nsqd(config, task_status=task_status)
+
+        addresses: BoundAddresses = await self.nursery.start(run)
+        self.brokers[f"127.0.0.1:{addresses.tcp[1]}"] = (addresses, scope)
+        return addresses
+
+    async def with_topic(
+        self, topic: str, meta: TopicMeta, brokers: dict[str, int] | tuple[str, ...]
+    ) -> None:
+        """Start the coordinator and ``brokers`` (names, or names to TCP ports), then
+        create ``topic`` and wait until every replica has its role."""
+        await self.start()
+        ports = brokers if isinstance(brokers, dict) else dict.fromkeys(brokers, 0)
+        for name, port in ports.items():
+            await self.add_broker(name, port)
+        await self.until(
+            lambda: self.coordinator.leading and len(self.coordinator.view.brokers) == len(ports)
+        )
+        await self.coordinator.create_topic(topic, meta)
+        await self.until(lambda: self.settled(topic, meta.partitions))
+
+    def manager(self, broker_id: str) -> ReplicaManager:
+        hook = self.brokers[broker_id][0].broker.replication
+        assert isinstance(hook, ReplicaManager)
+        return hook
+
+    async def until(self, condition: Callable[[], bool], within: float = 15) -> float:
+        """Wait (polling: the brokers' views change in their own tasks); the seconds."""
+        start = trio.current_time()
+        await wait_until(condition, "the cluster settled", within=within)
+        return trio.current_time() - start
+
+    def leader_of(self, topic: str, partition: int) -> str:
+        return self.coordinator.view.partitions[topic, partition].leader
+
+    def settled(self, topic: str, partitions: int) -> bool:
+        """Every replica of every partition has its role, and every follower streams."""
+        for index in range(partitions):
+            state = self.coordinator.view.partitions.get((topic, index))
+            if state is None or not state.leader:
+                return False
+            for broker_id in state.replicas:
+                if broker_id not in self.brokers:
+                    continue
+                role = self.manager(broker_id).roles.get((topic, index))
+                if role is None or role.epoch != state.epoch:
+                    return False
+                if isinstance(role, FollowerRole) and not role.connected:
+                    return False
+        return True
+
+
+async def test_replicated_publish_failover_and_youzan_errors(
+    etcd: EtcdServer, cluster_id: str, nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    cluster = Cluster(etcd, cluster_id, nursery, tmp_path)
+    await cluster.with_topic("t", TopicMeta(2, 3, min_isr=2), ("a", "b", "c"))
+    clients = Clients()
+    leader = cluster.leader_of("t", 0)
+    followers = [b for b in cluster.brokers if b != leader]
+    producer = await clients.connect(cluster.brokers[leader][0].tcp)
+    for number in range(20):
+        await producer.send(Pub("t", b"m%d" % number, partition=0))
+    for _ in range(20):
+        assert ok(await next_frame(producer))
+    # acknowledged: on every in-sync replica, byte for byte
+    leader_log = cluster.brokers[leader][0].broker.topics["t"].partitions[0].log
+    for follower in followers:
+        follower_log = cluster.brokers[follower][0].broker.topics["t"].partitions[0].log
+        assert [r.body for r in follower_log.read(1, 100)] == [
+            r.body for r in leader_log.read(1, 100)
+        ]
+    role = cluster.manager(leader).roles["t", 0]
+    assert isinstance(role, LeaderRole)
+    assert role.progress.committed == 21
+
+    # a follower refuses publishes (non-fatal) and consumers (fatal), as Youzan's nsqd
+    elsewhere = await clients.connect(cluster.brokers[followers[0]][0].tcp)
+    await elsewhere.send(Pub("t", b"x", partition=0))
+    assert (await next_error(elsewhere)).code == "E_FAILED_ON_NOT_LEADER"
+    await elsewhere.send(Pub("t", b"y", partition=0))
+    assert (await next_error(elsewhere)).code == "E_FAILED_ON_NOT_LEADER"  # still open
+    reader = await clients.connect(cluster.brokers[followers[0]][0].tcp)
+    await reader.send(Sub("t", "c", partition=0))
+    assert (await next_error(reader)).code == "E_FAILED_ON_NOT_LEADER"
+    with trio.fail_after(5):
+        assert await reader.stream.receive_some(100) == b""  # fatal for SUB: closed
+
+    # the leader goes (an orderly stop revokes its lease): a follower takes over
+    cluster.brokers[leader][1].cancel()
+    del cluster.brokers[leader]
+    taken = await cluster.until(lambda: cluster.leader_of("t", 0) not in ("", leader))
+    assert taken < 5
+    new_leader = cluster.leader_of("t", 0)
+    await cluster.until(
+        lambda: isinstance(cluster.manager(new_leader).roles.get(("t", 0)), LeaderRole)
+    )
+    again = await clients.connect(cluster.brokers[new_leader][0].tcp)
+    await again.send(Pub("t", b"after", partition=0))
+    assert ok(await next_frame(again))  # two in-sync replicas remain: min_isr=2 holds
+    consumer = await clients.connect(cluster.brokers[new_leader][0].tcp)
+    await consumer.send(Sub("t", "c", partition=0), Rdy(100))
+    assert ok(await next_frame(consumer))
+    got = [(await next_message(consumer)).body for _ in range(21)]
+    assert got == [b"m%d" % n for n in range(20)] + [b"after"]
+    await clients.close_all()
+    for _, scope in cluster.brokers.values():
+        scope.cancel()
+
+
+def partition_replication(snapshot: Snapshot) -> dict[str, object]:
+    """The replication of topic ``s``'s one partition in an admin stream snapshot."""
+    body = orjson.loads(snapshot.head(0) + continuation_payload(snapshot.tail))
+    [topic] = [topic for topic in body["topics"] if topic["topic_name"] == "s"]
+    replication: dict[str, object] = topic["partitions"][0]["replication"]
+    return replication
+
+
+async def test_stats_metrics_ping_and_admin_events(
+    etcd: EtcdServer, cluster_id: str, nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    cluster = Cluster(etcd, cluster_id, nursery, tmp_path)
+    await cluster.with_topic("s", TopicMeta(1, 2), ("a", "b"))
+    leader = cluster.leader_of("s", 0)
+    follower = next(b for b in cluster.brokers if b != leader)
+    events = Watcher(lambda: None, groups=["partition"])
+    cluster.brokers[follower][0].broker.events.add(events)
+    clients = Clients()
+    producer = await clients.connect(cluster.brokers[leader][0].tcp)
+    await producer.send(Pub("s", b"one", partition=0), Pub("s", b"two", partition=0))
+    assert ok(await next_frame(producer))
+    assert ok(await next_frame(producer))
+    async with httpx.AsyncClient() as http:
+
+        async def stats(broker_id: str) -> dict[str, object]:
+            http_address = cluster.brokers[broker_id][0].http
+            assert http_address is not None
+            reply = await http.get(f"http://127.0.0.1:{http_address[1]}/stats?format=json&topic=s")
+            [topic] = reply.json()["topics"]
+            [partition] = topic["partitions"]
+            replication: dict[str, object] = partition["replication"]
+            return replication
+
+        led = await stats(leader)
+        assert led["role"] == "leader"
+        assert led["leader"] == leader
+        assert led["isr"] == [leader, follower] or led["isr"] == [follower, leader]
+        assert led["commit_count"] == 2
+        assert led["followers"] == [
+            {"id": follower, "in_sync": True, "acked_count": 2, "lag_count": 0}
+        ]
+        followed = follower_status = await stats(follower)
+        assert (followed["role"], followed["connected"], followed["commit_count"]) == (
+            "follower",
+            True,
+            2,
+        )
+        http_address = cluster.brokers[leader][0].http
+        assert http_address is not None
+        metrics = (await http.get(f"http://127.0.0.1:{http_address[1]}/metrics")).text
+        assert 'nsq_partition_isr_size{partition="0",topic="s"} 2.0' in metrics
+        assert 'nsq_partition_leader{partition="0",topic="s"} 1.0' in metrics
+        assert (
+            f'nsq_partition_follower_lag_messages{{follower="{follower}",partition="0",topic="s"}} 0.0'
+            in metrics
+        )
+        assert (await http.get(f"http://127.0.0.1:{http_address[1]}/ping")).text == "OK"
+    # the follower's admin snapshots: the idle topic's part is kept while nothing moves
+    hub = SnapshotHub(cluster.brokers[follower][0].broker, started_at=0)
+    hub.join(key := (100, None))
+    before = await hub.snapshot(key, sent=-math.inf, fresh_after=0)
+    kept = await hub.snapshot(key, sent=before.built_at, fresh_after=0)
+    assert partition_replication(kept)["role"] == "follower"
+    # the leader stops: the follower leads, and its admin stream says so
+    cluster.brokers[leader][1].cancel()
+    del cluster.brokers[leader]
+    await cluster.until(lambda: cluster.leader_of("s", 0) == follower)
+    await cluster.until(
+        lambda: cluster.manager(follower).partition_status("s", 0) != follower_status
+    )
+    after = await hub.snapshot(key, sent=kept.built_at, fresh_after=0)
+    assert partition_replication(after) == cluster.manager(follower).partition_status("s", 0)
+    assert partition_replication(after)["role"] == "leader"
+    await cluster.until(lambda: any(e["type"] == "leader_changed" for e in events.queue))
+    seen = events.take()
+    changed = next(e for e in seen if e["type"] == "leader_changed")
+    assert (changed["topic"], changed["partition"], changed["leader"], changed["previous"]) == (
+        "s",
+        0,
+        follower,
+        leader,
+    )
+    assert any(e["type"] == "replica_left_isr" and e["replica"] == leader for e in seen)
+    await clients.close_all()
+    for _, scope in cluster.brokers.values():
+        scope.cancel()
+
+
+async def test_a_wiped_follower_catches_up_and_rejoins_the_isr(
+    etcd: EtcdServer, cluster_id: str, nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    cluster = Cluster(etcd, cluster_id, nursery, tmp_path)
+    ports = {name: free_port() for name in ("a", "b")}
+    await cluster.with_topic("w", TopicMeta(1, 2), ports)
+    leader = cluster.leader_of("w", 0)
+    follower = next(b for b in cluster.brokers if b != leader)
+    clients = Clients()
+    producer = await clients.connect(cluster.brokers[leader][0].tcp)
+    body = b"x" * 1000
+    for _ in range(20):  # 4 MB
+        await producer.send(Mpub("w", (body,) * 200, partition=0))
+    for _ in range(20):
+        assert ok(await next_frame(producer))
+    leader_log = cluster.brokers[leader][0].broker.topics["w"].partitions[0].log
+    # the follower stops, loses its disk, and comes back under the same identity
+    cluster.brokers[follower][1].cancel()
+    del cluster.brokers[follower]
+    await cluster.until(lambda: cluster.coordinator.view.partitions["w", 0].isr == (leader,))
+    name = next(n for n, p in ports.items() if f"127.0.0.1:{p}" == follower)
+    shutil.rmtree(tmp_path / name)
+    started = trio.current_time()
+    await cluster.add_broker(name, ports[name])
+    await cluster.until(lambda: follower in cluster.coordinator.view.partitions["w", 0].isr)
+    seconds = trio.current_time() - started
+    copied = cluster.brokers[follower][0].broker.topics["w"].partitions[0].log
+    assert copied.next_id == leader_log.next_id == 4001
+    assert [r.body for r in copied.read(3990, 5)] == [body] * 5
+    megabytes = leader_log.next_offset / 1e6
+    print(f"catch-up: {megabytes:.1f} MB in {seconds:.2f} s")  # noqa: T201 - pytest -s shows it
+    await clients.close_all()
+    for _, scope in cluster.brokers.values():
+        scope.cancel()
+
+
+async def test_a_channel_resumes_on_the_new_leader_redelivering_only_what_was_in_flight(
+    etcd: EtcdServer, cluster_id: str, nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    cluster = Cluster(etcd, cluster_id, nursery, tmp_path)
+    await cluster.with_topic("q", TopicMeta(1, 2), ("a", "b"))
+    leader = cluster.leader_of("q", 0)
+    follower = next(b for b in cluster.brokers if b != leader)
+    clients = Clients()
+    producer = await clients.connect(cluster.brokers[leader][0].tcp)
+    await producer.send(Mpub("q", tuple(b"m%d" % n for n in range(10)), partition=0))
+    assert ok(await next_frame(producer))
+    consumer = await clients.connect(cluster.brokers[leader][0].tcp)
+    await consumer.send(Sub("q", "c", partition=0), Rdy(10))
+    assert ok(await next_frame(consumer))
+    messages = [await next_message(consumer) for _ in range(10)]
+    finished = [m for m in messages if int(m.body[1:]) % 3 != 2]  # 7 finished, 3 in flight
+    await consumer.send(*(Fin(m.id) for m in finished))
+    follower_broker = cluster.brokers[follower][0].broker
+
+    def shipped() -> bool:
+        channel = follower_broker.topics["q"].partitions[0].channels.get("c")
+        if channel is None or not isinstance(channel.cursor, ChannelCursor):
+            return False
+        cursor = channel.cursor
+        return all(cursor.is_finished(int.from_bytes(m.id[:8], "big")) for m in finished)
+
+    await cluster.until(shipped)
+    cluster.brokers[leader][1].cancel()
+    del cluster.brokers[leader]
+    await cluster.until(lambda: cluster.leader_of("q", 0) == follower)
+    await cluster.until(
+        lambda: isinstance(cluster.manager(follower).roles.get(("q", 0)), LeaderRole)
+    )
+    again = await clients.connect(cluster.brokers[follower][0].tcp)
+    await again.send(Sub("q", "c", partition=0), Rdy(10))
+    assert ok(await next_frame(again))
+    redelivered = sorted(m.body for m in [await next_message(again) for _ in range(3)])
+    assert redelivered == [b"m2", b"m5", b"m8"]
+    assert await quiet(again, 0.5) == []
+    await clients.close_all()
+    for _, scope in cluster.brokers.values():
+        scope.cancel()
+
+
+async def _raw_reply(address: tuple[str, int], command: bytes) -> bytes:
+    """The first frame's bytes after the magic and ``command`` (what Go clients parse)."""
+    stream = await trio.open_tcp_stream(*address)
+    async with stream:
+        await stream.send_all(b"  V2" + command)
+        data = b""
+        with trio.fail_after(5):
+            while len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], "big"):
+                chunk = await stream.receive_some(1024)
+                assert chunk, data
+                data += chunk
+        return data[: 4 + int.from_bytes(data[:4], "big")]
+
+
+async def test_youzan_error_frames_byte_for_byte(
+    etcd: EtcdServer, cluster_id: str, nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """What Youzan's go-nsq TopicProducerMgr reacts to: error frames (type 1) whose
+    text is the code and a space, for PUB on a follower and below min_isr."""
+    cluster = Cluster(etcd, cluster_id, nursery, tmp_path)
+    await cluster.with_topic("y", TopicMeta(1, 2, min_isr=2), ("a", "b"))
+    leader = cluster.leader_of("y", 0)
+    follower = next(b for b in cluster.brokers if b != leader)
+    pub = b"PUB y 0\n\x00\x00\x00\x01x"
+    assert await _raw_reply(cluster.brokers[follower][0].tcp, pub) == (
+        b"\x00\x00\x00\x1b\x00\x00\x00\x01E_FAILED_ON_NOT_LEADER "
+    )
+    assert (
+        await _raw_reply(cluster.brokers[leader][0].tcp, pub)
+        == b"\x00\x00\x00\x06\x00\x00\x00\x00OK"
+    )
+    # the follower goes: one in-sync replica left, min_isr 2: not writable
+    cluster.brokers[follower][1].cancel()
+    del cluster.brokers[follower]
+    await cluster.until(lambda: cluster.coordinator.view.partitions["y", 0].isr == (leader,))
+    await cluster.until(lambda: len(cluster.manager(leader).roles["y", 0].state.isr) == 1)
+    assert await _raw_reply(cluster.brokers[leader][0].tcp, pub) == (
+        b"\x00\x00\x00\x1d\x00\x00\x00\x01E_FAILED_ON_NOT_WRITABLE "
+    )
+    for _, scope in cluster.brokers.values():
+        scope.cancel()
+
+
+async def test_plain_clients_publish_and_consume_through_every_leading_broker(
+    etcd: EtcdServer, cluster_id: str, nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """A plain NSQ client (no partition: pynsq, go-nsq) sent by lookupd to any
+    producer of a replicated topic: PUB, HTTP /pub and SUB go to the lowest
+    partition that broker leads, not to partition 0, which another broker leads."""
+    cluster = Cluster(etcd, cluster_id, nursery, tmp_path)
+    await cluster.with_topic("plain", TopicMeta(4, 2), ("a", "b"))
+    clients = Clients()
+    for broker_id, (addresses, _) in cluster.brokers.items():
+        lowest = min(p for p in range(4) if cluster.leader_of("plain", p) == broker_id)
+        log = addresses.broker.topics["plain"].partitions[lowest].log
+        before = log.next_id
+        producer = await clients.connect(addresses.tcp)
+        await producer.send(Pub("plain", broker_id.encode()))
+        assert ok(await next_frame(producer))  # unfixed: E_FAILED_ON_NOT_LEADER on one
+        assert addresses.http is not None
+        async with httpx.AsyncClient() as http:
+            reply = await http.post(
+                f"http://127.0.0.1:{addresses.http[1]}/pub?topic=plain", content=b"http"
+            )
+        assert reply.status_code == 200, reply.text
+        assert log.next_id == before + 2
+        consumer = await clients.connect(addresses.tcp)
+        await consumer.send(Sub("plain", "c"), Rdy(10))
+        assert ok(await next_frame(consumer))
+        bodies = sorted([(await next_message(consumer)).body for _ in range(2)])
+        assert bodies == sorted([broker_id.encode(), b"http"])
+    await clients.close_all()
+    for _, scope in cluster.brokers.values():
+        scope.cancel()
