@@ -12,7 +12,7 @@ import enum
 import hashlib
 import socket
 import zlib
-from typing import TYPE_CHECKING, Final, TypedDict, Unpack
+from typing import TYPE_CHECKING, Final, Self, TypedDict, Unpack
 
 import attrs
 
@@ -98,12 +98,22 @@ def with_default_port(address: str, port: int) -> tuple[str, int]:
 
 
 class Listeners:
-    """The TCP and HTTP addresses of a broker's or a lookupd's configuration, split."""
+    """What a broker's and a lookupd's configurations share: their making from the
+    options the command lines resolve, and their TCP and HTTP addresses, split."""
 
     __slots__ = ()
 
     tcp_address: str
     http_address: str
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, object]) -> Self:
+        """Build from field name -> value (what the command lines resolve).
+
+        Raises:
+            TypeError: a name that is not a field.
+        """
+        return cls(**options)
 
     @property
     def tcp_host_port(self) -> tuple[str, int]:
@@ -281,15 +291,6 @@ class NsqdConfig(Listeners):
     snappy: bool = True
 
     enable_experiment: tuple[str, ...] = ()
-
-    @classmethod
-    def from_options(cls, options: Mapping[str, object]) -> NsqdConfig:
-        """Build from field name -> value (what the command lines resolve).
-
-        Raises:
-            TypeError: a name that is not a field.
-        """
-        return cls(**options)  # type: ignore[arg-type]
 
     @classmethod
     def loopback(cls, **changes: Unpack[NsqdOptions]) -> NsqdConfig:

@@ -11,8 +11,6 @@ from ..config import LOG_LEVELS, ConfigError, Listeners, split_host_port
 from ..config_values import address_text, checked_fields, seconds
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
     from ..addresses import Address
 
 __all__ = ["LookupdConfig", "LookupdOptions"]
@@ -52,15 +50,6 @@ class LookupdConfig(Listeners):
     def etcd_urls(self) -> tuple[str, ...]:
         """``etcd_endpoints`` with comma-separated values split."""
         return tuple(url for given in self.etcd_endpoints for url in given.split(",") if url)
-
-    @classmethod
-    def from_options(cls, options: Mapping[str, object]) -> LookupdConfig:
-        """Build from field name -> value (what the command lines resolve).
-
-        Raises:
-            TypeError: a name that is not a field.
-        """
-        return cls(**options)  # type: ignore[arg-type]
 
     @classmethod
     def loopback(cls, **changes: Unpack[LookupdOptions]) -> LookupdConfig:
