@@ -37,6 +37,7 @@ __all__ = [
     "NsqdConfig",
     "NsqdOptions",
     "TlsRequired",
+    "check_addresses",
     "default_node_id",
     "split_host_port",
     "with_default_port",
@@ -95,6 +96,24 @@ def with_default_port(address: str, port: int) -> tuple[str, int]:
     if not colon or bracketed_without_port or (host.count(":") and not host.startswith("[")):
         return address.strip("[]") or "0.0.0.0", port  # noqa: S104 - every interface
     return split_host_port(address)
+
+
+def check_addresses(*given: tuple[str, str, bool]) -> None:
+    """Each ``(flag, address, optional)`` names a ``host:port`` (or nothing, when
+    optional).
+
+    Raises:
+        ConfigError: one line naming the first flag that does not.
+    """
+    for flag, address, optional in given:
+        if optional and not address:
+            continue
+        try:
+            split_host_port(address)
+        except ValueError:
+            raise ConfigError(
+                f"--{flag} must be <addr>:<port> with a port in [0,65535], got {address!r}"
+            ) from None
 
 
 class Listeners:
@@ -355,19 +374,11 @@ class NsqdConfig(Listeners):
         Raises:
             ConfigError: one line naming the flag and the offending value.
         """
-        for flag, address, optional in (
+        check_addresses(
             ("tcp-address", self.tcp_address, False),
             ("http-address", self.http_address, True),
             ("https-address", self.https_address, True),
-        ):
-            if optional and not address:
-                continue
-            try:
-                split_host_port(address)
-            except ValueError:
-                raise ConfigError(
-                    f"--{flag} must be <addr>:<port> with a port in [0,65535], got {address!r}"
-                ) from None
+        )
         self._validate_tubemq()
         if not 0 <= self.node_id < 1024:
             raise ConfigError(f"--node-id must be in [0,1024), got {self.node_id}")
