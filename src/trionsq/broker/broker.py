@@ -41,7 +41,8 @@ if TYPE_CHECKING:
     from ..config import NsqdConfig
     from ..protocol.commands import OffsetSpec
     from ..queues.record import Record
-    from .channel import Channel, Consumer
+    from .channel import Channel
+    from .consumers import Consumer
     from .driver import ChannelDriver, DriverFactory, Outbox
     from .replication import ReplicationHook
     from .statistics import ClientStatistics

@@ -36,7 +36,7 @@ from ..queues.cursor import ChannelCursor
 from ..queues.deferred import DeferredQueue
 from ..queues.inflight import InFlightTable
 from .channel_ttl import ChannelTtl
-from .consumers import Consumer, Delivery
+from .consumers import Consumer, Delivery  # handed on too: long imported from here
 from .latency import LatencyWindow
 from .partition_owner import PartitionOwner
 from .statistics import ChannelStatistics
