@@ -53,7 +53,7 @@ class GroupLearner(Protocol):
 
 
 class GroupHost(Protocol):
-    """What the coordinator reads of the broker: its topics, the channels' runners
+    """What the coordinator reads of the broker: its topics, the channels' drivers
     (to reach their consumers' outboxes), the rebalance delay, and where events go
     (the broker, without the coordinator depending on it)."""
 
@@ -62,9 +62,8 @@ class GroupHost(Protocol):
         """Every topic, by name."""
         ...
 
-    @property
-    def runners(self) -> Mapping[tuple[str, int, str], ChannelDriver]:
-        """The running channels, by (topic, partition, channel)."""
+    def driver(self, topic_name: str, partition: int, channel_name: str) -> ChannelDriver | None:
+        """The task driving that channel, if one runs."""
         ...
 
     @property
@@ -122,7 +121,7 @@ class GroupCoordinator:
         if found is None:
             return
         for partition in found.partitions:
-            runner = self._broker.runners.get((topic, partition.index, channel_name))
+            runner = partition.drivers.get(channel_name)
             if runner is None:
                 continue
             for consumer in list(runner.channel.consumers.values()):
@@ -133,7 +132,7 @@ class GroupCoordinator:
     def _tell_owner(self, channel: Channel) -> None:
         """The new owner's connections hear that it owns the partition now (those that
         asked): what comes next starts where the channel stands."""
-        runner = self._broker.runners.get((channel.topic, channel.partition, channel.name))
+        runner = self._broker.driver(channel.topic, channel.partition, channel.name)
         if runner is None:
             return
         owner = channel.group.owner
