@@ -11,6 +11,8 @@ goes out when nothing else did for a while, so a silent follower is noticed.
 from __future__ import annotations
 
 import logging
+from bisect import bisect_right
+from operator import attrgetter
 from typing import TYPE_CHECKING, Final
 
 import trio
@@ -42,6 +44,7 @@ READ: Final = 1 << 16
 BATCH_RECORDS: Final = 2048
 BATCH_BYTES: Final = 1 << 20
 """Most records and bytes per RECORDS frame."""
+_end: Final = attrgetter("end")
 
 
 async def _receive(stream: trio.SocketStream, reader: FrameReader) -> list[object]:
@@ -155,9 +158,9 @@ async def _send(
         if position < partition_log.next_id:
             records = await _read(role, position)
             if records:
+                records, data = role.shipment(records)
                 first = records[0]
                 epoch = role.files.history.epoch_at(first.internal_id)
-                data = role.encoded(records)
                 sent_commit = role.progress.committed
                 frame = Records(epoch, sent_commit, first.internal_id, first.offset, data)
                 await stream.send_all(encode(frame))
@@ -190,9 +193,7 @@ async def _read(role: LeaderRole, position: int) -> list[Record]:
     else:
         records = partition_log.read(position, count)
     records = records[:count]
-    total = 0
-    for index, record in enumerate(records):
-        total += record.raw_size
-        if total > BATCH_BYTES and index:
-            return records[:index]
-    return records
+    if not records:
+        return records
+    fits = bisect_right(records, records[0].offset + BATCH_BYTES, key=_end)
+    return records[: max(fits, 1)]
