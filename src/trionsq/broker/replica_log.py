@@ -61,7 +61,7 @@ def append_copies(
     if broker.storage is not None:
         broker.storage.appended(partition.log, len(records))
     window = broker.config.idempotency_window
-    if window > 0:
+    if window > 0 and idempotence.may_hold_keys(data):
         table = idempotence.remember_copies(partition.idempotence, window, records)
         partition.idempotence = idempotence.journaled(table, partition.log, window)
 

@@ -2,10 +2,12 @@
 
 One connection per follower and partition: FOLLOW and START until the follower
 knows where its log agrees with the leader's (epochs.py), its ACK of that point,
-then RECORDS as the log grows (from memory, or from the segment files in a worker
-thread when the follower is behind the tail cache), COMMIT when only the commit end
-moved, and the follower's ACKs back, which move the commit end. A heartbeat COMMIT
-goes out when nothing else did for a while, so a silent follower is noticed.
+then RECORDS as the log grows (the log's own bytes, read back from its segment
+file once for every follower; which records, from memory or, when the follower is
+behind the tail cache, from the files in a worker thread), COMMIT when only the
+commit end moved and no RECORDS carried it within a few milliseconds, and the
+follower's ACKs back, which move the commit end. A heartbeat COMMIT goes out when
+nothing else did for a while, so a silent follower is noticed.
 """
 
 from __future__ import annotations
@@ -44,6 +46,10 @@ READ: Final = 1 << 16
 BATCH_RECORDS: Final = 2048
 BATCH_BYTES: Final = 1 << 20
 """Most records and bytes per RECORDS frame."""
+COMMIT_DELAY: Final = 0.005
+"""Seconds a moved commit end waits for the next RECORDS frame to carry it before it
+goes alone: while publishes flow, the follower is not woken once more per batch
+for it (it needs it only once elected, and START tells it then too)."""
 _end: Final = attrgetter("end")
 
 
@@ -149,9 +155,11 @@ async def _read_acks(
 async def _send(
     stream: trio.SocketStream, role: LeaderRole, position: int, heartbeat: float
 ) -> None:
-    """RECORDS from ``position`` on as the log grows; COMMIT when only that moved."""
+    """RECORDS from ``position`` on as the log grows; COMMIT when only that moved and
+    no RECORDS (which carry it) went for :data:`COMMIT_DELAY`."""
     sent_commit = -1
     sent_state = 0
+    commit_due: float | None = None
     while not role.lost:
         grown = role.grown
         partition_log = role.partition.log
@@ -165,9 +173,18 @@ async def _send(
                 frame = Records(epoch, sent_commit, first.internal_id, first.offset, data)
                 await stream.send_all(encode(frame))
                 position = records[-1].internal_id + 1
+                commit_due = None
                 continue
         if role.progress.committed != sent_commit:
+            now = trio.current_time()
+            if commit_due is None:
+                commit_due = now + COMMIT_DELAY
+            if now < commit_due:
+                with trio.move_on_at(commit_due):
+                    await grown.wait()
+                continue
             sent_commit = role.progress.committed
+            commit_due = None
             await stream.send_all(encode(Commit(sent_commit)))
             continue
         if role.state_version != sent_state:  # caught up: the consumer state too
