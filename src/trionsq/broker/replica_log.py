@@ -3,8 +3,9 @@ and cutting back a tail the leader does not have (docs/replication.md).
 
 A follower appends the leader's records exactly: the bytes the leader's log holds,
 written as they came (checked, not encoded again), hence the same ids, timestamps,
-trace ids, headers, DPUB times and offsets. Keys of ``##idempotency_key`` headers are remembered as the leader
-remembered them, so a publish retried after a failover is still stored once.
+trace ids, headers, DPUB times and offsets. Keys of ``##idempotency_key`` headers
+are remembered as the leader remembered them, so a publish retried after a
+failover is still stored once.
 """
 
 from __future__ import annotations
