@@ -9,6 +9,7 @@ the channels' routers after a publish.
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import TYPE_CHECKING, Final, Protocol
 
 import attrs
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
     from .rate_limits import PublishLimit, RateLimit
 
 __all__ = ["ChannelFiles", "Partition", "Topic", "TopicStatistics", "Topics"]
+
+_body: Final[Callable[[Record], bytes]] = attrgetter("body")
 
 
 class Topics(Protocol):
@@ -277,13 +280,24 @@ class Partition:
             exts=exts,
             deliver_at=deliver_at,
         )
+        self._appended(records, sum(map(len, bodies)))
+        return records
+
+    def append_copies(self, data: bytes, records: list[Record]) -> None:
+        """Append a replica's copies of its leader's records, ``data`` their bytes
+        (broker/replica_log.py checked that they continue the log), as
+        :meth:`publish` appends a batch."""
+        self.log.append_verbatim(data, records)
+        self._appended(records, sum(map(len, map(_body, records))))
+
+    def _appended(self, records: list[Record], body_bytes: int) -> None:
+        """Count what was appended and offer it to the ephemeral channels' feeds."""
         self.message_count += len(records)
-        self.message_bytes += sum(map(len, bodies))
+        self.message_bytes += body_bytes
         if not self.paused:
             for channel in self.channels.values():
                 if channel.feed is not None:
                     self._offer(channel.feed, records)
-        return records
 
     def held(self) -> int:
         """Messages the topic itself holds: all, with no channel; since the pause, paused."""
