@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
     from ..queues.partition_log import PartitionLog
     from ..queues.record import Record as Record  # the publish result, for transports
+    from .driver import ChannelDriver
     from .holds import ReaderHold
     from .idempotence import IdempotenceTable
     from .latency import LatencySettings
@@ -108,6 +109,10 @@ class Partition:
         """E2e latency tracking every channel of this partition gets (None: off)."""
         self.log: PartitionLog = log if log is not None else MemoryLog()
         self.channels: dict[str, Channel] = {}
+        self.drivers: dict[str, ChannelDriver] = {}
+        """The task driving each channel that has one (the broker starts it when the
+        channel first gets a consumer), by channel name; it goes with its channel
+        (:meth:`delete_channel`): the one registry of drivers (``Broker.driver``)."""
         self.paused = False
         self.pause_from: int | None = None
         """While paused with channels: the first id the topic holds back from them."""
@@ -203,6 +208,7 @@ class Partition:
         a paused topic held back stays in the topic.
         """
         channel = self.channels.pop(name, None)
+        self.drivers.pop(name, None)
         if channel is not None and not self.channels:
             held_from = self.pause_from if self.paused else None
             target = self.log.next_id if held_from is None else held_from
