@@ -27,6 +27,7 @@ from idempotent_publish import (
     BATCH,
     BODY,
     Publisher,
+    cpu_seconds,
 )  # a sibling script: benchmarks/ is on sys.path
 from trionsq.cluster.etcd_process import start_etcd
 from trionsq.cluster.local_cluster import LocalCluster
@@ -120,6 +121,49 @@ def throughput(publisher: Publisher, batch: bytes, batches: int, window: int) ->
     return batches * BATCH / (time.perf_counter() - start)
 
 
+def measured(
+    publisher: Publisher, batch: bytes, batches: int, window: int, pids: dict[str, int]
+) -> tuple[float, dict[str, float]]:
+    """Messages per second, and each broker's CPU µs a message (``pids``: by role),
+    what compares on a shared machine."""
+    before = {role: cpu_seconds(pid) for role, pid in pids.items()}
+    rate = throughput(publisher, batch, batches, window)
+    count = batches * BATCH
+    return rate, {
+        role: (cpu_seconds(pid) - before[role]) / count * 1e6 for role, pid in pids.items()
+    }
+
+
+def roles(cluster: LocalCluster, leader_tcp: str) -> dict[str, int]:
+    """Each broker's pid by its role for ``rep``/0: leader, follower1, follower2."""
+    found: dict[str, int] = {}
+    followers = 0
+    for broker in cluster.brokers:
+        assert broker.process is not None  # noqa: S101 - started
+        if leader_tcp.endswith(f":{broker.tcp_port}"):
+            found["leader"] = broker.process.pid
+        else:
+            followers += 1
+            found[f"follower{followers}"] = broker.process.pid
+    return found
+
+
+def show_rounds(rates: dict[str, list[float]], costs: dict[str, list[dict[str, float]]]) -> None:
+    """Each round's rate, replicated / plain and CPU µs a message of each broker."""
+    for number, (plain, replicated) in enumerate(
+        zip(rates["plain"], rates["replicated"], strict=True)
+    ):
+        cpu = {
+            kind: " ".join(f"{role} {value:.2f}" for role, value in costs[kind][number].items())
+            for kind in costs
+        }
+        print(
+            f"  round {number + 1}: plain {plain:,.0f} msg/s ({cpu['plain']} µs)"
+            f" | replicated {replicated:,.0f} msg/s ({cpu['replicated']} µs)"
+            f" | {replicated / plain:.2f}x"
+        )
+
+
 def round_trips(publisher: Publisher, command: bytes, count: int) -> list[float]:
     times = []
     for _ in range(count):
@@ -135,6 +179,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--window", type=int, default=8)
     parser.add_argument("--pubs", type=int, default=2000)
+    parser.add_argument(
+        "--skip-extras", action="store_true", help="MPUB rounds only (no PUB latency, no catch-up)"
+    )
     arguments = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="trionsq-replication-") as name:
         directory = Path(name)
@@ -151,31 +198,35 @@ def main() -> None:
             throughput(publisher, plain, 20, arguments.window)  # warm both up
             throughput(publisher, replicated, 20, arguments.window)
             rates: dict[str, list[float]] = {"plain": [], "replicated": []}
+            costs: dict[str, list[dict[str, float]]] = {"plain": [], "replicated": []}
+            pids = roles(cluster, address)
             for _ in range(arguments.rounds):
-                rates["plain"].append(
-                    throughput(publisher, plain, arguments.batches, arguments.window)
-                )
-                rates["replicated"].append(
-                    throughput(publisher, replicated, arguments.batches, arguments.window)
-                )
-            pub_plain = encode_command(Pub("plain", BODY))
-            pub_replicated = encode_command(Pub("rep", BODY, partition=0))
-            latencies = {
-                "plain": round_trips(publisher, pub_plain, arguments.pubs),
-                "replicated": round_trips(publisher, pub_replicated, arguments.pubs),
-            }
+                for kind, batch in (("plain", plain), ("replicated", replicated)):
+                    rate, cpu = measured(
+                        publisher, batch, arguments.batches, arguments.window, pids
+                    )
+                    rates[kind].append(rate)
+                    costs[kind].append(cpu)
+            latencies: dict[str, list[float]] = {}
+            if not arguments.skip_extras:
+                pub_plain = encode_command(Pub("plain", BODY))
+                pub_replicated = encode_command(Pub("rep", BODY, partition=0))
+                latencies["plain"] = round_trips(publisher, pub_plain, arguments.pubs)
+                latencies["replicated"] = round_trips(publisher, pub_replicated, arguments.pubs)
             publisher.close()
             isr = in_sync(cluster)
-            catch_up = wiped_follower_catch_up(cluster, address)
+            if not arguments.skip_extras:
+                megabytes, seconds = wiped_follower_catch_up(cluster, address)
+                print(
+                    f"a follower killed, wiped and restarted caught up {megabytes:.1f} MB and"
+                    f" rejoined the ISR in {seconds:.2f} s: {megabytes / seconds:.1f} MB/s"
+                )
         finally:
             cluster.stop()
             etcd.stop()
     print(f"ISR of rep/0 at the end: {isr} (every acknowledged batch waited for all of them)")
-    megabytes, seconds = catch_up
-    print(
-        f"a follower killed, wiped and restarted caught up {megabytes:.1f} MB and rejoined the"
-        f" ISR in {seconds:.2f} s: {megabytes / seconds:.1f} MB/s"
-    )
+    print(f"MPUB b{BATCH}, {arguments.window} batches in flight, broker CPU µs a message:")
+    show_rounds(rates, costs)
     best = {kind: max(values) for kind, values in rates.items()}
     for kind, values in rates.items():
         print(

@@ -163,6 +163,7 @@ PyDoc_STRVAR(decode_run_doc,
 "damaged one (damaged True, at pointing to it). Checksums are verified with the\n"
 "GIL released.");
 
+/* A FASTCALL entry as every one here: its argument checks repeat by design (no varargs parsing on a hot call). */
 static PyObject *decode_run(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 8) {

@@ -618,6 +618,7 @@ PyDoc_STRVAR(keyed_chunks_doc,
 "(partition, messages, parts) of at most batch_size messages, partition by\n"
 "partition, rows in order.");
 
+/* A FASTCALL entry as every one here: its argument checks repeat by design (no varargs parsing on a hot call). */
 static PyObject *keyed_chunks(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 10) {

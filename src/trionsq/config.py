@@ -12,7 +12,7 @@ import enum
 import hashlib
 import socket
 import zlib
-from typing import TYPE_CHECKING, Final, TypedDict, Unpack
+from typing import TYPE_CHECKING, Final, Self, TypedDict, Unpack
 
 import attrs
 
@@ -37,6 +37,7 @@ __all__ = [
     "NsqdConfig",
     "NsqdOptions",
     "TlsRequired",
+    "check_addresses",
     "default_node_id",
     "split_host_port",
     "with_default_port",
@@ -97,13 +98,41 @@ def with_default_port(address: str, port: int) -> tuple[str, int]:
     return split_host_port(address)
 
 
+def check_addresses(*given: tuple[str, str, bool]) -> None:
+    """Each ``(flag, address, optional)`` names a ``host:port`` (or nothing, when
+    optional).
+
+    Raises:
+        ConfigError: one line naming the first flag that does not.
+    """
+    for flag, address, optional in given:
+        if optional and not address:
+            continue
+        try:
+            split_host_port(address)
+        except ValueError:
+            raise ConfigError(
+                f"--{flag} must be <addr>:<port> with a port in [0,65535], got {address!r}"
+            ) from None
+
+
 class Listeners:
-    """The TCP and HTTP addresses of a broker's or a lookupd's configuration, split."""
+    """What a broker's and a lookupd's configurations share: their making from the
+    options the command lines resolve, and their TCP and HTTP addresses, split."""
 
     __slots__ = ()
 
     tcp_address: str
     http_address: str
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, object]) -> Self:
+        """Build from field name -> value (what the command lines resolve).
+
+        Raises:
+            TypeError: a name that is not a field.
+        """
+        return cls(**options)
 
     @property
     def tcp_host_port(self) -> tuple[str, int]:
@@ -283,15 +312,6 @@ class NsqdConfig(Listeners):
     enable_experiment: tuple[str, ...] = ()
 
     @classmethod
-    def from_options(cls, options: Mapping[str, object]) -> NsqdConfig:
-        """Build from field name -> value (what the command lines resolve).
-
-        Raises:
-            TypeError: a name that is not a field.
-        """
-        return cls(**options)  # type: ignore[arg-type]
-
-    @classmethod
     def loopback(cls, **changes: Unpack[NsqdOptions]) -> NsqdConfig:
         """Every listener on 127.0.0.1 with a free port, in memory unless a
         ``data_path`` is given, delivering at once and sending heartbeats daily unless
@@ -354,19 +374,11 @@ class NsqdConfig(Listeners):
         Raises:
             ConfigError: one line naming the flag and the offending value.
         """
-        for flag, address, optional in (
+        check_addresses(
             ("tcp-address", self.tcp_address, False),
             ("http-address", self.http_address, True),
             ("https-address", self.https_address, True),
-        ):
-            if optional and not address:
-                continue
-            try:
-                split_host_port(address)
-            except ValueError:
-                raise ConfigError(
-                    f"--{flag} must be <addr>:<port> with a port in [0,65535], got {address!r}"
-                ) from None
+        )
         self._validate_tubemq()
         if not 0 <= self.node_id < 1024:
             raise ConfigError(f"--node-id must be in [0,1024), got {self.node_id}")

@@ -23,7 +23,7 @@ import functools
 import logging
 import secrets
 import ssl
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Required, TypedDict, Unpack
 
 import trio
 
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_REPLY_BYTES",
     "MAX_REQUESTS_AT_ONCE",
+    "AuthQuery",
     "AuthServerError",
     "AuthUnavailableError",
     "query_auth_server",
@@ -154,26 +155,31 @@ async def query_one_auth_server(
         raise AuthServerError(address, f"{type(exc).__name__}: {exc}") from exc
 
 
+class AuthQuery(TypedDict, total=False):
+    """What :func:`query_auth_server` asks each server: :func:`query_one_auth_server`'s
+    keywords, whose defaults stand there alone."""
+
+    remote_ip: Required[str]
+    tls: Required[bool]
+    secret: Required[str | bytes]
+    common_name: str
+    method: str
+    connect_timeout: float
+    request_timeout: float
+    ssl_context: ssl.SSLContext | None
+
+
 async def query_auth_server(
-    addresses: Sequence[str],
-    *,
-    remote_ip: str,
-    tls: bool,
-    secret: str | bytes,
-    common_name: str = "",
-    method: str = "get",
-    connect_timeout: float = 2.0,
-    request_timeout: float = 5.0,
-    ssl_context: ssl.SSLContext | None = None,
-    start: int | None = None,
+    addresses: Sequence[str], *, start: int | None = None, **query: Unpack[AuthQuery]
 ) -> AuthState:
     """nsqd's ``QueryAnyAuthd``: the first valid reply among ``addresses``.
 
     Servers are tried one after another from index ``start`` (random when None, as
-    nsqd, to spread load) round the list. ``ssl_context`` is for https addresses;
-    the default is the system's trust store.
+    nsqd, to spread load) round the list, each asked :func:`query_one_auth_server`
+    with ``query``. ``ssl_context`` is for https addresses; the default is the
+    system's trust store.
     """
-    _check_method(method)
+    _check_method(query.get("method", "get"))
     count = len(addresses)
     first = secrets.randbelow(count) if start is None and count else (start or 0)
     failures: list[AuthServerError] = []
@@ -181,17 +187,7 @@ async def query_auth_server(
         for step in range(count):
             address = addresses[(first + step) % count]
             try:
-                return await query_one_auth_server(
-                    address,
-                    remote_ip=remote_ip,
-                    tls=tls,
-                    secret=secret,
-                    common_name=common_name,
-                    method=method,
-                    connect_timeout=connect_timeout,
-                    request_timeout=request_timeout,
-                    ssl_context=ssl_context,
-                )
+                return await query_one_auth_server(address, **query)
             except AuthServerError as failure:
                 log.debug("%s", failure)
                 failures.append(failure)

@@ -41,7 +41,8 @@ if TYPE_CHECKING:
     from ..config import NsqdConfig
     from ..protocol.commands import OffsetSpec
     from ..queues.record import Record
-    from .channel import Channel, Consumer
+    from .channel import Channel
+    from .consumers import Consumer
     from .driver import ChannelDriver, DriverFactory, Outbox
     from .replication import ReplicationHook
     from .statistics import ClientStatistics
@@ -65,7 +66,8 @@ class ConnectedClient(Protocol):
 
 
 class Broker:
-    """Topics, channels and their runners, and the connected clients."""
+    """Topics, channels and their drivers (each kept by its partition), and the
+    connected clients."""
 
     def __init__(
         self,
@@ -87,7 +89,6 @@ class Broker:
         self.storage = storage
         """Where durable partitions keep their logs and channels their positions."""
         self.topics: dict[str, Topic] = {}
-        self.runners: dict[tuple[str, int, str], ChannelDriver] = {}
         self.clients: dict[int, ConnectedClient] = {}
         """TCP connections by client id, in connection order (/stats producers, clients)."""
         percentiles = tuple(config.e2e_processing_latency_percentiles)
@@ -188,8 +189,8 @@ class Broker:
         if topic is not None:
             if ext and not topic.ext:
                 topic.ext = True
-                for (topic_name, _, _), runner in self.runners.items():
-                    if topic_name == name:
+                for partition in topic.partitions:
+                    for runner in partition.drivers.values():
                         for outbox in runner.outboxes.values():
                             outbox.topic_now_ext()
             if partitions > len(topic.partitions):
@@ -318,14 +319,15 @@ class Broker:
         if deliver_at and records and not partition.paused:
             self._defer_at_publish(partition, records, deliver_at)
         ttl = partition.ttl.active and records
+        drivers = partition.drivers
         for name, channel in partition.channels.items():
             if ttl:  # they leave when they expire, read or not (channel_ttl.py)
                 channel.ttl_arrived(records, in_order=True)
-                runner = self.runners.get((topic_name, partition_index, name))
+                runner = drivers.get(name)
                 if runner is not None:
                     runner.deadline_changed()
             if channel.consumers:  # a channel nobody reads is woken when someone subscribes
-                self.runners[(topic_name, partition_index, name)].wake()
+                drivers[name].wake()
         count = self._since_release.get(topic_name, 0) + len(records)
         if count >= RELEASE_EVERY:
             partition.release()
@@ -419,7 +421,7 @@ class Broker:
                 continue  # an ephemeral feed holds it and defers it when read
             for record in records:
                 channel.defer_ahead(record, due, now=now, wall_ns=wall)
-            runner = self.runners.get((partition.topic, partition.index, name))
+            runner = partition.drivers.get(name)
             if runner is not None:
                 runner.deadline_changed()
 
@@ -430,6 +432,13 @@ class Broker:
         replication = self.replication
         led = replication.default_partition(topic) if replication is not None else None
         return lowest if led is None else led
+
+    def driver(self, topic_name: str, partition: int, channel_name: str) -> ChannelDriver | None:
+        """The task driving that channel, if one runs (kept in ``Partition.drivers``)."""
+        topic = self.topics.get(topic_name)
+        if topic is None or not 0 <= partition < len(topic.partitions):
+            return None
+        return topic.partitions[partition].drivers.get(channel_name)
 
     async def subscribe(
         self,
@@ -464,8 +473,7 @@ class Broker:
 
     async def _runner(self, topic_name: str, partition: int, channel_name: str) -> ChannelDriver:
         """The channel's runner, creating channel and runner (in the broker nursery)."""
-        key = (topic_name, partition, channel_name)
-        runner = self.runners.get(key)
+        runner = self.driver(topic_name, partition, channel_name)
         if runner is None:
             partitions = self.topic(topic_name).partitions
             new_here = channel_name not in partitions[partition].channels
@@ -482,7 +490,7 @@ class Broker:
                 dead_letters=self.dead_letter_mover.notify,
                 wall_clock=self.wall_clock,
             )
-            self.runners[key] = runner
+            partitions[partition].drivers[channel_name] = runner
             await self._nursery.start(runner.run)
         return runner
 
@@ -495,7 +503,7 @@ class Broker:
         if consumer is not None and consumer.member is not None:
             self.group_coordinator.left(channel, consumer.member)
         key = (channel.topic, channel.partition, channel.name)
-        if self.runners.get(key) is not runner:  # the channel was deleted meanwhile
+        if self.driver(*key) is not runner:  # the channel was deleted meanwhile
             return
         runner.wake()
         if is_ephemeral(channel.name) and not channel.consumers:
@@ -510,7 +518,9 @@ class Broker:
         back as duplicates after the restart; a rolling restart with this grace
         loses none of them.
         """
-        runners = list(self.runners.values())
+        runners = [
+            d for t in self.topics.values() for p in t.partitions for d in p.drivers.values()
+        ]
         for runner in runners:
             runner.channel.draining = True
         holding = sum(len(runner.channel.in_flight) for runner in runners)
@@ -529,13 +539,14 @@ class Broker:
 
         An ephemeral topic left without channels goes too.
         """
-        key = (topic_name, partition, channel_name)
-        runner = self.runners.pop(key, None)
+        topic = self.topics.get(topic_name)
+        runner = None
+        if topic is not None and 0 <= partition < len(topic.partitions):
+            runner = topic.partitions[partition].drivers.pop(channel_name, None)
         if runner is not None:
             runner.cancel_scope.cancel()
             for outbox in list(runner.outboxes.values()):
                 outbox.close()
-        topic = self.topics.get(topic_name)
         if topic is None:
             return None
         channel = topic.partitions[partition].delete_channel(channel_name)
@@ -720,7 +731,7 @@ class Broker:
                 continue
             for partition in topic.partitions:
                 for channel_name in list(partition.channels):
-                    if (name, partition.index, channel_name) not in self.runners:
+                    if channel_name not in partition.drivers:
                         await self._runner(name, partition.index, channel_name)
 
     def set_dead_letter(
@@ -768,7 +779,7 @@ class Broker:
     def _wake(self, channel: Channel) -> None:
         """An admin change to ``channel`` (empty, pause, offset): route, and persist."""
         self._state_changed()
-        runner = self.runners.get((channel.topic, channel.partition, channel.name))
+        runner = self.driver(channel.topic, channel.partition, channel.name)
         if runner is not None:
             runner.wake()
             runner.deadline_changed()

@@ -32,16 +32,13 @@ import random
 from collections import deque
 from typing import TYPE_CHECKING, Final
 
-import attrs
-
 from ..queues.cursor import ChannelCursor
 from ..queues.deferred import DeferredQueue
 from ..queues.inflight import InFlightTable
-from ..queues.record import Record
 from .channel_ttl import ChannelTtl
+from .consumers import Consumer, Delivery  # handed on too: long imported from here
 from .latency import LatencyWindow
 from .partition_owner import PartitionOwner
-from .rate_limits import RateLimit
 from .statistics import ChannelStatistics
 
 if TYPE_CHECKING:
@@ -51,7 +48,9 @@ if TYPE_CHECKING:
     from ..queues.delivery_journal import DeliveryJournal
     from ..queues.ephemeral import EphemeralFeed
     from ..queues.partition_log import PartitionLog
+    from ..queues.record import Record
     from .latency import LatencySettings
+    from .rate_limits import RateLimit
     from .ttl import TopicTtl
 
 __all__ = ["Channel", "Consumer", "Delivery"]
@@ -69,51 +68,6 @@ PARK_AFTER: Final = 60.0
 with a delay) in its delay store instead of holding its confirmed position back
 until then; shorter ones stay in the cursor's state as before (cheap, and they
 pin segments for a minute at most)."""
-
-
-@attrs.define(eq=False)
-class Consumer:
-    """One subscribed connection, as the channel sees it."""
-
-    client_id: int
-    msg_timeout: float
-    """Seconds a delivered message stays in flight before it is requeued."""
-    tag: str | None = None
-    """``desired_tag`` on an ext topic (tag dispatch); None: untagged."""
-    sample_rate: int = 0
-    """1..99: deliver about that percentage, drop the rest for this channel."""
-    ordered_window: int = 1
-    """SUB_ORDERED: messages of the partition it may hold at once, in order (IDENTIFY
-    ``ordered_window``, trionsq's extension; 1 is Youzan's one at a time)."""
-    max_attempts: int = 0
-    """IDENTIFY ``max_attempts`` (trionsq's extension): the dead-letter bound it asks
-    for while the channel has none of its own (0: none)."""
-    member: str | None = None
-    """IDENTIFY ``group_member`` (trionsq's extension): the consumer-group member this
-    connection belongs to; it gets messages only while its member owns the partition
-    (broker/groups.py). None: an ordinary NSQ consumer."""
-    rate_limit: RateLimit | None = None
-    """IDENTIFY ``max_msgs_per_sec``/``max_bytes_per_sec`` (trionsq's extension): this
-    consumer's own bucket (None: unlimited, nsqd's behaviour)."""
-    rdy: int = 0
-    credit: int | None = None
-    """PULL (trionsq's pull consumption): messages still to send before the consumer
-    asks again; None: RDY's window, renewed by FINs (nsqd's push)."""
-    closing: bool = False
-    message_count: int = 0
-    finish_count: int = 0
-    requeue_count: int = 0
-    timeout_count: int = 0
-
-
-@attrs.define
-class Delivery:
-    """A message on its way to a consumer, with its attempt number.
-
-    Not frozen, for speed only (one per message delivered; see ``Record``)."""
-
-    record: Record
-    attempts: int
 
 
 class Channel(ChannelTtl):
@@ -178,6 +132,26 @@ class Channel(ChannelTtl):
         self.timeout_count = 0
         self.latency = LatencyWindow(latency) if latency is not None else None
         """FIN latencies for /stats; the connection records them (it has the clock)."""
+        self._init_routing()
+        self.saved_confirmed: int | None = None
+        """The confirmed id last written to the channel's state file (durable storage):
+        the log keeps records from there, so a restart never finds its state behind."""
+        self.lost = 0
+        """Unfinished messages recovery could not give back (a damaged log)."""
+        self.finish_count = 0
+        """FINs since start (the admin stream's finish rate; /stats has it per client)."""
+        self._ahead: dict[int, bool] = {}
+        """Ids taken out of order (deferred at publish) that the cursor has not passed,
+        with whether they were finished meanwhile."""
+        ChannelTtl.__init__(self, ttl, journal)
+        self.group = PartitionOwner()
+        """The consumer-group member that consumes this partition (broker/groups.py,
+        broker/partition_owner.py); consumers of other members stand by."""
+        self._init_pacing(rate_limit, delays, park_after)
+        self._rng = rng if rng is not None else random.Random()  # noqa: S311 - sampling, not crypto
+
+    def _init_routing(self) -> None:
+        """The routing pass's state (dispatch/routing.py): what waits, and where."""
         self.requeued: deque[tuple[int, Record]] = deque()
         """Messages put back, each with its gate: the read position the cursor must
         reach before it goes out (what was waiting then goes first), in put order."""
@@ -194,20 +168,13 @@ class Channel(ChannelTtl):
         self.read_on = False
         """The last routing pass took new records from the log: another pass may
         deliver more even if this one delivered nothing (all went to waiting)."""
-        self.saved_confirmed: int | None = None
-        """The confirmed id last written to the channel's state file (durable storage):
-        the log keeps records from there, so a restart never finds its state behind."""
-        self.lost = 0
-        """Unfinished messages recovery could not give back (a damaged log)."""
-        self.finish_count = 0
-        """FINs since start (the admin stream's finish rate; /stats has it per client)."""
-        self._ahead: dict[int, bool] = {}
-        """Ids taken out of order (deferred at publish) that the cursor has not passed,
-        with whether they were finished meanwhile."""
-        ChannelTtl.__init__(self, ttl, journal)
-        self.group = PartitionOwner()
-        """The consumer-group member that consumes this partition (broker/groups.py,
-        broker/partition_owner.py); consumers of other members stand by."""
+        self.turn = 0
+        """Where the next routing pass starts its round-robin over the consumers."""
+
+    def _init_pacing(
+        self, rate_limit: RateLimit | None, delays: DelayStore | None, park_after: float
+    ) -> None:
+        """What paces the channel: its rate limits, and where long deferrals park."""
         self.rate_limit = rate_limit
         """The channel's rate limit (``/channel/rate_limit``), one bucket shared by the
         channel's Channel objects in every partition; None: unlimited."""
@@ -217,15 +184,12 @@ class Channel(ChannelTtl):
         self.refill_at: float | None = None
         """When a bucket that held back the last routing pass has tokens again, while
         there is work: the expiry timer wakes the router then."""
-        self.turn = 0
-        """Where the next routing pass starts its round-robin over the consumers."""
         self.delays = delays
         """Where long deferrals are parked (None: never; see the module docstring)."""
         self.park_after = park_after
         self.parked: set[int] = set()
         """Ids with a live PARK in :attr:`delays`: the cursor counts them finished, so
         whatever ends them in the channel lets them go from the store instead."""
-        self._rng = rng if rng is not None else random.Random()  # noqa: S311 - sampling, not crypto
 
     # ---------------------------------------------------------------- consumers
 

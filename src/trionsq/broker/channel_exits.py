@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from ..queues.delivery_journal import DeliveryJournal
     from ..queues.inflight import InFlightTable
     from ..queues.record import Record
-    from .channel import Consumer, Delivery
+    from .consumers import Consumer, Delivery
 
 __all__ = ["MAX_ATTEMPTS", "ChannelExits"]
 

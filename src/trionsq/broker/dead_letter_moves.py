@@ -13,46 +13,66 @@ any two steps leaves it in one place, or in a state the next start resolves:
 4. the channel lets them go: they are finished in its cursor, which the persister
    writes only after an fsync of the topic's log (``Storage.persist``).
 
-At start (:func:`resolve_moves`), a journaled move whose message the channel still
-holds is looked up at its id in the dead-letter topic's log: there (the crash came
-between 3 and the state write), the channel counts it finished; not there (between 2
-and 3), it leaves again, as does a message a restart brings back at its bound
-(delivered ``max_attempts`` times, then put back by the restart). Those leave before
-the broker serves (:meth:`DeadLetterMover.settle`).
+At start (:func:`.dead_letter_recovery.resolve_moves`), a journaled move whose
+message the channel still holds is looked up at its id in the dead-letter topic's
+log: there (the crash came between 3 and the state write), the channel counts it
+finished; not there (between 2 and 3), it leaves again, as does a message a restart
+brings back at its bound (delivered ``max_attempts`` times, then put back by the
+restart). Those leave before the broker serves (:meth:`DeadLetterMover.settle`).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import trio
 
 from .. import crash_points
 from ..protocol.message import EXT_VERSION_JSON
 from ..queues.delivery_journal import Move
-from .dead_letters import came_from, dead_letter_header
+from .dead_letters import dead_letter_header
 from .health import StorageFault
+from .topic import Topics
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Sequence
 
-    from ..queues.partition_log import PartitionLog
     from ..queues.record import Record
-    from .broker import Broker
     from .channel import Channel
     from .storage import Storage
     from .topic import Topic
 
-__all__ = ["DeadLetterMover", "resolve_moves"]
+__all__ = ["DeadLetterMover", "MoverHost"]
 
 log = logging.getLogger("trionsq")
+
+
+class MoverHost(Topics, Protocol):
+    """What the mover needs of the broker: its topics, and publishing to one (the
+    broker, without the mover depending on it)."""
+
+    def wall_clock(self) -> int:
+        """Unix nanoseconds now: the broker's clock."""
+        ...
+
+    def publish(
+        self,
+        topic_name: str,
+        bodies: Sequence[bytes],
+        timestamp: int,
+        *,
+        ext_version: int = 0,
+        exts: Sequence[bytes] | None = None,
+    ) -> list[Record]:
+        """Append a batch to the topic's first partition."""
+        ...
 
 
 class DeadLetterMover:
     """The broker's one task that moves dead letters (an Event wakes it)."""
 
-    def __init__(self, broker: Broker, storage: Storage | None) -> None:
+    def __init__(self, broker: MoverHost, storage: Storage | None) -> None:
         self._broker = broker
         self._storage = storage if storage is not None and storage.enabled else None
         self._waiting: dict[tuple[str, int, str], Channel] = {}
@@ -187,47 +207,3 @@ class DeadLetterMover:
             error,
         )
         channel.take_back_dead_letters(letters)
-
-
-def resolve_moves(
-    channel: Channel, moves: Iterable[Move], logs: Mapping[tuple[str, int], PartitionLog]
-) -> None:
-    """After a restart: each journaled move of a message ``channel`` still holds is
-    finished if its dead letter is in the target's log, and leaves again if not;
-    then every message restored at the channel's own bound leaves too (blocking
-    reads: at start only)."""
-    unfinished = channel.unfinished
-    latest: dict[int, tuple[Move, int]] = {}
-    for move in moves:  # the latest move of an id wins
-        for index, (internal_id, _) in enumerate(move.messages):
-            latest[internal_id] = (move, index)
-    leaving: dict[int, int] = {}
-    for internal_id, (move, index) in latest.items():
-        if not unfinished(internal_id):
-            continue
-        record = _record(channel.log, internal_id)
-        target = logs.get((move.topic, move.partition))
-        there = _record(target, move.first_id + index) if target is not None else None
-        origin = (channel.topic, channel.name, channel.partition)
-        if record is not None and there is not None and came_from(there, record.body, *origin):
-            channel.finished_at_restart(internal_id)
-        else:
-            leaving[internal_id] = move.messages[index][1]
-    bound = channel.max_attempts
-    if bound:
-        for internal_id, deliveries in channel.restored_counts():
-            if deliveries >= bound and internal_id not in leaving and unfinished(internal_id):
-                leaving[internal_id] = deliveries
-    for internal_id in sorted(leaving):
-        record = _record(channel.log, internal_id)
-        if record is not None:  # cut from the log by recovery: counted lost there
-            channel.leave_at_restart(record, leaving[internal_id])
-
-
-def _record(log: PartitionLog, internal_id: int) -> Record | None:
-    """One record of ``log``, from memory or its files (blocking)."""
-    record = log.get(internal_id)
-    if record is None and log.on_disk and internal_id < log.next_id:
-        cold = log.read_cold(internal_id, 1)
-        record = cold[0] if cold and cold[0].internal_id == internal_id else None
-    return record

@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 
     import trio
 
-    from .channel import Channel, Delivery
+    from .channel import Channel
+    from .consumers import Delivery
 
 __all__ = ["ChannelDriver", "DriverFactory", "Outbox"]
 

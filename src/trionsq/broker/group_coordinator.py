@@ -27,12 +27,15 @@ import trio
 from .groups import ConsumerGroup, GroupView
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
-    from .broker import Broker
+    from ..config import NsqdConfig
     from .channel import Channel
+    from .driver import ChannelDriver
+    from .events import EventHub
+    from .topic import Topic
 
-__all__ = ["RECHECKS", "GroupCoordinator", "GroupLearner"]
+__all__ = ["RECHECKS", "GroupCoordinator", "GroupHost", "GroupLearner"]
 
 log = logging.getLogger("trionsq")
 RECHECKS: Final = 10
@@ -49,11 +52,36 @@ class GroupLearner(Protocol):
         ...
 
 
+class GroupHost(Protocol):
+    """What the coordinator reads of the broker: its topics, the channels' drivers
+    (to reach their consumers' outboxes), the rebalance delay, and where events go
+    (the broker, without the coordinator depending on it)."""
+
+    @property
+    def topics(self) -> Mapping[str, Topic]:
+        """Every topic, by name."""
+        ...
+
+    def driver(self, topic_name: str, partition: int, channel_name: str) -> ChannelDriver | None:
+        """The task driving that channel, if one runs."""
+        ...
+
+    @property
+    def config(self) -> NsqdConfig:
+        """The broker's settings (``group_rebalance_delay``)."""
+        ...
+
+    @property
+    def events(self) -> EventHub:
+        """The admin stream's hub, told of each rebalance."""
+        ...
+
+
 class GroupCoordinator:
     """Every consumer group of one broker, by (topic, channel)."""
 
     def __init__(
-        self, broker: Broker, nursery: trio.Nursery, wake: Callable[[Channel], None]
+        self, broker: GroupHost, nursery: trio.Nursery, wake: Callable[[Channel], None]
     ) -> None:
         """``nursery``: the broker's, where a rebalance waits for its delay; ``wake``:
         the broker's, to route a channel again (and persist) after its owner changed."""
@@ -93,7 +121,7 @@ class GroupCoordinator:
         if found is None:
             return
         for partition in found.partitions:
-            runner = self._broker.runners.get((topic, partition.index, channel_name))
+            runner = partition.drivers.get(channel_name)
             if runner is None:
                 continue
             for consumer in list(runner.channel.consumers.values()):
@@ -104,7 +132,7 @@ class GroupCoordinator:
     def _tell_owner(self, channel: Channel) -> None:
         """The new owner's connections hear that it owns the partition now (those that
         asked): what comes next starts where the channel stands."""
-        runner = self._broker.runners.get((channel.topic, channel.partition, channel.name))
+        runner = self._broker.driver(channel.topic, channel.partition, channel.name)
         if runner is None:
             return
         owner = channel.group.owner

@@ -52,6 +52,7 @@ __all__ = [
     "journaled",
     "key_digest",
     "key_digests",
+    "may_hold_keys",
     "new_table",
     "remember_copies",
     "restore",
@@ -339,6 +340,13 @@ def _remember_stored(
         table = remember_copies(table, window, records)
         from_id = records[-1].internal_id + 1
     return table
+
+
+def may_hold_keys(data: bytes) -> bool:
+    """Whether records encoded as ``data`` may carry an idempotency key: the ones
+    :func:`remember_copies` takes have the key's name in their header bytes (one
+    search over a replica's frame, instead of a look at each record)."""
+    return _MARK in data
 
 
 def remember_copies(

@@ -17,13 +17,33 @@ reads its partitions in order across takeovers (issue 30, item 6).
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from ..queues.record import Record
-    from .channel import Channel
+    from collections.abc import Mapping
 
-__all__ = ["PartitionOwner"]
+    from ..queues.inflight import InFlightTable
+    from ..queues.record import Record
+    from .consumers import Consumer
+
+__all__ = ["OwnedChannel", "PartitionOwner"]
+
+
+class OwnedChannel(Protocol):
+    """What the owner reads and reorders of its channel: who holds which message,
+    and the messages put back (the channel, without this depending on it)."""
+
+    requeued: deque[tuple[int, Record]]
+
+    @property
+    def consumers(self) -> Mapping[int, Consumer]:
+        """The channel's subscribed connections, by client id."""
+        ...
+
+    @property
+    def in_flight(self) -> InFlightTable[Record]:
+        """The messages out with consumers."""
+        ...
 
 
 class PartitionOwner:
@@ -41,7 +61,7 @@ class PartitionOwner:
         """The owner changed and has not started yet: when it does, what was put back
         goes first (:meth:`hand_over`)."""
 
-    def holds_back(self, member: str, channel: Channel) -> bool:
+    def holds_back(self, member: str, channel: OwnedChannel) -> bool:
         """Whether a connection of ``member`` must get nothing now: another member owns
         the partition, or a previous owner still holds some of its messages."""
         if member != self.owner:
@@ -55,7 +75,7 @@ class PartitionOwner:
             self.hand_over(channel)
         return False
 
-    def change(self, owner: str, channel: Channel) -> None:
+    def change(self, owner: str, channel: OwnedChannel) -> None:
         """A rebalance gave the partition to ``owner``: the connections of other members
         that still hold messages of it release them (FIN, REQ, timeout, leaving)
         before the owner's get any, and the owner starts with what was put back."""
@@ -68,7 +88,7 @@ class PartitionOwner:
         }
         self.handing_over = True
 
-    def hand_over(self, channel: Channel) -> None:
+    def hand_over(self, channel: OwnedChannel) -> None:
         """Whoever reads the partition next starts with every message put back, oldest
         first, before anything the cursor has not read."""
         self.handing_over = False

@@ -1,11 +1,11 @@
 """A replica's side of a replicated partition's log: copies of the leader's records,
 and cutting back a tail the leader does not have (docs/replication.md).
 
-A follower appends the leader's records exactly: the same ids, timestamps, trace
-ids, headers and DPUB times, hence the same bytes and offsets (a run of records
-that share a timestamp, deliver-at time and ext version goes in as one batch, as it
-was published). Keys of ``##idempotency_key`` headers are remembered as the leader
-remembered them, so a publish retried after a failover is still stored once.
+A follower appends the leader's records exactly: the bytes the leader's log holds,
+written as they came (checked, not encoded again), hence the same ids, timestamps,
+trace ids, headers, DPUB times and offsets. Keys of ``##idempotency_key`` headers
+are remembered as the leader remembered them, so a publish retried after a
+failover is still stored once.
 """
 
 from __future__ import annotations
@@ -16,13 +16,10 @@ from typing import TYPE_CHECKING
 from ..queues.cursor import ChannelCursor
 from ..queues.log_cut import cut_segment_files, restart_segment_files
 from ..queues.memory_log import MemoryLog
-from ..queues.record_runs import batch_runs
 from ..queues.topic_log import TopicLog
 from . import idempotence
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-
     from ..queues.partition_log import PartitionLog
     from ..queues.record import Record
     from .broker import Broker
@@ -38,42 +35,34 @@ class CopyError(ValueError):
     """The leader's records do not continue this replica's log."""
 
 
-def append_copies(broker: Broker, topic: str, index: int, records: Sequence[Record]) -> None:
-    """Append the leader's ``records`` (continuing this log) as they are.
+def append_copies(
+    broker: Broker, topic: str, index: int, data: bytes, records: list[Record]
+) -> None:
+    """Append the leader's ``records`` (continuing this log), ``data`` their bytes in
+    the leader's log, written as they are: nothing is encoded again.
 
     Raises:
-        CopyError: they do not start at this log's end, or came out at other offsets.
+        CopyError: they do not start at this log's end, or their ids are not consecutive.
         OSError: the log refused the write.
     """
     partition = broker.topics[topic].partitions[index]
     partition_log = partition.log
     if not records:
         return
-    if (
-        records[0].internal_id != partition_log.next_id
-        or records[0].offset != partition_log.next_offset
-    ):
+    first, last = records[0], records[-1]
+    if first.internal_id != partition_log.next_id or first.offset != partition_log.next_offset:
         raise CopyError(
-            f"{topic}/{index}: records from id {records[0].internal_id} (offset"
-            f" {records[0].offset}) do not continue the log at {partition_log.next_id}"
+            f"{topic}/{index}: records from id {first.internal_id} (offset"
+            f" {first.offset}) do not continue the log at {partition_log.next_id}"
             f" ({partition_log.next_offset})"
         )
-    for run in batch_runs(records):
-        first = run[0]
-        stored = partition.publish(
-            [record.body for record in run],
-            first.timestamp,
-            deliver_at=first.deliver_at,
-            trace_ids=[record.trace_id for record in run],
-            ext_version=first.ext_version,
-            exts=[record.ext for record in run] if first.ext_version else None,
-        )
-        if not stored or stored[-1].end != run[-1].end:
-            raise CopyError(f"{topic}/{index}: a copy came out at another offset")
+    if last.internal_id - first.internal_id != len(records) - 1:
+        raise CopyError(f"{topic}/{index}: copied records with ids missing between them")
+    partition.append_copies(data, records)
     if broker.storage is not None:
         broker.storage.appended(partition.log, len(records))
     window = broker.config.idempotency_window
-    if window > 0:
+    if window > 0 and idempotence.may_hold_keys(data):
         table = idempotence.remember_copies(partition.idempotence, window, records)
         partition.idempotence = idempotence.journaled(table, partition.log, window)
 

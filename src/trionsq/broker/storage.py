@@ -51,7 +51,7 @@ from ..queues.delay_store import DelayStore, DelayStoreError, ParkedMessage
 from ..queues.delivery_journal import DeliveryJournal, JournalReplay, Move, journal_paths
 from ..queues.memory_log import MemoryLog
 from ..queues.topic_log import RecoveryReport, TopicLog
-from .dead_letter_moves import resolve_moves
+from .dead_letter_recovery import resolve_moves
 from .health import APPEND, PERSIST, SYNC, StorageHealth, go_error_text
 from .metadata import (
     Metadata,

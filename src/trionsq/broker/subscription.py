@@ -19,7 +19,8 @@ from ..queues.inflight import InFlightError
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from .channel import Channel, Consumer
+    from .channel import Channel
+    from .consumers import Consumer
     from .driver import ChannelDriver
 
 __all__ = ["Subscription"]

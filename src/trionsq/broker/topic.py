@@ -9,6 +9,7 @@ the channels' routers after a publish.
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import TYPE_CHECKING, Final, Protocol
 
 import attrs
@@ -27,12 +28,15 @@ if TYPE_CHECKING:
 
     from ..queues.partition_log import PartitionLog
     from ..queues.record import Record as Record  # the publish result, for transports
+    from .driver import ChannelDriver
     from .holds import ReaderHold
     from .idempotence import IdempotenceTable
     from .latency import LatencySettings
     from .rate_limits import PublishLimit, RateLimit
 
 __all__ = ["ChannelFiles", "Partition", "Topic", "TopicStatistics", "Topics"]
+
+_body: Final[Callable[[Record], bytes]] = attrgetter("body")
 
 
 class Topics(Protocol):
@@ -105,6 +109,10 @@ class Partition:
         """E2e latency tracking every channel of this partition gets (None: off)."""
         self.log: PartitionLog = log if log is not None else MemoryLog()
         self.channels: dict[str, Channel] = {}
+        self.drivers: dict[str, ChannelDriver] = {}
+        """The task driving each channel that has one (the broker starts it when the
+        channel first gets a consumer), by channel name; it goes with its channel
+        (:meth:`delete_channel`): the one registry of drivers (``Broker.driver``)."""
         self.paused = False
         self.pause_from: int | None = None
         """While paused with channels: the first id the topic holds back from them."""
@@ -200,6 +208,7 @@ class Partition:
         a paused topic held back stays in the topic.
         """
         channel = self.channels.pop(name, None)
+        self.drivers.pop(name, None)
         if channel is not None and not self.channels:
             held_from = self.pause_from if self.paused else None
             target = self.log.next_id if held_from is None else held_from
@@ -271,13 +280,24 @@ class Partition:
             exts=exts,
             deliver_at=deliver_at,
         )
+        self._appended(records, sum(map(len, bodies)))
+        return records
+
+    def append_copies(self, data: bytes, records: list[Record]) -> None:
+        """Append a replica's copies of its leader's records, ``data`` their bytes
+        (broker/replica_log.py checked that they continue the log), as
+        :meth:`publish` appends a batch."""
+        self.log.append_verbatim(data, records)
+        self._appended(records, sum(map(len, map(_body, records))))
+
+    def _appended(self, records: list[Record], body_bytes: int) -> None:
+        """Count what was appended and offer it to the ephemeral channels' feeds."""
         self.message_count += len(records)
-        self.message_bytes += sum(map(len, bodies))
+        self.message_bytes += body_bytes
         if not self.paused:
             for channel in self.channels.values():
                 if channel.feed is not None:
                     self._offer(channel.feed, records)
-        return records
 
     def held(self) -> int:
         """Messages the topic itself holds: all, with no channel; since the pause, paused."""

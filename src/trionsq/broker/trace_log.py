@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from ..queues.record import Record
-    from .channel import Delivery
+    from .consumers import Delivery
 
 __all__ = ["delivered", "published"]
 

@@ -229,6 +229,8 @@ class BlockingProducer(_Hosted[Producer]):
         """The async producer in the Trio thread: read its counters, call nothing."""
         return self._hosted
 
+    # Each publish below mirrors Producer's of the same name on purpose: the same
+    # signature and docs, so a blocking caller gets typed arguments, not *args.
     def publish(
         self,
         topic: str,

@@ -147,6 +147,52 @@ class ConsumerSettings:
         return self.ordered or self.start_at is not None
 
 
+def _identified(settings: ConsumerSettings, options: ConnectionOptions) -> ConnectionOptions:
+    """``options`` with what ``settings`` ask of IDENTIFY (ordered window, dead-letter
+    bound, group member, rate limit), each checked first.
+
+    Raises:
+        NsqConfigError: a setting out of its range, or two that do not go together.
+    """
+    if settings.ordered and settings.start_at is not None:
+        raise NsqConfigError("SUB_ORDERED takes no start offset: set it with /channel/setoffset")
+    if settings.ordered_window < 1:
+        raise NsqConfigError("ordered_window must be at least 1")
+    if settings.ordered and settings.ordered_window > 1:
+        identify = attrs.evolve(options.identify, ordered_window=settings.ordered_window)
+        options = attrs.evolve(options, identify=identify)
+    if settings.dead_letter:
+        if not 0 < settings.max_attempts <= MAX_ATTEMPTS_BOUND:
+            raise NsqConfigError(f"dead_letter needs max_attempts of 1 to {MAX_ATTEMPTS_BOUND}")
+        identify = attrs.evolve(options.identify, max_attempts=settings.max_attempts)
+        options = attrs.evolve(options, identify=identify)
+    if settings.group_member:
+        session = settings.group_session_timeout
+        if session and not MIN_SESSION <= session <= MAX_SESSION:
+            raise NsqConfigError(
+                f"group_session_timeout must be 0 or {MIN_SESSION} to {MAX_SESSION}"
+            )
+        identify = attrs.evolve(
+            options.identify,
+            group_member=settings.group_member,
+            group_session_timeout=round(session * 1000),
+            group_notices=True,  # a takeover is not a skip in the offset check
+        )
+        options = attrs.evolve(options, identify=identify)
+    if settings.max_msgs_per_sec or settings.max_bytes_per_sec:
+        if not 0 <= settings.max_msgs_per_sec <= MAX_MSGS_PER_SEC:
+            raise NsqConfigError(f"max_msgs_per_sec must be 0 to {MAX_MSGS_PER_SEC}")
+        if not 0 <= settings.max_bytes_per_sec <= MAX_BYTES_PER_SEC:
+            raise NsqConfigError(f"max_bytes_per_sec must be 0 to {MAX_BYTES_PER_SEC}")
+        identify = attrs.evolve(
+            options.identify,
+            max_msgs_per_sec=settings.max_msgs_per_sec,
+            max_bytes_per_sec=settings.max_bytes_per_sec,
+        )
+        options = attrs.evolve(options, identify=identify)
+    return options
+
+
 class Consumer:
     """Messages of one topic's channel (see :func:`open_consumer`)."""
 
@@ -158,44 +204,7 @@ class Consumer:
         options: ConnectionOptions,
         nursery: trio.Nursery,
     ) -> None:
-        if settings.ordered and settings.start_at is not None:
-            raise NsqConfigError(
-                "SUB_ORDERED takes no start offset: set it with /channel/setoffset"
-            )
-        if settings.ordered_window < 1:
-            raise NsqConfigError("ordered_window must be at least 1")
-        if settings.ordered and settings.ordered_window > 1:
-            identify = attrs.evolve(options.identify, ordered_window=settings.ordered_window)
-            options = attrs.evolve(options, identify=identify)
-        if settings.dead_letter:
-            if not 0 < settings.max_attempts <= MAX_ATTEMPTS_BOUND:
-                raise NsqConfigError(f"dead_letter needs max_attempts of 1 to {MAX_ATTEMPTS_BOUND}")
-            identify = attrs.evolve(options.identify, max_attempts=settings.max_attempts)
-            options = attrs.evolve(options, identify=identify)
-        if settings.group_member:
-            session = settings.group_session_timeout
-            if session and not MIN_SESSION <= session <= MAX_SESSION:
-                raise NsqConfigError(
-                    f"group_session_timeout must be 0 or {MIN_SESSION} to {MAX_SESSION}"
-                )
-            identify = attrs.evolve(
-                options.identify,
-                group_member=settings.group_member,
-                group_session_timeout=round(session * 1000),
-                group_notices=True,  # a takeover is not a skip in the offset check
-            )
-            options = attrs.evolve(options, identify=identify)
-        if settings.max_msgs_per_sec or settings.max_bytes_per_sec:
-            if not 0 <= settings.max_msgs_per_sec <= MAX_MSGS_PER_SEC:
-                raise NsqConfigError(f"max_msgs_per_sec must be 0 to {MAX_MSGS_PER_SEC}")
-            if not 0 <= settings.max_bytes_per_sec <= MAX_BYTES_PER_SEC:
-                raise NsqConfigError(f"max_bytes_per_sec must be 0 to {MAX_BYTES_PER_SEC}")
-            identify = attrs.evolve(
-                options.identify,
-                max_msgs_per_sec=settings.max_msgs_per_sec,
-                max_bytes_per_sec=settings.max_bytes_per_sec,
-            )
-            options = attrs.evolve(options, identify=identify)
+        options = _identified(settings, options)
         self.topic = topic
         self.channel = channel
         self.settings = settings

@@ -171,7 +171,7 @@ async def _copy(
                     raise ReplicationError(
                         "RECORDS frame does not hold whole records from its first id"
                     )
-                append_copies(broker, partition.topic, partition.index, records)
+                append_copies(broker, partition.topic, partition.index, frame.data, records)
                 if history.begin(frame.epoch, frame.first_id):
                     saved()
                 role.fetched += len(frame.data)

@@ -2,15 +2,19 @@
 
 One connection per follower and partition: FOLLOW and START until the follower
 knows where its log agrees with the leader's (epochs.py), its ACK of that point,
-then RECORDS as the log grows (from memory, or from the segment files in a worker
-thread when the follower is behind the tail cache), COMMIT when only the commit end
-moved, and the follower's ACKs back, which move the commit end. A heartbeat COMMIT
-goes out when nothing else did for a while, so a silent follower is noticed.
+then RECORDS as the log grows (the log's own bytes, read back from its segment
+file once for every follower; which records, from memory or, when the follower is
+behind the tail cache, from the files in a worker thread), COMMIT when only the
+commit end moved and no RECORDS carried it within a few milliseconds, and the
+follower's ACKs back, which move the commit end. A heartbeat COMMIT goes out when
+nothing else did for a while, so a silent follower is noticed.
 """
 
 from __future__ import annotations
 
 import logging
+from bisect import bisect_right
+from operator import attrgetter
 from typing import TYPE_CHECKING, Final
 
 import trio
@@ -42,6 +46,11 @@ READ: Final = 1 << 16
 BATCH_RECORDS: Final = 2048
 BATCH_BYTES: Final = 1 << 20
 """Most records and bytes per RECORDS frame."""
+COMMIT_DELAY: Final = 0.005
+"""Seconds a moved commit end waits for the next RECORDS frame to carry it before it
+goes alone: while publishes flow, the follower is not woken once more per batch
+for it (it needs it only once elected, and START tells it then too)."""
+_end: Final = attrgetter("end")
 
 
 async def _receive(stream: trio.SocketStream, reader: FrameReader) -> list[object]:
@@ -146,25 +155,36 @@ async def _read_acks(
 async def _send(
     stream: trio.SocketStream, role: LeaderRole, position: int, heartbeat: float
 ) -> None:
-    """RECORDS from ``position`` on as the log grows; COMMIT when only that moved."""
+    """RECORDS from ``position`` on as the log grows; COMMIT when only that moved and
+    no RECORDS (which carry it) went for :data:`COMMIT_DELAY`."""
     sent_commit = -1
     sent_state = 0
+    commit_due: float | None = None
     while not role.lost:
         grown = role.grown
         partition_log = role.partition.log
         if position < partition_log.next_id:
             records = await _read(role, position)
             if records:
+                records, data = role.shipment(records)
                 first = records[0]
                 epoch = role.files.history.epoch_at(first.internal_id)
-                data = role.encoded(records)
                 sent_commit = role.progress.committed
                 frame = Records(epoch, sent_commit, first.internal_id, first.offset, data)
                 await stream.send_all(encode(frame))
                 position = records[-1].internal_id + 1
+                commit_due = None
                 continue
         if role.progress.committed != sent_commit:
+            now = trio.current_time()
+            if commit_due is None:
+                commit_due = now + COMMIT_DELAY
+            if now < commit_due:
+                with trio.move_on_at(commit_due):
+                    await grown.wait()
+                continue
             sent_commit = role.progress.committed
+            commit_due = None
             await stream.send_all(encode(Commit(sent_commit)))
             continue
         if role.state_version != sent_state:  # caught up: the consumer state too
@@ -190,9 +210,7 @@ async def _read(role: LeaderRole, position: int) -> list[Record]:
     else:
         records = partition_log.read(position, count)
     records = records[:count]
-    total = 0
-    for index, record in enumerate(records):
-        total += record.raw_size
-        if total > BATCH_BYTES and index:
-            return records[:index]
-    return records
+    if not records:
+        return records
+    fits = bisect_right(records, records[0].offset + BATCH_BYTES, key=_end)
+    return records[: max(fits, 1)]

@@ -303,10 +303,10 @@ class ReplicaManager:
         self._upkeep_now.set()
 
     def _wake_readers(self, topic: str, index: int) -> None:
-        runners = self.broker.runners
-        for name, channel in self.broker.topics[topic].partitions[index].channels.items():
+        partition = self.broker.topics[topic].partitions[index]
+        for name, channel in partition.channels.items():
             if channel.consumers:
-                runner = runners.get((topic, index, name))
+                runner = partition.drivers.get(name)
                 if runner is not None:
                     runner.wake()
 

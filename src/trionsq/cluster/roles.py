@@ -15,13 +15,15 @@ from typing import TYPE_CHECKING
 import trio
 
 from ..broker.replication import not_leader
-from ..queues.record_runs import encode_records
+from ..queues.record_runs import encode_records, whole_records
+from ..queues.topic_log import TopicLog
 from .isr import FollowerProgress
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable
 
     from ..broker.topic import Partition
+    from ..queues.partition_log import PartitionLog
     from ..queues.record import Record
     from .epochs import EpochHistory
     from .keys import PartitionState
@@ -88,20 +90,21 @@ class LeaderRole:
         self.callbacks: list[Callable[[], None]] = []
         """Called once at the next commit move or the role's end (connections that
         hold publishes' answers)."""
-        self._encoded: dict[tuple[int, int], bytes] = {}
-        """The last batches shipped, as bytes, by (first id, end): every follower
-        reading the same range gets the one encoding."""
+        self._encoded: dict[tuple[int, int], tuple[list[Record], bytes]] = {}
+        """The last batches shipped, and their bytes, by the (first id, end) asked:
+        every follower reading the same range gets the one read."""
         self._publish_commit(self.progress.committed)
 
-    def encoded(self, records: Sequence[Record]) -> bytes:
-        """``records`` as the log's bytes, encoded once for all followers."""
+    def shipment(self, records: list[Record]) -> tuple[list[Record], bytes]:
+        """``records`` (or the first of them, those in one segment file) and their
+        bytes in the log, read once for all followers."""
         key = (records[0].internal_id, records[-1].internal_id + 1)
-        data = self._encoded.get(key)
-        if data is None:
-            data = self._encoded[key] = encode_records(records)
+        found = self._encoded.get(key)
+        if found is None:
+            found = self._encoded[key] = log_bytes(self.partition.log, records)
             if len(self._encoded) > ENCODED_BATCHES:
                 del self._encoded[next(iter(self._encoded))]
-        return data
+        return found
 
     def ship_state(self, data: bytes) -> None:
         """The consumer state now: the follower streams send it if it changed."""
@@ -181,6 +184,22 @@ class LeaderRole:
             if self.lost:
                 raise not_leader(f"lost the leadership of epoch {self.epoch}")
             await self.committed_event.wait()
+
+
+def log_bytes(partition_log: PartitionLog, records: list[Record]) -> tuple[list[Record], bytes]:
+    """``records`` (or those of the first segment file they are in) and their bytes:
+    a durable log's own, read back from its file (just written: in the page cache),
+    so the leader encodes nothing to ship and replicas hold its exact bytes; encoded
+    again only from a memory log, or where a damaged stretch left a gap."""
+    if isinstance(partition_log, TopicLog):
+        first = records[0]
+        data = partition_log.read_encoded(first.offset, records[-1].end)
+        count = whole_records(records, len(data))
+        if count:
+            records = records[:count]
+            size = records[-1].end - first.offset
+            return records, data if len(data) == size else data[:size]
+    return records, encode_records(records)
 
 
 class FollowerRole:

@@ -21,7 +21,8 @@ from ..broker.rate_limits import MESSAGE_OVERHEAD
 from .assign import ConsumerSlot, assign
 
 if TYPE_CHECKING:
-    from ..broker.channel import Channel, Delivery
+    from ..broker.channel import Channel
+    from ..broker.consumers import Delivery
     from ..queues.record import Record
 
 __all__ = ["dispatch_tag", "route"]

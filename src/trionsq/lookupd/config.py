@@ -7,12 +7,10 @@ from typing import TYPE_CHECKING, TypedDict, Unpack
 
 import attrs
 
-from ..config import LOG_LEVELS, ConfigError, Listeners, split_host_port
+from ..config import LOG_LEVELS, ConfigError, Listeners, check_addresses
 from ..config_values import address_text, checked_fields, seconds
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
     from ..addresses import Address
 
 __all__ = ["LookupdConfig", "LookupdOptions"]
@@ -54,15 +52,6 @@ class LookupdConfig(Listeners):
         return tuple(url for given in self.etcd_endpoints for url in given.split(",") if url)
 
     @classmethod
-    def from_options(cls, options: Mapping[str, object]) -> LookupdConfig:
-        """Build from field name -> value (what the command lines resolve).
-
-        Raises:
-            TypeError: a name that is not a field.
-        """
-        return cls(**options)  # type: ignore[arg-type]
-
-    @classmethod
     def loopback(cls, **changes: Unpack[LookupdOptions]) -> LookupdConfig:
         """Both listeners on 127.0.0.1 with a free port, and brokers kept active for a
         day without a PING (a broker that goes away closes its connection, which
@@ -82,16 +71,9 @@ class LookupdConfig(Listeners):
         Raises:
             ConfigError: one line naming the flag and the offending value.
         """
-        for flag, address in (
-            ("tcp-address", self.tcp_address),
-            ("http-address", self.http_address),
-        ):
-            try:
-                split_host_port(address)
-            except ValueError:
-                raise ConfigError(
-                    f"--{flag} must be <addr>:<port> with a port in [0,65535], got {address!r}"
-                ) from None
+        check_addresses(
+            ("tcp-address", self.tcp_address, False), ("http-address", self.http_address, False)
+        )
         if self.log_level not in LOG_LEVELS:
             raise ConfigError(
                 f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}"

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Final
 
 import orjson
 
+from ..admin_page_files import ADMIN_PAGE as ADMIN_PAGE  # importable from here as before
 from ..http.messages import JSON_CONTENT_TYPE, V1_HEADER, Response
 from ..http.static import static_routes
 from ..protocol.names import is_valid_name
@@ -63,16 +64,6 @@ LEGACY_ENDPOINTS: Final = frozenset(
     {"/info", "/debug", "/lookup", "/topics", "/channels", "/nodes", "/listlookup"}
 )
 """The endpoints nsqlookupd 0.3 (and Youzan's) answered in the old envelope."""
-ADMIN_PAGE: Final = {
-    "/admin": "admin_page/index.html",
-    "/admin/": "admin_page/index.html",
-    "/admin/admin.js": "admin_page/admin.js",
-    "/admin/admin_dom.js": "admin_page/admin_dom.js",
-    "/admin/admin_views.js": "admin_page/admin_views.js",
-    "/admin/admin_model.js": "admin_page/admin_model.js",
-    "/admin/admin.css": "admin_page/admin.css",
-}
-"""The admin page, as brokers serve it: here it finds the brokers through /nodes."""
 GO_ZERO_TIME_UNIX_NANO: Final = -6795364578871345152
 """What Go's ``time.Time{}.UnixNano()`` gives: ``/debug``'s ``tombstoned_at`` of a
 producer never tombstoned."""

@@ -68,6 +68,8 @@ if TYPE_CHECKING:
     from .server import ConnectionState, Event, PublishHeader, ServerConnection
     from .settings import ServerSettings
 
+# The same names as the typing-only imports above and __all__ below, on purpose: type
+# checkers read those, the lazy import this (tests/unit/protocol/test_package_names.py).
 _SUBMODULES: Final = {
     "commands": (
         "Auth",

@@ -131,9 +131,10 @@ def _frame(kind: int, payload: bytes) -> bytes:
 
 def encode(frame: Frame) -> bytes:
     """One frame's bytes."""
-    if isinstance(frame, Records):
+    if isinstance(frame, Records):  # one copy of the records' bytes, not two
+        size = _QQQQ.size + len(frame.data) + 1
         head = _QQQQ.pack(frame.epoch, frame.commit, frame.first_id, frame.first_offset)
-        return _frame(RECORDS, head + frame.data)
+        return b"".join((_HEAD.pack(size, RECORDS), head, frame.data))
     if isinstance(frame, Ack):
         return _frame(ACK, _Q.pack(frame.end))
     if isinstance(frame, Commit):

@@ -377,7 +377,13 @@ class ServerConnection(PublishReaders):
         Only the happy path lives here: anything short, invalid or unusual returns -1
         and the body reader handles it, so every error text has one home.
         """
-        if len(params) != 2 or self.settings.auth_enabled:
+        if self.settings.auth_enabled:
+            return -1
+        if len(params) == 2:
+            partition = None
+        elif len(params) == 3 and params[2].isdigit() and len(params[2]) < 10:
+            partition = int(params[2])  # a Youzan client's partition (anything else: the reader)
+        else:
             return -1
         topic = self._names.get(params[1])
         if topic is None:
@@ -392,8 +398,8 @@ class ServerConnection(PublishReaders):
         if verb == b"PUB":
             if size > self.settings.max_msg_size:
                 return -1
-            refusal = self._gate("PUB", topic, None, size)
-            events.append(refusal or Pub(topic, data[start : start + size]))
+            refusal = self._gate("PUB", topic, partition, size)
+            events.append(refusal or Pub(topic, data[start : start + size], partition))
             return start + size
         # MPUB: walk the parts; nsqd's limits, and the parts must fit the body size
         if size > self.settings.max_body_size or size < 4:
@@ -415,8 +421,8 @@ class ServerConnection(PublishReaders):
                 return -1
             append(data[cursor : cursor + part])
             cursor += part
-        refusal = self._gate("MPUB", topic, None, None)
-        events.append(refusal or Mpub(topic, tuple(bodies)))
+        refusal = self._gate("MPUB", topic, partition, None)
+        events.append(refusal or Mpub(topic, tuple(bodies), partition))
         return cursor
 
     # ------------------------------------------------------------------ body readers

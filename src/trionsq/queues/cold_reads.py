@@ -137,37 +137,19 @@ class _ColdReads(_SegmentRecovery):
                     continue
                 try:
                     check = self._checked(segment, fd)
-                    if check is not None:
-                        budget = self._read_spans(
-                            fd, segment, check, position, end, from_id, out, max_records, budget
-                        )
+                    if check is not None:  # each run of records between damaged ranges
+                        for start, stop in _spans(check, position, min(end, check.end)):
+                            budget = self._read_segment(
+                                fd, segment, check, start, stop, from_id, out, max_records, budget
+                            )
+                            if len(out) >= max_records or budget <= 0:
+                                break
                 finally:
                     os.close(fd)
                 if len(out) >= max_records or budget <= 0:
                     break
             position = HEADER_SIZE
         return out
-
-    def _read_spans(
-        self,
-        fd: int,
-        segment: _Segment,
-        check: _Check,
-        position: int,
-        end: int,
-        from_id: int,
-        out: list[Record],
-        max_records: int,
-        budget: int,
-    ) -> int:
-        """:meth:`_read_segment` over each run of records between damaged ranges."""
-        for span_start, span_stop in _spans(check, position, min(end, check.end)):
-            budget = self._read_segment(
-                fd, segment, check, span_start, span_stop, from_id, out, max_records, budget
-            )
-            if len(out) >= max_records or budget <= 0:
-                break
-        return budget
 
     def _read_segment(
         self,

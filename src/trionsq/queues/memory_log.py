@@ -109,6 +109,16 @@ class MemoryLog:
         self.bytes_held += held
         return records
 
+    def append_verbatim(self, data: bytes, records: list[Record]) -> None:
+        """Append records made elsewhere (a replica's copies of its leader's, which
+        the caller checked continue this log); a memory log keeps no bytes."""
+        del data
+        if records:
+            self._records.extend(records)
+            self.next_id = records[-1].internal_id + 1
+            self.next_offset = records[-1].end
+            self.bytes_held += sum(map(len, map(_record_body, records)))
+
     def read(self, from_id: int, max_count: int) -> list[Record]:
         """Up to ``max_count`` records from ``from_id`` on (ids before ``start_id`` are gone)."""
         first = max(from_id, self.start_id) - self._base_id
@@ -195,3 +205,7 @@ class MemoryLog:
 
 def _record_offset(record: Record) -> int:
     return record.offset
+
+
+def _record_body(record: Record) -> bytes:
+    return record.body

@@ -74,6 +74,10 @@ class PartitionLog(Protocol):
     ) -> list[Record]:
         """Append a batch; returns its records."""
 
+    def append_verbatim(self, data: bytes, records: list[Record]) -> None:
+        """Append records already encoded, ``data`` their bytes (a replica's copy of
+        its leader's log), as they are."""
+
     def read(self, from_id: int, max_count: int) -> list[Record]:
         """Up to ``max_count`` records from ``from_id`` on, from memory only."""
 

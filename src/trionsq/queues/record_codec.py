@@ -240,6 +240,7 @@ _encode_plain_c: Final[
 ] = None if compiled is None else compiled.encode_plain
 
 
+# a twin on purpose: this picks the compiled encoder, _encode_plain_py is its fallback
 def _encode_plain(
     bodies: Sequence[bytes],
     timestamp: int,
@@ -260,6 +261,7 @@ def _encode_plain(
     return _encode_plain_py(bodies, timestamp, first_id, offset, trace_ids)
 
 
+# a twin on purpose: the compiled encode_plain's pure-Python fallback (same arguments)
 def _encode_plain_py(
     bodies: Sequence[bytes],
     timestamp: int,
@@ -318,6 +320,7 @@ _encode_ext_c: Final[
 ] = None if compiled is None else compiled.encode_ext
 
 
+# a twin on purpose: this picks the compiled encoder, _encode_general_py is its fallback
 def _encode_general(
     bodies: Sequence[bytes],
     timestamp: int,
@@ -345,6 +348,7 @@ def _encode_general(
     )
 
 
+# a twin on purpose: the compiled encode_ext's pure-Python fallback (same arguments)
 def _encode_general_py(
     bodies: Sequence[bytes],
     timestamp: int,

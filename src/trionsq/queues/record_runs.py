@@ -8,7 +8,9 @@ leader's log holds, and decodes back with the checksums verified.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from bisect import bisect_right
+from operator import attrgetter
+from typing import TYPE_CHECKING, Final
 
 from .record import Record, RecordError
 from .record_codec import _decode_run, _encode_general, _encode_plain
@@ -16,7 +18,10 @@ from .record_codec import _decode_run, _encode_general, _encode_plain
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["batch_runs", "decode_all", "encode_records"]
+__all__ = ["batch_runs", "decode_all", "encode_records", "whole_records"]
+
+_end: Final = attrgetter("end")
+_raw_size: Final = attrgetter("raw_size")
 
 
 def batch_runs(records: Sequence[Record]) -> list[Sequence[Record]]:
@@ -75,3 +80,21 @@ def decode_all(data: bytes, offset: int) -> list[Record]:
     if damaged or at != len(data):
         raise RecordError(f"records damaged or cut at byte {at} of {len(data)}")
     return records
+
+
+def whole_records(records: Sequence[Record], size: int) -> int:
+    """How many of ``records`` (from consecutive ids, the first where the bytes start)
+    the first ``size`` bytes of their log hold whole and back to back; 0 if those
+    leave a gap (a damaged stretch recovery skipped) or hold no whole record."""
+    if not records:
+        return 0
+    first = records[0]
+    count = bisect_right(records, first.offset + size, key=_end)
+    if not count:
+        return 0
+    last = records[count - 1]
+    if last.internal_id - first.internal_id != count - 1:
+        return 0
+    if last.end - first.offset != sum(map(_raw_size, records[:count])):
+        return 0
+    return count

@@ -148,6 +148,7 @@ def _walk_buffer(
             and not (flags or ext_version)
             and crc32(view[at + _FIELDS_AT : stop]) == crc
         ):
+            # twin of the slow branch's bookkeeping below, inline: no call per record
             if at >= mark_at:
                 index.append((internal_id, position + at, timestamp_max))
                 mark_at = at + interval
@@ -171,6 +172,7 @@ def _walk_buffer(
             break
         if internal_id > last_id + 1:
             found.holes.append((last_id + 1, internal_id))
+        # twin of the fast path's bookkeeping above (kept inline there for speed)
         if at >= mark_at:
             index.append((internal_id, position + at, timestamp_max))
             mark_at = at + interval

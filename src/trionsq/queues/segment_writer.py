@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import os
 from bisect import bisect_left
+from itertools import accumulate
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from .log_state import _LogState
@@ -26,9 +28,12 @@ from .segment_format import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from .record import Record
+
+_record_offset: Callable[[Record], int] = attrgetter("offset")
+_record_timestamp: Callable[[Record], int] = attrgetter("timestamp")
 
 
 class _SegmentWriter(_LogState):
@@ -69,6 +74,35 @@ class _SegmentWriter(_LogState):
             )
         else:
             data, records, offsets = _encode_plain(bodies, timestamp, first_id, offset, trace_ids)
+        self._put(data, records, offsets, timestamp, None)
+        return records
+
+    def append_verbatim(self, data: bytes, records: list[Record]) -> None:
+        """Append ``records`` as ``data``, their bytes exactly as this log encodes them
+        (a replica's copy of its leader's log: docs/replication.md), with
+        :meth:`append`'s guarantees; the caller checked that they continue the log."""
+        if not records:
+            return
+        if self._closed:
+            raise ValueError(f"TOPICLOG({self.name}) is closed")
+        offsets = [*map(_record_offset, records), records[-1].end]
+        stamps = list(accumulate(map(_record_timestamp, records), max))
+        self._put(data, records, offsets, stamps[-1], stamps)
+
+    def _put(
+        self,
+        data: bytes,
+        records: list[Record],
+        offsets: list[int],
+        timestamp: int,
+        stamps: list[int] | None,
+    ) -> None:
+        """Write a batch's bytes to the active segment (rolled first if full) and
+        account for it: index, tail cache, sizes. ``timestamp``: the batch's greatest;
+        ``stamps``: the greatest up to each record, when they differ (None: one
+        timestamp for all)."""
+        first_id = records[0].internal_id
+        count = len(records)
         segment = self._active
         check = self._active_check
         if (
@@ -85,7 +119,7 @@ class _SegmentWriter(_LogState):
         segment.end += len(data)
         segment.next_id = first_id + count
         if offsets[-2] >= self._mark:
-            self._index(segment, check, offsets, first_id, timestamp)
+            self._index(segment, check, offsets, first_id, timestamp, stamps)
         if timestamp > check.timestamp_max:
             check.timestamp_max = timestamp
         self.next_id = first_id + count
@@ -94,20 +128,29 @@ class _SegmentWriter(_LogState):
         self._cache_append(records)
         with self._lock:
             self.unsynced += count
-        return records
 
     def _index(
-        self, segment: _Segment, check: _Check, offsets: list[int], first_id: int, timestamp: int
+        self,
+        segment: _Segment,
+        check: _Check,
+        offsets: list[int],
+        first_id: int,
+        timestamp: int,
+        stamps: list[int] | None,
     ) -> None:
         """Add the sparse index entries due in a batch just written (``offsets``: the
-        batch's record offsets, then its end)."""
+        batch's record offsets, then its end; ``timestamp``, ``stamps``: as
+        :meth:`_put`'s)."""
         last = len(offsets) - 1
         position_base = HEADER_SIZE - segment.first_offset
         mark = self._mark
         at = bisect_left(offsets, mark, 0, last)
         index = check.index
         while at < last:
-            before = check.timestamp_max if at == 0 else max(check.timestamp_max, timestamp)
+            if at == 0:
+                before = check.timestamp_max
+            else:
+                before = max(check.timestamp_max, timestamp if stamps is None else stamps[at - 1])
             index.append((first_id + at, offsets[at] + position_base, before))
             mark = offsets[at] + self.index_interval
             at = bisect_left(offsets, mark, at + 1, last)

@@ -49,8 +49,11 @@ first read cannot read is never dropped silently: each loss is logged on
 
 from __future__ import annotations
 
+import os
 import time
-from typing import TYPE_CHECKING
+from bisect import bisect_right
+from operator import attrgetter
+from typing import TYPE_CHECKING, Final
 
 from .cold_reads import COLD_CHUNK_BYTES, _ColdReads
 from .key_journal import KeyJournal
@@ -62,12 +65,12 @@ from .segment_format import (
     INDEX_INTERVAL,
     SEGMENT_MAGIC,
     _fsync_directory,
+    _open_to_read,
     segment_name,
 )
 from .segment_writer import _SegmentWriter
 
 if TYPE_CHECKING:
-    import os
     from collections.abc import Callable
 
     from ..descriptors import DescriptorBudget
@@ -81,6 +84,8 @@ __all__ = [
     "TopicLog",
     "segment_name",
 ]
+
+_first_offset: Final = attrgetter("first_offset")
 
 
 class TopicLog(_ColdReads, _SegmentWriter, _Retention):
@@ -253,6 +258,31 @@ class TopicLog(_ColdReads, _SegmentWriter, _Retention):
         journal = self._keys or KeyJournal(self.directory / f"{self.name}.keys", 1, self._files)
         journal.delete()
         self._keys = None
+
+    # -- the bytes, for replicas ------------------------------------------------------
+
+    def read_encoded(self, offset: int, stop: int) -> bytes:
+        """The log's bytes from ``offset`` (where a record starts) to ``stop`` or the
+        end of the one segment that holds ``offset``, whichever comes first (b"" if
+        none does): a leader ships its records to its replicas as they are
+        (docs/replication.md). The caller checks that whole records came back.
+        Blocking; the thread-safety contract of :meth:`read_cold`."""
+        segments = self._segments
+        number = bisect_right(segments, offset, key=_first_offset) - 1
+        if number < 0:
+            return b""
+        segment = segments[number]
+        base = HEADER_SIZE - segment.first_offset
+        position, end = offset + base, min(stop + base, segment.end)
+        if position >= end:
+            return b""
+        fd = _open_to_read(segment.path)
+        if fd is None:
+            return b""
+        try:
+            return os.pread(fd, end - position, position)
+        finally:
+            os.close(fd)
 
     # -- sizes ----------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, ClassVar, Never
 import trio
 
 from ..broker import trace_log
-from ..broker.channel import Consumer
+from ..broker.consumers import Consumer
 from ..broker.health import StorageFault, go_error_text
 from ..broker.offsets import OffsetError
 from ..broker.rate_limits import RateLimit, Rates
@@ -77,7 +77,7 @@ if TYPE_CHECKING:
 
     from ..auth.session import AuthSession
     from ..broker.broker import Broker
-    from ..broker.channel import Delivery
+    from ..broker.consumers import Delivery
     from ..broker.subscription import Subscription
     from ..protocol.identify import IdentifyRequest, NegotiatedSettings
     from ..protocol.server import Event

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Final
 import attrs
 import orjson
 
+from ..admin_page_files import ADMIN_PAGE as ADMIN_PAGE  # importable from here as before
 from ..broker.dead_letters import dead_topic_name
 from ..broker.health import StorageFault, go_error_text
 from ..broker.offsets import OffsetError
@@ -82,16 +83,6 @@ _DURATION_FIELDS: Final = frozenset(
         "lookupd_ping_interval",
     }
 )
-ADMIN_PAGE: Final = {
-    "/admin": "admin_page/index.html",
-    "/admin/": "admin_page/index.html",
-    "/admin/admin.js": "admin_page/admin.js",
-    "/admin/admin_dom.js": "admin_page/admin_dom.js",
-    "/admin/admin_views.js": "admin_page/admin_views.js",
-    "/admin/admin_model.js": "admin_page/admin_model.js",
-    "/admin/admin.css": "admin_page/admin.css",
-}
-"""The admin page's files (docs/admin.md), by path; lookupd serves the same."""
 LEGACY_ENDPOINTS: Final = frozenset({"/info", "/pub", "/mpub", "/stats", "/pub_ext"})
 """Where nsqd ≤ 0.3 (and Youzan, for /pub_ext) answered in the status_code/status_txt/data
 envelope; /pubtrace is V1 only."""

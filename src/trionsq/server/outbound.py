@@ -26,7 +26,7 @@ from ..speedups import compiled
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from ..broker.channel import Delivery
+    from ..broker.consumers import Delivery
 
 __all__ = ["OutboundBuffer"]
 

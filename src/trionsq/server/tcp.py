@@ -32,6 +32,7 @@ from ..protocol.frames import (
     OK_FRAME,
     error_frame,
 )
+from ..socket_writes import write_all
 from .commands import MAX_COMMANDS_PER_TURN, CommandLayer
 from .transport import TlsLayer, Transport
 
@@ -366,8 +367,10 @@ class ClientSession(CommandLayer):
             transport = self._transport
             if transport is not None:
                 data = transport.encode(data)
-            if data:
-                await self._send(data)
+            if data:  # write_all straight from here (not via _send): no frame more per flush
+                error = await write_all(self.stream.socket.fileno(), data, self._wait_writable)
+                if error is not None:  # reset, broken pipe
+                    self._gone(error)
         finally:
             self._release_send()
 
@@ -393,17 +396,9 @@ class ClientSession(CommandLayer):
     async def _send(self, data: bytes) -> None:
         """Put ``data`` on the descriptor, waiting only when the socket is full; the
         caller has the right to write. No checkpoint when it all fits."""
-        fd = self.stream.socket.fileno()
-        with memoryview(data) as view:
-            sent = 0
-            while sent < len(view):
-                try:
-                    sent += os.write(fd, view[sent:])
-                except BlockingIOError:
-                    await self._wait_writable(fd)
-                except OSError as error:  # reset, broken pipe
-                    self._gone(error)
-                    return
+        error = await write_all(self.stream.socket.fileno(), data, self._wait_writable)
+        if error is not None:  # reset, broken pipe
+            self._gone(error)
 
     async def _wait_writable(self, fd: int) -> None:
         """Wait for room in the socket, at most one heartbeat interval (spec §6).

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Final
 
 import attrs
@@ -384,26 +384,44 @@ def _offsets(option: str, text: str, *, allow_earliest: bool, allow_latest: bool
         return Bound(LATEST)
     if word in ("earliest", "latest"):
         raise SparkOptionError(name, f"'{word}' makes no sense here")
+    words = " or ".join(
+        w for w, ok in (("earliest", allow_earliest), ("latest", allow_latest)) if ok
+    )
+
+    def problem(value: int) -> str | None:
+        if value < EARLIEST or (value == EARLIEST and not allow_earliest):
+            return f"{value} is not an offset"
+        if value == LATEST and not allow_latest:
+            return "latest (-1) makes no sense here"
+        return None
+
+    unreadable = f"is neither {words} nor a JSON object of partition to offset"
+    return _json_bound(option, text, unreadable, problem)
+
+
+def _json_bound(
+    option: str,
+    text: str,
+    unreadable: str,
+    problem: Callable[[int], str | None],
+    *,
+    timestamps: bool = False,
+) -> Bound:
+    """A bound given as JSON, ``{"partition": n}`` or Kafka's ``{"topic": {"partition":
+    n}}``, each ``n`` checked by ``problem`` (why it is refused, None if not)."""
+    name = _spelled(option)
     try:
         document = orjson.loads(text)
     except orjson.JSONDecodeError:
-        words = " or ".join(
-            w for w, ok in (("earliest", allow_earliest), ("latest", allow_latest)) if ok
-        )
-        raise SparkOptionError(
-            name, f"{text!r} is neither {words} nor a JSON object of partition to offset"
-        ) from None
+        raise SparkOptionError(name, f"{text!r} {unreadable}") from None
     by_partition, by_topic = _partition_maps(name, document)
     for partitions in (by_partition, *by_topic.values()):
         for partition, value in partitions.items():
-            if value < EARLIEST or (value == EARLIEST and not allow_earliest):
-                raise SparkOptionError(name, f"partition {partition}: {value} is not an offset")
-            if value == LATEST and not allow_latest:
-                raise SparkOptionError(
-                    name, f"partition {partition}: latest (-1) makes no sense here"
-                )
+            refused = problem(value)
+            if refused is not None:
+                raise SparkOptionError(name, f"partition {partition}: {refused}")
     default = LATEST if option.startswith("ending") else EARLIEST
-    return Bound(default, by_partition, by_topic=by_topic)
+    return Bound(default, by_partition, timestamps=timestamps, by_topic=by_topic)
 
 
 def _partition_maps(
@@ -429,21 +447,14 @@ def _partition_map(name: str, document: dict[object, object]) -> dict[int, int]:
 
 
 def _timestamps(option: str, text: str) -> Bound:
-    name = _spelled(option)
     if option.endswith("bytimestamp"):
-        try:
-            document = orjson.loads(text)
-        except orjson.JSONDecodeError:
-            raise SparkOptionError(
-                name, f"{text!r} is not a JSON object of partition to milliseconds"
-            ) from None
-        by_partition, by_topic = _partition_maps(name, document)
-        for partitions in (by_partition, *by_topic.values()):
-            for partition, value in partitions.items():
-                if value < 0:
-                    raise SparkOptionError(name, f"partition {partition}: {value} is not a time")
-        default = LATEST if option.startswith("ending") else EARLIEST
-        return Bound(default, by_partition, timestamps=True, by_topic=by_topic)
+        return _json_bound(
+            option,
+            text,
+            "is not a JSON object of partition to milliseconds",
+            lambda value: f"{value} is not a time" if value < 0 else None,
+            timestamps=True,
+        )
     return Bound(_integer(option, text, low=0), timestamps=True)
 
 

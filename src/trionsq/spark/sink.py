@@ -25,7 +25,8 @@ sends it to the same partition. A broker that cannot be reached is retried, and
 what was being sent is sent again, for up to ``brokerRetryTimeout``.
 
 This module is what Spark calls on the driver (the checks, the writers, their
-commit); what a task does with its rows is sink_task.py's.
+commit); what a task does with its rows is sink_task.py's, and where they go
+(each topic's brokers) destinations.py's.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from .broker_http import locate_partitions, tcp_address
+from .destinations import Destinations
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -107,53 +108,6 @@ def check_columns(schema: StructType, options: WriteOptions) -> None:
             )
 
 
-def _needs_ext(schema: StructType, options: WriteOptions) -> str | None:
-    """What the write puts in headers (so the topic must be an ext topic), if anything."""
-    if options.exactly_once:
-        return "idempotency keys (exactlyOnce)"
-    carried = [n for n in ("headers", "tag", "idempotency_key") if n in schema.fieldNames()]
-    return f"the {', '.join(carried)} column(s)" if carried else None
-
-
-class Topic:
-    """Where one topic's rows go: the TCP address of the broker holding each of its
-    partitions, and whether it takes headers."""
-
-    def __init__(self, options: WriteOptions, name: str) -> None:
-        access = options.access
-        located = locate_partitions(access, name, options.nsqd, options.lookupd)
-        addresses = {where.address for where in located.values()}
-        tcp = {address: tcp_address(access, address) for address in addresses}
-        self.name = name
-        self.brokers = {partition: tcp[where.address] for partition, where in located.items()}
-        self.count = max(located) + 1
-        self.ext = all(where.ext for where in located.values())
-
-
-class Destinations:
-    """The topics of a write, found once per topic (on the driver for the ``topic``
-    option, in the task for each new value of a ``topic`` column)."""
-
-    def __init__(self, options: WriteOptions, schema: StructType) -> None:
-        self.options = options
-        self.needs_ext = _needs_ext(schema, options)
-        self.topics: dict[str, Topic] = {}
-        if options.topic is not None:
-            self.get(options.topic)
-
-    def get(self, name: str) -> Topic:
-        found = self.topics.get(name)
-        if found is None:
-            found = self.topics[name] = Topic(self.options, name)
-            if self.needs_ext is not None and not found.ext:
-                raise ValueError(
-                    f"trionsq sink: topic {name!r} is not an ext topic, so it cannot carry"
-                    f" {self.needs_ext}: create it with ext=true, or write only 'body' with"
-                    " exactlyOnce=false"
-                )
-        return found
-
-
 class BatchWriter(DataSourceArrowWriter):
     """``df.write``: one id for the whole job, so retried tasks repeat their keys."""
 
@@ -167,7 +121,7 @@ class BatchWriter(DataSourceArrowWriter):
         from .sink_task import TaskPublisher  # the client and trio: in tasks only
 
         scope = f"job:{self.job}"
-        return TaskPublisher(self.options, self.destinations, scope).write(iterator)
+        return WriteSummary(TaskPublisher(self.options, self.destinations, scope).write(iterator))
 
     def commit(self, messages: Sequence[WriterCommitMessage | None]) -> None:
         """Nothing to do: every message is stored when its task ends."""
@@ -194,7 +148,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
         from .sink_task import TaskPublisher
 
         scope = f"stream:{query}:{batch}"
-        return TaskPublisher(self.options, self.destinations, scope).write(iterator)
+        return WriteSummary(TaskPublisher(self.options, self.destinations, scope).write(iterator))
 
     def commit(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
         """Nothing to do: the broker stored every message when its task ended."""

@@ -26,15 +26,14 @@ from ..protocol.ext_header import DISPATCH_TAG_KEY, IDEMPOTENCY_KEY
 from .broker_http import retrying
 from .columns import KEY_HEADER
 from .keyed_chunks import idempotency_key, keyed_chunks
-from .sink import WriteSummary
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
     import pyarrow as pa
 
+    from .destinations import Destinations, Topic
     from .options import WriteOptions
-    from .sink import Destinations, Topic
 
 __all__ = ["TaskPublisher"]
 
@@ -74,9 +73,9 @@ class TaskPublisher:
                 self.producers[address] = producer
         return producer
 
-    def write(self, batches: Iterator[pa.RecordBatch]) -> WriteSummary:
+    def write(self, batches: Iterator[pa.RecordBatch]) -> int:
         """Publish every batch; a batch is turned into messages while the one before
-        it is being sent."""
+        it is being sent. Returns how many messages the task published."""
         try:
             sending: list[Future[int]] = []
             for batch in batches:
@@ -88,7 +87,7 @@ class TaskPublisher:
             self.pool.shutdown(cancel_futures=True)
             for producer in self.producers.values():
                 producer.close()
-        return WriteSummary(self.published)
+        return self.published
 
     def _sent(self, sending: list[Future[int]]) -> None:
         """Wait for these sends; raises the first refusal."""

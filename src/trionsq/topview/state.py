@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import enum
 import math
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, TypeVar
 
 import attrs
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Iterable, Mapping
 
 __all__ = [
     "EVENT_LOG_SIZE",
@@ -309,27 +309,42 @@ def _event_text(kind: str, document: Mapping[str, object]) -> str:
     return f"{topic}/{channel}" if kind.startswith("channel_") else topic
 
 
+_Row = TypeVar("_Row", TopicRow, ChannelRow)
+
+
+def _patched(
+    rows: Iterable[_Row],
+    name: str,
+    change: Callable[[_Row], _Row | None],
+    new: Callable[[str], _Row] | None,
+) -> tuple[_Row, ...]:
+    """``rows`` with the row named ``name`` changed (None: removed); if there is none,
+    ``new(name)`` changed and added, when ``new`` is given."""
+    patched: list[_Row] = []
+    found = False
+    for row in rows:
+        if row.name == name:
+            found = True
+            changed = change(row)
+            if changed is not None:
+                patched.append(changed)
+        else:
+            patched.append(row)
+    if not found and new is not None:
+        created = change(new(name))
+        if created is not None:
+            patched.append(created)
+    return tuple(patched)
+
+
 def _with_topic(
     state: TopState, name: str, change: Callable[[TopicRow], TopicRow | None], *, create: bool
 ) -> TopState:
     """``state`` with topic ``name`` changed (None: removed); created first if asked."""
     if not name:
         return state
-    topics: list[TopicRow] = []
-    found = False
-    for topic in state.topics:
-        if topic.name == name:
-            found = True
-            changed = change(topic)
-            if changed is not None:
-                topics.append(changed)
-        else:
-            topics.append(topic)
-    if not found and create:
-        created = change(TopicRow(name=name))
-        if created is not None:
-            topics.append(created)
-    return attrs.evolve(state, topics=tuple(topics))
+    topics = _patched(state.topics, name, change, TopicRow if create else None)
+    return attrs.evolve(state, topics=topics)
 
 
 def _with_channel(
@@ -344,21 +359,8 @@ def _with_channel(
         return state
 
     def patch(topic: TopicRow) -> TopicRow:
-        channels: list[ChannelRow] = []
-        found = False
-        for channel in topic.channels:
-            if channel.name == name:
-                found = True
-                changed = change(channel)
-                if changed is not None:
-                    channels.append(changed)
-            else:
-                channels.append(channel)
-        if not found and create:
-            created = change(ChannelRow(name=name))
-            if created is not None:
-                channels.append(created)
-        return attrs.evolve(topic, channels=tuple(channels))
+        channels = _patched(topic.channels, name, change, ChannelRow if create else None)
+        return attrs.evolve(topic, channels=channels)
 
     return _with_topic(state, _str(document, "topic"), patch, create=create)
 

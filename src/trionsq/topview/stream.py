@@ -194,27 +194,38 @@ async def follow(
                     await websocket.aclose()
                 nursery.cancel_scope.cancel()
         except BaseExceptionGroup as group:
-            error = _sole(group)
-            if isinstance(error, trio_websocket.ConnectionRejected):
-                raise CannotConnect(
-                    f"{where} refused the websocket upgrade (HTTP {error.status_code});"
-                    " does this broker serve /admin/stream?"
-                ) from None
-            if connected or not isinstance(error, Exception):
+            refusal = _refusal(_sole(group), where, connected=connected)
+            if refusal is None:
                 raise
-            # what answered is no HTTP server (an NSQ TCP port, say): h11's or
-            # wsproto's protocol errors, or no answer at all
-            why = "no answer" if isinstance(error, trio.TooSlowError) else _why(error)
-            raise CannotConnect(f"{where} did not answer as a websocket server ({why})") from None
-    if follower.closed is not None:
-        raise StreamClosed(
-            follower.closed.code, follower.closed.reason, had_secret=bool(auth_secret)
+            raise refusal from None
+    _check_end(follower, has_secret=bool(auth_secret))
+    return follower.state
+
+
+def _refusal(error: BaseException | None, where: str, *, connected: bool) -> CannotConnect | None:
+    """Why the stream could not be followed, said to the user: the broker refused the
+    upgrade, or what answered is no websocket server; None: ``error`` as it is."""
+    if isinstance(error, trio_websocket.ConnectionRejected):
+        return CannotConnect(
+            f"{where} refused the websocket upgrade (HTTP {error.status_code});"
+            " does this broker serve /admin/stream?"
         )
+    if connected or not isinstance(error, Exception):
+        return None
+    # what answered is no HTTP server (an NSQ TCP port, say): h11's or wsproto's
+    # protocol errors, or no answer at all
+    why = "no answer" if isinstance(error, trio.TooSlowError) else _why(error)
+    return CannotConnect(f"{where} did not answer as a websocket server ({why})")
+
+
+def _check_end(follower: _Follower, *, has_secret: bool) -> None:
+    """Raise what ended the stream, if the broker ended it or would wait for AUTH."""
+    if follower.closed is not None:
+        raise StreamClosed(follower.closed.code, follower.closed.reason, had_secret=has_secret)
     broker = follower.state.broker
-    if broker is not None and broker.auth_required and not auth_secret:
+    if broker is not None and broker.auth_required and not has_secret:
         # the broker would wait for an ``auth`` message, then close with 4001: say it now
         raise StreamClosed(4001, "the broker's hello says AUTH is on")
-    return follower.state
 
 
 async def _open_stream(

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, TypeVar
 
 import attrs
 from rich.console import Group
@@ -61,20 +61,17 @@ def _header(state: TopState) -> Text:
     return text
 
 
-def _sorted_topics(topics: Iterable[TopicRow], sort: Sort) -> list[TopicRow]:
-    if sort is Sort.NAME:
-        return sorted(topics, key=lambda topic: topic.name)
-    if sort is Sort.RATE:
-        return sorted(topics, key=lambda topic: (-topic.message_rate, topic.name))
-    return sorted(topics, key=lambda topic: (-topic.backlog, topic.name))
+_Row = TypeVar("_Row", TopicRow, ChannelRow)
 
 
-def _sorted_channels(channels: Iterable[ChannelRow], sort: Sort) -> list[ChannelRow]:
+def _sorted(rows: Iterable[_Row], sort: Sort, size: Callable[[_Row], int]) -> list[_Row]:
+    """By name, by message rate, or by ``size`` (a topic's backlog, a channel's
+    depth): the busiest first."""
     if sort is Sort.NAME:
-        return sorted(channels, key=lambda channel: channel.name)
+        return sorted(rows, key=lambda row: row.name)
     if sort is Sort.RATE:
-        return sorted(channels, key=lambda channel: (-channel.message_rate, channel.name))
-    return sorted(channels, key=lambda channel: (-channel.depth, channel.name))
+        return sorted(rows, key=lambda row: (-row.message_rate, row.name))
+    return sorted(rows, key=lambda row: (-size(row), row.name))
 
 
 @attrs.frozen
@@ -112,12 +109,12 @@ def _topics_table(state: TopState, width: int, sort: Sort) -> Table:
     """Topics, each followed by its channels; the columns that fit ``width``, chosen
     by importance (depth and rate first), shown in their usual order."""
     lines: list[tuple[Text, TopicRow | ChannelRow]] = []
-    for topic in _sorted_topics(state.topics, sort):
+    for topic in _sorted(state.topics, sort, lambda topic: topic.backlog):
         name = Text(topic.name, style="bold")
         if topic.paused:
             name.append(" (paused)", style="yellow")
         lines.append((name, topic))
-        channels = _sorted_channels(topic.channels, sort)
+        channels = _sorted(topic.channels, sort, lambda channel: channel.depth)
         for index, channel in enumerate(channels):
             branch = "└ " if index == len(channels) - 1 else "├ "
             label = Text(f"  {branch}{channel.name}")

@@ -10,7 +10,7 @@ confirms them (:mod:`.pulls`).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, TypeAlias
 
 import trio
 
@@ -39,6 +39,13 @@ if TYPE_CHECKING:
 
     from .groups import Seat
     from .node import TubeNode
+
+    PartitionCall: TypeAlias = (
+        broker_pb2.RegisterRequestC2B
+        | broker_pb2.GetMessageRequestC2B
+        | broker_pb2.CommitOffsetRequestC2B
+    )
+    """A consumer's call about one partition of a group's topic."""
 
 __all__ = ["BrokerService"]
 
@@ -117,10 +124,9 @@ class BrokerService:
             return None, hold.consumer.consumer_id
         return hold, None
 
-    def _call_problem(
-        self, client_id: str, group: str, topic: str, partition: int
-    ) -> tuple[int, str]:
+    def _call_problem(self, request: PartitionCall) -> tuple[int, str]:
         """A consumer call's fields as TubeMQ checks them: (code, why) or (200, "")."""
+        client_id, group, topic = request.clientId, request.groupName, request.topicName
         problem = missing(
             ("clientId", client_id, MAX_CLIENT_ID),
             ("topicName", topic, MAX_TOPIC),
@@ -129,7 +135,8 @@ class BrokerService:
         if problem:
             return ErrCode.BAD_REQUEST, problem
         topic = topic.strip()
-        problem = partition_problem(self.node.groups.topic_partitions(topic), topic, partition)
+        partitions = self.node.groups.topic_partitions(topic)
+        problem = partition_problem(partitions, topic, request.partitionId)
         return (ErrCode.FORBIDDEN, problem) if problem else (ErrCode.SUCCESS, "")
 
     def _part(self, key: tuple[str, str, int]) -> str:
@@ -140,9 +147,7 @@ class BrokerService:
         self, request: broker_pb2.RegisterRequestC2B
     ) -> broker_pb2.RegisterResponseB2C:
         reply = broker_pb2.RegisterResponseB2C(success=False, currOffset=-1)
-        code, problem = self._call_problem(
-            request.clientId, request.groupName, request.topicName, request.partitionId
-        )
+        code, problem = self._call_problem(request)
         if problem:
             reply.errCode, reply.errMsg = code, problem
             return reply
@@ -281,20 +286,14 @@ class BrokerService:
         )
 
     def _consumer_hold(
-        self,
-        client_id: str,
-        group: str,
-        topic: str,
-        partition: int,
-        *,
-        committing: bool,
+        self, request: PartitionCall, *, committing: bool
     ) -> tuple[Hold | None, int, str]:
         """The caller's hold on the partition, or TubeMQ's code and text for why not."""
-        code, problem = self._call_problem(client_id, group, topic, partition)
+        code, problem = self._call_problem(request)
         if problem:
             return None, code, problem
-        consumer_id, group, topic = client_id.strip(), group.strip(), topic.strip()
-        key = (group, topic, partition)
+        consumer_id = request.clientId.strip()
+        key = (request.groupName.strip(), request.topicName.strip(), request.partitionId)
         hold, holder = self._holder_check(consumer_id, key)
         if hold is not None:
             self.node.renew(hold_lease(key))
@@ -320,13 +319,7 @@ class BrokerService:
         serial_no: int,
         send: Callable[[bytes], None],
     ) -> broker_pb2.GetMessageResponseB2C | None:
-        hold, code, text = self._consumer_hold(
-            request.clientId,
-            request.groupName,
-            request.topicName,
-            request.partitionId,
-            committing=False,
-        )
+        hold, code, text = self._consumer_hold(request, committing=False)
         if hold is None:
             return broker_pb2.GetMessageResponseB2C(
                 success=False,
@@ -386,13 +379,7 @@ class BrokerService:
     def _commit(
         self, request: broker_pb2.CommitOffsetRequestC2B
     ) -> broker_pb2.CommitOffsetResponseB2C:
-        hold, code, text = self._consumer_hold(
-            request.clientId,
-            request.groupName,
-            request.topicName,
-            request.partitionId,
-            committing=True,
-        )
+        hold, code, text = self._consumer_hold(request, committing=True)
         if hold is None:
             return broker_pb2.CommitOffsetResponseB2C(
                 success=False, errCode=code, errMsg=text, currOffset=-1

@@ -31,6 +31,7 @@ from ..protocol.tubemq import (
 )
 from ..protocol.tubemq_proto import rpc_pb2
 from ..protocol.tubemq_sends import SendCalls, take_sends
+from ..socket_writes import write_all
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -203,13 +204,9 @@ class TubeConnection:
             return
         fd = self.stream.socket.fileno()
         async with self._lock:
-            with memoryview(data) as view:
-                sent = 0
-                while sent < len(view):
-                    try:
-                        sent += os.write(fd, view[sent:])
-                    except BlockingIOError:
-                        await trio.lowlevel.wait_writable(fd)
+            error = await write_all(fd, data, trio.lowlevel.wait_writable)
+        if error is not None:
+            raise error
 
 
 def _failed(serial_no: int, error: Exception, protocol_version: int) -> CallRefused:

@@ -20,14 +20,15 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING
 
-from ..broker.channel import Consumer
+from ..broker.consumers import Consumer
 from ..broker.statistics import ClientStatistics
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from ..broker.broker import Broker
-    from ..broker.channel import Channel, Delivery
+    from ..broker.channel import Channel
+    from ..broker.consumers import Delivery
     from ..broker.subscription import Subscription
 
 __all__ = ["GroupAdapter", "Seat"]

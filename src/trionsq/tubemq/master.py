@@ -173,6 +173,34 @@ class MasterService:
 
     # ---------------------------------------------------------------- consumers
 
+    async def _consumer_checks(
+        self,
+        request: master_pb2.HeartRequestC2M | master_pb2.CloseRequestC2M,
+        remote_address: str,
+    ) -> tuple[str, tuple[int, str] | None]:
+        """A consumer call's ids and AUTH (no topic named): the token, or the refusal."""
+        problem = missing(
+            ("clientId", request.clientId, MAX_CLIENT_ID),
+            ("groupName", request.groupName, MAX_GROUP),
+        )
+        if problem:
+            return "", (ErrCode.BAD_REQUEST, problem)
+        return await self._auth(request, remote_address, [])
+
+    def _consumer_ok(
+        self,
+        reply: master_pb2.RegisterResponseM2C | master_pb2.HeartResponseM2C,
+        request: master_pb2.RegisterRequestC2M | master_pb2.HeartRequestC2M,
+        token: str,
+    ) -> None:
+        """A consumer's register or heartbeat succeeded: the reply's common fields."""
+        reply.success, reply.errCode, reply.errMsg = True, ErrCode.SUCCESS, "OK!"
+        reply.notAllocated = False
+        self._flow_fields(
+            reply, request.HasField("defFlowCheckId") or request.HasField("groupFlowCheckId")
+        )
+        reply.authorizedInfo.CopyFrom(self._authorized(token))
+
     async def _consumer_register(
         self, request: master_pb2.RegisterRequestC2M, remote_address: str
     ) -> master_pb2.RegisterResponseM2C:
@@ -211,26 +239,14 @@ class MasterService:
         node.renew(("consumer", group, consumer_id))
         await node.seat_consumer(session, topics)
         session.held = self._reported(session, list(request.subscribeInfo))
-        reply.success, reply.errCode, reply.errMsg = True, ErrCode.SUCCESS, "OK!"
-        reply.notAllocated = False
-        self._flow_fields(
-            reply, request.HasField("defFlowCheckId") or request.HasField("groupFlowCheckId")
-        )
-        reply.authorizedInfo.CopyFrom(self._authorized(token))
+        self._consumer_ok(reply, request, token)
         return reply
 
     async def _consumer_heartbeat(
         self, request: master_pb2.HeartRequestC2M, remote_address: str
     ) -> master_pb2.HeartResponseM2C:
         reply = master_pb2.HeartResponseM2C(success=False)
-        problem = missing(
-            ("clientId", request.clientId, MAX_CLIENT_ID),
-            ("groupName", request.groupName, MAX_GROUP),
-        )
-        if problem:
-            reply.errCode, reply.errMsg = ErrCode.BAD_REQUEST, problem
-            return reply
-        token, refused = await self._auth(request, remote_address, [])
+        token, refused = await self._consumer_checks(request, remote_address)
         if refused is not None:
             reply.errCode, reply.errMsg = refused
             return reply
@@ -262,26 +278,13 @@ class MasterService:
             session.event = self._next_event(session)
             if session.event is not None:
                 reply.event.CopyFrom(self._event_proto(session, session.event))
-        reply.success, reply.errCode, reply.errMsg = True, ErrCode.SUCCESS, "OK!"
-        reply.notAllocated = False
-        self._flow_fields(
-            reply, request.HasField("defFlowCheckId") or request.HasField("groupFlowCheckId")
-        )
-        reply.authorizedInfo.CopyFrom(self._authorized(token))
+        self._consumer_ok(reply, request, token)
         return reply
 
     async def _consumer_close(
         self, request: master_pb2.CloseRequestC2M, remote_address: str
     ) -> master_pb2.CloseResponseM2C:
-        problem = missing(
-            ("clientId", request.clientId, MAX_CLIENT_ID),
-            ("groupName", request.groupName, MAX_GROUP),
-        )
-        if problem:
-            return master_pb2.CloseResponseM2C(
-                success=False, errCode=ErrCode.BAD_REQUEST, errMsg=problem
-            )
-        _, refused = await self._auth(request, remote_address, [])
+        _, refused = await self._consumer_checks(request, remote_address)
         if refused is not None:
             code, text = refused
             return master_pb2.CloseResponseM2C(success=False, errCode=code, errMsg=text)

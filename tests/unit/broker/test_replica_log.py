@@ -18,15 +18,19 @@ from trionsq.broker.replica_log import (
     truncate_partition,
 )
 from trionsq.broker.storage import Storage
+from trionsq.cluster.roles import log_bytes
 from trionsq.config import NsqdConfig
 from trionsq.dispatch.router import ChannelRunner
 from trionsq.queues.record import encode_record
+from trionsq.queues.record_runs import decode_all
 from trionsq.queues.topic_log import TopicLog
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     import trio
+
+    from trionsq.queues.record import Record
 
 
 def _leader_records(broker: Broker) -> None:
@@ -50,6 +54,14 @@ def _brokers(nursery: trio.Nursery, tmp_path: Path, durable: bool) -> tuple[Brok
     return made[0], made[1]
 
 
+def _copy(follower: Broker, leader: Broker, records: list[Record]) -> None:
+    """What a follower stream does with the leader's records: their bytes in the
+    leader's log, decoded again, appended as they came."""
+    shipped, data = log_bytes(leader.topics["t"].partitions[0].log, records)
+    assert shipped == records
+    append_copies(follower, "t", 0, data, decode_all(data, records[0].offset))
+
+
 def _bytes(broker: Broker) -> list[bytes]:
     log = broker.topics["t"].partitions[0].log
     return [encode_record(r) for r in log.read(log.start_id, 100)]
@@ -63,8 +75,8 @@ async def test_copies_are_byte_for_byte_and_keep_idempotency_keys(
     _leader_records(leader)
     records = leader.topics["t"].partitions[0].log.read(1, 100)
     follower.topic("t", ext=True)
-    append_copies(follower, "t", 0, records[:2])
-    append_copies(follower, "t", 0, records[2:])
+    _copy(follower, leader, records[:2])
+    _copy(follower, leader, records[2:])
     assert _bytes(follower) == _bytes(leader)
     # the key came along: a retry sent to the follower (once it leads) is stored once
     header = orjson.dumps({"##idempotency_key": "k1"})
@@ -73,7 +85,7 @@ async def test_copies_are_byte_for_byte_and_keep_idempotency_keys(
     )
     assert follower.topics["t"].partitions[0].log.next_id == 5
     with pytest.raises(CopyError, match="do not continue"):
-        append_copies(follower, "t", 0, records[:1])
+        _copy(follower, leader, records[:1])
 
 
 @pytest.mark.parametrize("durable", [False, True])
@@ -84,7 +96,7 @@ async def test_truncate_cuts_the_tail_and_the_log_goes_on(
     _leader_records(leader)
     records = leader.topics["t"].partitions[0].log.read(1, 100)
     follower.topic("t", ext=True)
-    append_copies(follower, "t", 0, records)
+    _copy(follower, leader, records)
     partition = follower.topics["t"].partitions[0]
     channel = partition.channel("c")
     assert truncate_partition(follower, "t", 0, 3) == 2
@@ -110,9 +122,9 @@ async def test_restart_starts_the_log_at_the_leaders_first_record(
     _leader_records(leader)
     records = leader.topics["t"].partitions[0].log.read(1, 100)
     follower.topic("t", ext=True)
-    append_copies(follower, "t", 0, records[:1])
+    _copy(follower, leader, records[:1])
     restart_partition(follower, "t", 0, records[2].internal_id, records[2].offset)
-    append_copies(follower, "t", 0, records[2:])
+    _copy(follower, leader, records[2:])
     partition_log = follower.topics["t"].partitions[0].log
     assert partition_log.start_id == 3
     assert [encode_record(r) for r in partition_log.read(3, 10)] == _bytes(leader)[2:]
@@ -127,7 +139,7 @@ async def test_a_durable_copy_journals_its_keys_and_a_cut_forgets_them(
     leader, follower = _brokers(nursery, tmp_path, durable=True)
     _leader_records(leader)  # d, keyed k1, at id 4
     follower.topic("t", ext=True)
-    append_copies(follower, "t", 0, leader.topics["t"].partitions[0].log.read(1, 100))
+    _copy(follower, leader, leader.topics["t"].partitions[0].log.read(1, 100))
     assert truncate_partition(follower, "t", 0, 4) == 1  # k1's record was never committed
     config = NsqdConfig.loopback(data_path=str(tmp_path / "new"))
     new_leader = Broker(config, nursery, Storage(config), drive=ChannelRunner)
@@ -139,7 +151,7 @@ async def test_a_durable_copy_journals_its_keys_and_a_cut_forgets_them(
         "t", [b"e"], ["k2"], 3_000, partition_index=0, trace_ids=[0], exts=[header]
     )
     new_leader.publish("t", [b"f"], 4_000)
-    append_copies(follower, "t", 0, new_leader.topics["t"].partitions[0].log.read(4, 100))
+    _copy(follower, new_leader, new_leader.topics["t"].partitions[0].log.read(4, 100))
     log = follower.topics["t"].partitions[0].log
     assert isinstance(log, TopicLog)
     log.close()

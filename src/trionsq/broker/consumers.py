@@ -1,0 +1,60 @@
+"""A subscribed consumer as a channel sees it, and a message on its way to one.
+
+The channel (``channel.py``) and its parts (``channel_exits.py``, ``partition_owner.py``)
+and the connections all speak of these two; they live here so that those parts need
+not import the channel that is built from them.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from ..queues.record import Record
+from .rate_limits import RateLimit
+
+__all__ = ["Consumer", "Delivery"]
+
+
+@attrs.define(eq=False)
+class Consumer:
+    """One subscribed connection, as the channel sees it."""
+
+    client_id: int
+    msg_timeout: float
+    """Seconds a delivered message stays in flight before it is requeued."""
+    tag: str | None = None
+    """``desired_tag`` on an ext topic (tag dispatch); None: untagged."""
+    sample_rate: int = 0
+    """1..99: deliver about that percentage, drop the rest for this channel."""
+    ordered_window: int = 1
+    """SUB_ORDERED: messages of the partition it may hold at once, in order (IDENTIFY
+    ``ordered_window``, trionsq's extension; 1 is Youzan's one at a time)."""
+    max_attempts: int = 0
+    """IDENTIFY ``max_attempts`` (trionsq's extension): the dead-letter bound it asks
+    for while the channel has none of its own (0: none)."""
+    member: str | None = None
+    """IDENTIFY ``group_member`` (trionsq's extension): the consumer-group member this
+    connection belongs to; it gets messages only while its member owns the partition
+    (broker/groups.py). None: an ordinary NSQ consumer."""
+    rate_limit: RateLimit | None = None
+    """IDENTIFY ``max_msgs_per_sec``/``max_bytes_per_sec`` (trionsq's extension): this
+    consumer's own bucket (None: unlimited, nsqd's behaviour)."""
+    rdy: int = 0
+    credit: int | None = None
+    """PULL (trionsq's pull consumption): messages still to send before the consumer
+    asks again; None: RDY's window, renewed by FINs (nsqd's push)."""
+    closing: bool = False
+    message_count: int = 0
+    finish_count: int = 0
+    requeue_count: int = 0
+    timeout_count: int = 0
+
+
+@attrs.define
+class Delivery:
+    """A message on its way to a consumer, with its attempt number.
+
+    Not frozen, for speed only (one per message delivered; see ``Record``)."""
+
+    record: Record
+    attempts: int
