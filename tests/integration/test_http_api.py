@@ -1124,6 +1124,38 @@ async def test_idle_and_slow_connections_are_closed(
     await drip.aclose()
 
 
+async def test_a_request_after_its_predecessors_deadline_is_served_and_idle_counts_anew(
+    raw: RawClients, nsqd: BoundAddresses, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Between requests the wait keeps the last request's deadline (REQUEST_TIMEOUT):
+    when it passes while idle, the connection waits on until IDLE_TIMEOUT after its
+    last answer, and a request then is served as any other."""
+    autojump_clock.autojump_threshold = 0.1
+    kept = await raw.connect(nsqd.http)
+    for gap in (0, 40, 5, 250):  # past the request deadline, within it, near the idle one
+        await trio.sleep(gap)
+        await kept.send(request("GET", "/ping"))
+        expect_plain(await kept.answer())
+    t0 = trio.current_time()
+    assert round(await kept.closed(400) - t0) == 300
+    await kept.aclose()
+
+
+async def test_identical_heads_carry_their_own_bodies_in_order(
+    raw: RawClients, clients: Clients, nsqd: BoundAddresses
+) -> None:
+    """Request heads read once per distinct head (same target, headers and length):
+    each request still has its own body, answered and stored in order."""
+    reader = await consumer(clients, nsqd, "heads")
+    connection = await raw.connect(nsqd.http)
+    bodies = [b"%05d" % n for n in range(8)]  # within the consumer's RDY 10
+    await connection.send(b"".join(request("POST", "/pub?topic=heads", b) for b in bodies))
+    for _ in bodies:
+        expect_text(await connection.answer())
+    await connection.aclose()
+    assert await received(reader, len(bodies)) == bodies
+
+
 # ---------------------------------------------------------------------- TLS
 
 
