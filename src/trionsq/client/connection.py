@@ -31,7 +31,6 @@ import trio
 from ..addresses import (
     address_list,
     local_address,
-    normalize_address,
     peer_address,
     split_host_port,
 )
@@ -399,11 +398,8 @@ async def open_connection(
         NsqConfigError: ``address`` is not ``host:port``.
     """
     options = options if options is not None else ConnectionOptions()
-    try:
-        address = normalize_address(address)
-        host, port = split_host_port(address)
-    except ValueError as error:
-        raise NsqConfigError(str(error)) from error
+    (address,) = client_addresses(address)
+    host, port = split_host_port(address)
     host = host or "127.0.0.1"
     try:
         stream = await trio.open_tcp_stream(host, port)
