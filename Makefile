@@ -55,7 +55,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 unit: $(STAMP) java-check | $(CHROMIUM) $(PROMTOOL) $(ETCD) $(IP)
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
 
 # tests/spark run PySpark, whose driver is a JVM: say what is missing at once rather than
 # let every Spark test fail to start one.
