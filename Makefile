@@ -35,6 +35,7 @@ $(QUICK): pyproject.toml setup.py src/trionsq/_speedups.c src/trionsq/_speedups_
 $(STAMP): pyproject.toml setup.py src/trionsq/_speedups.c src/trionsq/_speedups_publish.c | $(VENV)/bin/python
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	$(COMPILE)
+	$(BIN)/python -m trionsq.spark.precompile
 	touch $(RUNTIME) $(QUICK) $(STAMP)
 
 serve: $(RUNTIME)
