@@ -316,7 +316,9 @@ class Broker:
             self._nursery.start_soon(self.run_ttl_timers, topic_name)
         if self.trace_log and trace_ids is not None:
             trace_log.published(topic_name, partition_index, records, source)
-        if deliver_at and records and not partition.paused:
+        if deliver_at and records and not partition.paused and partition.commit_end is None:
+            # a replicated partition's channels take it when committed (read_into defers
+            # it then): deferred now, a short DPUB could go out before its commit
             self._defer_at_publish(partition, records, deliver_at)
         ttl = partition.ttl.active and records
         drivers = partition.drivers

@@ -1,0 +1,87 @@
+"""A DPUB on a replicated partition is delivered only once it is committed: a
+follower frozen (SIGSTOP) before it has the message holds the message back however
+short its deferral, and it goes out once the follower answers again."""
+
+from __future__ import annotations
+
+import signal
+from typing import TYPE_CHECKING
+
+import orjson
+import trio
+
+from tests.integration.raw import Clients, bodies, next_frame, next_message, ok, quiet
+from trionsq.cluster.local_cluster import LocalCluster
+from trionsq.http.client import http_get, http_request
+from trionsq.protocol import Dpub, Pub, Rdy, Sub
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from trionsq.cluster.etcd_process import EtcdServer
+
+TOPIC = "deferred"
+
+
+async def _create_and_find_leader(cluster: LocalCluster) -> str:
+    """Create the topic (1 partition, 2 replicas) through the coordinator; its leader."""
+    lookupd = f"127.0.0.1:{cluster.lookupd_http}"
+    with trio.fail_after(20):  # until the coordinator is elected and sees both brokers
+        while True:
+            query = f"/topic/create?topic={TOPIC}&partition_num=1&replicator=2"
+            reply = await http_request(
+                "POST", lookupd, query, connect_timeout=2, request_timeout=10
+            )
+            if reply.status == 200:
+                break
+            await trio.sleep(0.1)
+    with trio.fail_after(20):
+        while True:
+            target = f"/lookup?topic={TOPIC}&access=w&metainfo=true"
+            reply = await http_get(lookupd, target, connect_timeout=2, request_timeout=5)
+            if reply.status == 200:
+                partitions = orjson.loads(reply.body).get("partitions", {})
+                leader: str = partitions.get("0", {}).get("id", "")
+                if leader:
+                    return leader
+            await trio.sleep(0.1)
+
+
+async def test_a_dpub_waits_for_its_commit_however_short_its_deferral(
+    etcd: EtcdServer, cluster_id: str, tmp_path: Path
+) -> None:
+    cluster = LocalCluster(tmp_path, etcd, cluster_id=cluster_id)
+    clients = Clients()
+    try:
+        cluster.start(2)
+        leader = cluster.by_id(await _create_and_find_leader(cluster))
+        follower = next(b for b in cluster.brokers if b is not leader)
+        address = ("127.0.0.1", leader.tcp_port)
+        producer = await clients.connect(address)
+        with trio.fail_after(20):  # acknowledged once the follower has it: it streams
+            while True:
+                await producer.send(Pub(TOPIC, b"first"))
+                if ok(await next_frame(producer)):
+                    break
+                await trio.sleep(0.2)
+        consumer = await clients.connect(address)
+        await consumer.send(Sub(TOPIC, "c"), Rdy(10))
+        assert ok(await next_frame(consumer))
+        assert (await next_message(consumer)).body == b"first"
+
+        assert follower.process is not None
+        follower.process.send_signal(signal.SIGSTOP)
+        try:
+            await producer.send(Dpub(TOPIC, 50, b"deferred"))
+            # due after 50 ms, but not committed: neither delivered nor acknowledged
+            assert await quiet(consumer, 1.0) == []
+            assert await quiet(producer, 0.01) == []
+        finally:
+            follower.process.send_signal(signal.SIGCONT)
+        with trio.fail_after(10):
+            assert ok(await next_frame(producer))
+            assert (await next_message(consumer)).body == b"deferred"
+        assert bodies(await quiet(consumer, 0.3)) == []
+    finally:
+        await clients.close_all()
+        cluster.stop()
