@@ -13,31 +13,38 @@ import trio
 from tests.integration.raw import Clients, bodies, next_frame, next_message, ok, quiet
 from trionsq.cluster.local_cluster import LocalCluster
 from trionsq.http.client import http_get, http_request
-from trionsq.protocol import Dpub, Pub, Rdy, Sub
+from trionsq.protocol import Dpub, Mpub, Pub, Rdy, Sub
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from trionsq.cluster.etcd_process import EtcdServer
+    from trionsq.testing import ProtocolClient
 
 TOPIC = "deferred"
 
 
-async def _create_and_find_leader(cluster: LocalCluster) -> str:
-    """Create the topic (1 partition, 2 replicas) through the coordinator; its leader."""
+async def create_and_find_leader(cluster: LocalCluster, topic: str) -> str:
+    """Create ``topic`` (1 partition, 2 replicas) through the coordinator; its leader."""
     lookupd = f"127.0.0.1:{cluster.lookupd_http}"
     with trio.fail_after(20):  # until the coordinator is elected and sees both brokers
         while True:
-            query = f"/topic/create?topic={TOPIC}&partition_num=1&replicator=2"
+            query = f"/topic/create?topic={topic}&partition_num=1&replicator=2"
             reply = await http_request(
                 "POST", lookupd, query, connect_timeout=2, request_timeout=10
             )
             if reply.status == 200:
                 break
             await trio.sleep(0.1)
+    return await leader_of(cluster, topic)
+
+
+async def leader_of(cluster: LocalCluster, topic: str) -> str:
+    """The leader of ``topic``'s partition 0, from the lookupd (once it has one)."""
+    lookupd = f"127.0.0.1:{cluster.lookupd_http}"
     with trio.fail_after(20):
         while True:
-            target = f"/lookup?topic={TOPIC}&access=w&metainfo=true"
+            target = f"/lookup?topic={topic}&access=w&metainfo=true"
             reply = await http_get(lookupd, target, connect_timeout=2, request_timeout=5)
             if reply.status == 200:
                 partitions = orjson.loads(reply.body).get("partitions", {})
@@ -47,6 +54,17 @@ async def _create_and_find_leader(cluster: LocalCluster) -> str:
             await trio.sleep(0.1)
 
 
+async def until_acknowledged(producer: ProtocolClient, publish: Pub | Mpub) -> None:
+    """Publish until acknowledged: the first ones are refused until the follower
+    streams (a partition with too few in-sync replicas is not writable)."""
+    with trio.fail_after(20):
+        while True:
+            await producer.send(publish)
+            if ok(await next_frame(producer)):
+                return
+            await trio.sleep(0.2)
+
+
 async def test_a_dpub_waits_for_its_commit_however_short_its_deferral(
     etcd: EtcdServer, cluster_id: str, tmp_path: Path
 ) -> None:
@@ -54,16 +72,11 @@ async def test_a_dpub_waits_for_its_commit_however_short_its_deferral(
     clients = Clients()
     try:
         cluster.start(2)
-        leader = cluster.by_id(await _create_and_find_leader(cluster))
+        leader = cluster.by_id(await create_and_find_leader(cluster, TOPIC))
         follower = next(b for b in cluster.brokers if b is not leader)
         address = ("127.0.0.1", leader.tcp_port)
         producer = await clients.connect(address)
-        with trio.fail_after(20):  # acknowledged once the follower has it: it streams
-            while True:
-                await producer.send(Pub(TOPIC, b"first"))
-                if ok(await next_frame(producer)):
-                    break
-                await trio.sleep(0.2)
+        await until_acknowledged(producer, Pub(TOPIC, b"first"))
         consumer = await clients.connect(address)
         await consumer.send(Sub(TOPIC, "c"), Rdy(10))
         assert ok(await next_frame(consumer))

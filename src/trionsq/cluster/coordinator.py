@@ -6,6 +6,7 @@ the one that succeeds coordinates until its lease goes; the others watch the key
 and campaign again when it disappears. The coordinator
 
 - creates replicated topics (placement: ``placement.place_topic``);
+- moves a replica from one broker to another (``move_replica``: add, catch up, drop);
 - after every change of the live brokers, applies ``placement.reconcile``: a lost
   broker (its lease gone, or a leader registered again since: a restart) leaves
   every ISR, a partition it led gets a new leader from its ISR (the epoch grows),
@@ -27,10 +28,12 @@ from .etcd import EtcdUnavailable, LeaseExpired
 from .etcd_json import Compare, EtcdReplyError, Op
 from .keys import ClusterKeys, CoordinatorInfo, PartitionState, TopicMeta, decode, encode
 from .membership import propose_state
-from .placement import PlacementError, place_topic, reconcile
+from .placement import PlacementError, place_topic, reconcile, with_replica, without_replica
 from .view import ClusterView, follow_cluster
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from .etcd import EtcdClient
 
 __all__ = ["Coordinator", "NotCoordinator"]
@@ -209,3 +212,67 @@ class Coordinator:
             ]
         log.info("created replicated topic %s: %s", topic, meta)
         return placed
+
+    async def move_replica(
+        self, topic: str, index: int, source: str, target: str, *, within: float
+    ) -> PartitionState:
+        """Move partition ``index`` of ``topic`` from broker ``source`` to ``target``:
+        ``target`` becomes a replica, copies the partition from its leader and joins
+        the ISR; then ``source`` leaves (its leadership too, to the next in-sync
+        replica). Returns the partition's state once moved.
+
+        Raises:
+            NotCoordinator: another lookupd coordinates.
+            PlacementError: no such partition, ``source`` holds none, ``target`` is not
+                live or holds one, or ``target`` did not catch up ``within`` seconds
+                (it stays a replica then, outside the ISR: move it away again, or wait).
+            EtcdUnavailable: etcd did not answer.
+        """
+        where = (topic, index)
+        await self._write_step(where, lambda state: self._added(topic, state, source, target))
+        with trio.move_on_after(within):
+            while target not in self._state(where).isr:
+                await self.wait_change()
+        if target not in self._state(where).isr:
+            raise PlacementError(
+                f"broker {target} did not catch up within {within:g}s; it stays a replica"
+                " outside the ISR"
+            )
+        return await self._write_step(where, lambda state: without_replica(state, source))
+
+    def _state(self, where: tuple[str, int]) -> PartitionState:
+        if not self.leading:
+            raise NotCoordinator(self.view.coordinator)
+        state = self.view.partitions.get(where)
+        if state is None:
+            raise PlacementError(f"no replicated partition {where[0]}/{where[1]}")
+        return state
+
+    def _added(self, topic: str, state: PartitionState, source: str, target: str) -> PartitionState:
+        if source not in state.replicas:
+            raise PlacementError(f"broker {source} holds no replica")
+        meta = self.view.topics.get(topic)
+        moving = meta is not None and len(state.replicas) > meta.replicas
+        if moving and target in state.replicas and target not in state.isr:
+            return state  # this move asked again after its first step: go on from here
+        return with_replica(state, target, self.view.registered)
+
+    async def _write_step(
+        self, where: tuple[str, int], step: Callable[[PartitionState], PartitionState]
+    ) -> PartitionState:
+        """Write ``step`` of the partition's state as the view has it now, again
+        whenever another write came first (the watch brings it)."""
+        while True:
+            state = self._state(where)
+            wanted = step(state)
+            if wanted == state:
+                return state
+            revision = self.view.revisions[where]
+            if await propose_state(
+                self.client, self.keys, where, wanted, revision, coordinator_revision=self.epoch
+            ):
+                while self.view.revisions.get(where, 0) <= revision:
+                    await self.wait_change()  # answered from the view, as /lookup is
+                log.info("partition %s/%d: replicas %s", *where, ",".join(wanted.replicas))
+                return wanted
+            await self.wait_change()

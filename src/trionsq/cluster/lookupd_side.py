@@ -1,8 +1,10 @@
-"""A lookupd's side of the cluster: the coordinator campaign, ``/lookup`` from etcd
-and ``/topic/create`` through the coordinator (lookupd/replicated.py's protocol)."""
+"""A lookupd's side of the cluster: the coordinator campaign, ``/lookup`` from etcd,
+``/topic/create`` and ``/topic/partition/move`` through the coordinator
+(lookupd/replicated.py's protocol)."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING
 
 from ..lookupd.replicated import ReplicationRefused
@@ -13,6 +15,8 @@ from .keys import TopicMeta as ClusterTopicMeta
 from .placement import PlacementError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     import trio
 
     from ..lookupd.topics import TopicMeta
@@ -32,6 +36,19 @@ def broker_json(info: BrokerInfo) -> dict[str, str | int]:
         "version": info.version,
         "distributed_id": info.id,
     }
+
+
+@contextlib.contextmanager
+def _refusals() -> Iterator[None]:
+    """The coordinator's refusals as the HTTP 400 texts of lookupd/replicated.py."""
+    try:
+        yield
+    except NotCoordinator:
+        raise ReplicationRefused("E_FAILED_ON_NOT_LEADER") from None
+    except PlacementError as error:
+        raise ReplicationRefused(str(error)) from None
+    except EtcdUnavailable:
+        raise ReplicationRefused("E_FAILED_ON_NOT_WRITABLE etcd unreachable") from None
 
 
 class ClusterLookup:
@@ -82,11 +99,21 @@ class ClusterLookup:
             ext=meta.extend_support,
             ordered=meta.ordered,
         )
-        try:
+        with _refusals():
             await self.coordinator.create_topic(topic, wanted)
-        except NotCoordinator:
-            raise ReplicationRefused("E_FAILED_ON_NOT_LEADER") from None
-        except PlacementError as error:
-            raise ReplicationRefused(str(error)) from None
-        except EtcdUnavailable:
-            raise ReplicationRefused("E_FAILED_ON_NOT_WRITABLE etcd unreachable") from None
+
+    async def move(
+        self, topic: str, partition: int, source: str, target: str, within: float
+    ) -> dict[str, object]:
+        with _refusals():
+            state = await self.coordinator.move_replica(
+                topic, partition, source, target, within=within
+            )
+        return {
+            "topic": topic,
+            "partition": partition,
+            "replicas": list(state.replicas),
+            "isr": list(state.isr),
+            "leader": state.leader,
+            "epoch": state.epoch,
+        }

@@ -31,7 +31,16 @@ from .keys import PartitionState
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterable, Mapping, Sequence
 
-__all__ = ["PlacementError", "after_loss", "elect", "place_topic", "reconcile", "with_isr"]
+__all__ = [
+    "PlacementError",
+    "after_loss",
+    "elect",
+    "place_topic",
+    "reconcile",
+    "with_isr",
+    "with_replica",
+    "without_replica",
+]
 
 
 class PlacementError(ValueError):
@@ -122,6 +131,39 @@ def with_isr(state: PartitionState, isr: Sequence[str]) -> PartitionState:
     if state.leader not in members:
         raise PlacementError("the leader must stay in its ISR")
     return attrs.evolve(state, isr=tuple(r for r in state.replicas if r in members))
+
+
+def with_replica(state: PartitionState, target: str, live: Collection[str]) -> PartitionState:
+    """A replica move's first step: ``target`` holds the partition too, outside the
+    ISR until it has caught up (its leader proposes it then).
+
+    Raises:
+        PlacementError: ``target`` is not a live broker or already holds the partition.
+    """
+    if target not in live:
+        raise PlacementError(f"broker {target} is not live")
+    if target in state.replicas:
+        raise PlacementError(f"broker {target} already holds a replica")
+    return attrs.evolve(state, replicas=(*state.replicas, target))
+
+
+def without_replica(state: PartitionState, source: str) -> PartitionState:
+    """A replica move's last step: ``source`` holds it no more. When it led, the next
+    in-sync replica (in replica order) leads and the epoch grows, as after a loss.
+
+    Raises:
+        PlacementError: ``source`` holds no replica, or no other in-sync one is left.
+    """
+    if source not in state.replicas:
+        raise PlacementError(f"broker {source} holds no replica")
+    replicas = tuple(r for r in state.replicas if r != source)
+    isr = tuple(r for r in state.isr if r != source)
+    if not isr:
+        raise PlacementError(f"no in-sync replica but {source}: moving it would lose records")
+    if state.leader != source:
+        return PartitionState(replicas, isr, state.leader, state.epoch)
+    leader = next(r for r in replicas if r in isr)
+    return PartitionState(replicas, isr, leader, state.epoch + 1)
 
 
 def reconcile(

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Final
 import orjson
 
 from ..admin_page_files import ADMIN_PAGE as ADMIN_PAGE  # importable from here as before
+from ..durations import parse_duration
 from ..http.messages import JSON_CONTENT_TYPE, V1_HEADER, Response
 from ..http.static import static_routes
 from ..protocol.names import is_valid_name
@@ -60,6 +61,10 @@ log = logging.getLogger("trionsq.lookupd")
 
 BODY_LIMIT: Final = 64 * 1024
 """Body bytes read (and ignored) per request; nsqlookupd reads any size, unused."""
+
+MOVE_TIMEOUT: Final = 60.0
+"""How long ``/topic/partition/move`` waits for the new replica to catch up, unless
+``timeout`` says otherwise."""
 LEGACY_ENDPOINTS: Final = frozenset(
     {"/info", "/debug", "/lookup", "/topics", "/channels", "/nodes", "/listlookup"}
 )
@@ -144,6 +149,7 @@ class LookupdHttpApi:
             "/topic/delete": {"POST": self._topic_delete},
             "/topic/meta/update": {"POST": self._topic_meta_update},
             "/topic/partition/expand": {"POST": self._topic_partition_expand},
+            "/topic/partition/move": {"POST": self._topic_partition_move},
             "/channel/create": {"POST": self._channel_create},
             "/channel/delete": {"POST": self._channel_delete},
             "/topic/tombstone": {"POST": self._topic_tombstone},
@@ -433,6 +439,30 @@ class LookupdHttpApi:
             raise HttpError(400, error.message) from None
         await self.brokers.sync_topic(managed)
         return Response.empty()
+
+    async def _topic_partition_move(self, request: Request) -> Response:
+        """A replica of a replicated topic's partition to another broker: answered once
+        the new one is in sync and the old one has left (docs/replication.md)."""
+        _parsed(request)
+        if self.replicated is None:
+            raise HttpError(400, "NOT_REPLICATED: this lookupd runs without --etcd-endpoints")
+        topic = _arg(request, "topic", "MISSING_ARG_TOPIC")
+        raw = _arg(request, "partition", "MISSING_ARG_PARTITION")
+        if not (raw.isascii() and raw.isdigit() and int(raw) < MAX_PARTITION_NUM):
+            raise HttpError(400, "INVALID_ARG_PARTITION")
+        source = _arg(request, "from", "MISSING_ARG_FROM")
+        target = _arg(request, "to", "MISSING_ARG_TO")
+        within = MOVE_TIMEOUT
+        if request.arg("timeout"):
+            try:
+                within = parse_duration(request.arg("timeout") or "")
+            except ValueError:
+                raise HttpError(400, "INVALID_ARG_TIMEOUT") from None
+        try:
+            moved = await self.replicated.move(topic, int(raw), source, target, within)
+        except ReplicationRefused as error:
+            raise HttpError(400, error.message) from None
+        return Response.json(moved)
 
     async def _topic_delete(self, request: Request) -> Response:
         _parsed(request)

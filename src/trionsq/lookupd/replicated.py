@@ -41,3 +41,15 @@ class ReplicatedTopics(Protocol):
             ReplicationRefused: not the coordinator, too few brokers, other counts.
         """
         ...
+
+    async def move(
+        self, topic: str, partition: int, source: str, target: str, within: float
+    ) -> dict[str, object]:
+        """Move a replica between brokers (ids as etcd names them: ``host:tcp_port``);
+        the partition's placement once moved.
+
+        Raises:
+            ReplicationRefused: not the coordinator, no such replica or broker, or the
+                new replica did not catch up ``within`` seconds.
+        """
+        ...

@@ -16,6 +16,8 @@ from trionsq.cluster.placement import (
     place_topic,
     reconcile,
     with_isr,
+    with_replica,
+    without_replica,
 )
 
 BROKERS = [f"b{i}" for i in range(6)]
@@ -172,3 +174,26 @@ def test_reconcile_moves_a_restarted_leader_and_drops_dead_members() -> None:
     alone = PartitionState(("a", "b"), ("a",), "a", 3)
     back = reconcile({where: alone}, {where: 10}, {"a": 11, "b": 6})
     assert back == {where: PartitionState(("a", "b"), ("a",), "a", 5)}
+
+
+def test_a_move_adds_the_new_replica_outside_the_isr_then_drops_the_old_one() -> None:
+    state = PartitionState(("a", "b"), ("a", "b"), "a", 3)
+    added = with_replica(state, "c", {"a", "b", "c"})
+    assert added == PartitionState(("a", "b", "c"), ("a", "b"), "a", 3)
+    caught_up = with_isr(added, ("a", "b", "c"))
+    # the leader leaves: the next in-sync replica leads, in a new epoch
+    assert without_replica(caught_up, "a") == PartitionState(("b", "c"), ("b", "c"), "b", 4)
+    # a follower leaves: leadership and epoch stay
+    assert without_replica(caught_up, "b") == PartitionState(("a", "c"), ("a", "c"), "a", 3)
+
+
+def test_a_move_refuses_what_would_lose_or_double_a_replica() -> None:
+    state = PartitionState(("a", "b"), ("a",), "a", 1)
+    with pytest.raises(PlacementError, match="broker c is not live"):
+        with_replica(state, "c", {"a", "b"})
+    with pytest.raises(PlacementError, match="broker b already holds a replica"):
+        with_replica(state, "b", {"a", "b"})
+    with pytest.raises(PlacementError, match="broker c holds no replica"):
+        without_replica(state, "c")
+    with pytest.raises(PlacementError, match="no in-sync replica but a"):
+        without_replica(state, "a")  # b is not in sync: it may lack acknowledged records
