@@ -11,7 +11,7 @@ connection is tried again after a short pause, for as long as the role lasts.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 import trio
 
@@ -87,10 +87,21 @@ async def _session(
     host, port = split_host_port(address)
     stream = await trio.open_tcp_stream(host, port)
     async with stream:
-        reader = FrameReader()
-        await _handshake(broker, me, role, stream, reader, saved)
+        link = _Link(broker, role, stream, FrameReader(), saved)
+        await _handshake(link, me)
         role.connected = True
-        await _copy(broker, role, stream, reader, saved)
+        await _copy(link)
+
+
+class _Link(NamedTuple):
+    """One connection to the leader, and what its frames are applied to."""
+
+    broker: Broker
+    role: FollowerRole
+    stream: trio.SocketStream
+    reader: FrameReader
+    saved: Callable[[], None]
+    """Persist the epoch history (it changed)."""
 
 
 async def _next_frame(
@@ -104,15 +115,9 @@ async def _next_frame(
     return pending.pop(0)
 
 
-async def _handshake(
-    broker: Broker,
-    me: str,
-    role: FollowerRole,
-    stream: trio.SocketStream,
-    reader: FrameReader,
-    saved: Callable[[], None],
-) -> None:
+async def _handshake(link: _Link, me: str) -> None:
     """Find where this log agrees with the leader's, cut it there, ACK that point."""
+    broker, role, stream, reader, saved = link
     partition = role.partition
     history = role.files.history
     ask: int | None = history.last_epoch(partition.log.next_id)
@@ -142,14 +147,9 @@ async def _handshake(
     await stream.send_all(encode(Ack(partition.log.next_id)))
 
 
-async def _copy(
-    broker: Broker,
-    role: FollowerRole,
-    stream: trio.SocketStream,
-    reader: FrameReader,
-    saved: Callable[[], None],
-) -> None:
+async def _copy(link: _Link) -> None:
     """Append what the leader sends; one ACK per read."""
+    broker, role, stream, reader, saved = link
     partition = role.partition
     history = role.files.history
     while True:
