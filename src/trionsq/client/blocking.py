@@ -224,6 +224,7 @@ def _in_trio_thread(
     def blocking(self: BlockingProducer, /, *args: P.args, **kwargs: P.kwargs) -> R:
         return self._call(partial(method, self._hosted, *args, **kwargs))
 
+    blocking.__qualname__ = f"BlockingProducer.{method.__name__}"
     return blocking
 
 
