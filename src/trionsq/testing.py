@@ -232,6 +232,8 @@ class ClientKit:
         """The broker's ``host:port`` for TCP clients."""
         self.producer = producer
 
+    # a twin on purpose: open_consumer's keywords, forwarded by name, so that mypy
+    # names ClientKit.consumer in a typo's error (tests/unit/test_typed_options.py)
     def consumer(
         self,
         topic: str,

@@ -190,9 +190,10 @@ class Broker:
             if ext and not topic.ext:
                 topic.ext = True
                 for partition in topic.partitions:
-                    for runner in partition.drivers.values():
-                        for outbox in runner.outboxes.values():
-                            outbox.topic_now_ext()
+                    for channel in partition.channels.values():
+                        for consumer in channel.consumers.values():
+                            if consumer.outbox is not None:
+                                consumer.outbox.topic_now_ext()
             if partitions > len(topic.partitions):
                 try:
                     added = topic.add_partitions(partitions)
@@ -466,8 +467,8 @@ class Broker:
         runner = await self._runner(topic_name, partition, channel_name)
         if ordered:
             runner.channel.ordered = True
+        consumer.outbox = outbox
         runner.channel.subscribe(consumer)
-        runner.outboxes[consumer.client_id] = outbox
         runner.wake()
         if consumer.member is not None:
             self.group_coordinator.joined(runner.channel, consumer.member)
@@ -486,7 +487,6 @@ class Broker:
             persisted = self.storage is not None and self.storage.enabled
             runner = self._drive(
                 channel,
-                {},
                 read_outcome=self._cold_read_outcome,
                 changed=self._state_changed if persisted else None,  # nothing to tell in memory
                 dead_letters=self.dead_letter_mover.notify,
@@ -501,7 +501,6 @@ class Broker:
         channel = runner.channel
         consumer = channel.consumers.get(client_id)
         channel.unsubscribe(client_id)
-        runner.outboxes.pop(client_id, None)
         if consumer is not None and consumer.member is not None:
             self.group_coordinator.left(channel, consumer.member)
         key = (channel.topic, channel.partition, channel.name)
@@ -547,8 +546,9 @@ class Broker:
             runner = topic.partitions[partition].drivers.pop(channel_name, None)
         if runner is not None:
             runner.cancel_scope.cancel()
-            for outbox in list(runner.outboxes.values()):
-                outbox.close()
+            for consumer in list(runner.channel.consumers.values()):
+                if consumer.outbox is not None:
+                    consumer.outbox.close()
         if topic is None:
             return None
         channel = topic.partitions[partition].delete_channel(channel_name)

@@ -1,18 +1,39 @@
-"""A subscribed consumer as a channel sees it, and a message on its way to one.
+"""A subscribed consumer as a channel sees it, where its messages go, and a message
+on its way to one.
 
-The channel (``channel.py``) and its parts (``channel_exits.py``, ``partition_owner.py``)
-and the connections all speak of these two; they live here so that those parts need
-not import the channel that is built from them.
+The channel (``channel.py``) and its parts (``channel_exits.py``, ``partition_owner.py``),
+the router and the connections all speak of these; they live here so that those parts
+need not import the channel that is built from them.
 """
 
 from __future__ import annotations
+
+from typing import Protocol
 
 import attrs
 
 from ..queues.record import Record
 from .rate_limits import RateLimit
 
-__all__ = ["Consumer", "Delivery"]
+__all__ = ["Consumer", "Delivery", "Outbox"]
+
+
+class Outbox(Protocol):
+    """Where a consumer's messages go: its connection's outbound buffer."""
+
+    def push(self, deliveries: list[Delivery]) -> None:
+        """Take a batch for sending; must not block (the router never awaits here)."""
+
+    def close(self) -> None:
+        """The channel is gone (deleted), or the consumer's group member was fenced:
+        end the connection, as nsqd closes its clients."""
+
+    def group_owner(self) -> None:
+        """The consumer's group member now owns the partition (broker/groups.py)."""
+
+    def topic_now_ext(self) -> None:
+        """The topic was upgraded to ext: a consumer that did not IDENTIFY with
+        ``extend_support`` cannot decode what comes next (spec §8.8)."""
 
 
 @attrs.define(eq=False)
@@ -22,6 +43,10 @@ class Consumer:
     client_id: int
     msg_timeout: float
     """Seconds a delivered message stays in flight before it is requeued."""
+    outbox: Outbox | None = None
+    """Its connection, where the router pushes its batches; set by
+    ``Broker.subscribe``. The channel's ``consumers`` is thus the one registry of
+    who gets what (None: a channel driven without connections, in unit tests)."""
     tag: str | None = None
     """``desired_tag`` on an ext topic (tag dispatch); None: untagged."""
     sample_rate: int = 0

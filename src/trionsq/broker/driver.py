@@ -1,11 +1,12 @@
-"""What the broker needs from the task that drives a channel, and from a consumer's
-connection: declared here, implemented in dispatch/ and server/.
+"""What the broker needs from the task that drives a channel: declared here,
+implemented in dispatch/ (a consumer's connection, the ``Outbox``, is declared in
+``consumers.py`` and implemented in server/).
 
 Each channel is driven by a router task (``dispatch.router.ChannelRunner``) that
 the broker starts in its nursery when the channel first gets a consumer. The
-broker only wakes it, re-aims its timer, hands it consumers' outboxes and cancels
-it; so it names the task by these protocols and the task tree (nursery_tree.py)
-passes the implementation in. Dependencies then run one way: dispatch drives the
+broker only wakes it, re-aims its timer and cancels it (the consumers, with their
+outboxes, the task finds in its channel); so it names the task by these protocols
+and the task tree (nursery_tree.py) passes the implementation in. Dependencies then run one way: dispatch drives the
 broker, not the other way.
 """
 
@@ -13,41 +14,24 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
+from .consumers import Outbox  # handed on: long imported from here
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     import trio
 
     from .channel import Channel
-    from .consumers import Delivery
 
 __all__ = ["ChannelDriver", "DriverFactory", "Outbox"]
-
-
-class Outbox(Protocol):
-    """Where a consumer's messages go: its connection's outbound buffer."""
-
-    def push(self, deliveries: list[Delivery]) -> None:
-        """Take a batch for sending; must not block (the router never awaits here)."""
-
-    def close(self) -> None:
-        """The channel is gone (deleted), or the consumer's group member was fenced:
-        end the connection, as nsqd closes its clients."""
-
-    def group_owner(self) -> None:
-        """The consumer's group member now owns the partition (broker/groups.py)."""
-
-    def topic_now_ext(self) -> None:
-        """The topic was upgraded to ext: a consumer that did not IDENTIFY with
-        ``extend_support`` cannot decode what comes next (spec §8.8)."""
 
 
 class ChannelDriver(Protocol):
     """The running task of one channel."""
 
     channel: Channel
-    outboxes: dict[int, Outbox]
-    """client id -> outbox; the broker subscribes and unsubscribes consumers here."""
+    """Its consumers (``channel.consumers``) carry their outboxes: the router reads
+    them there, so subscribing is only ``channel.subscribe``."""
     cancel_scope: trio.CancelScope
     """Cancelling it ends the channel's tasks (channel delete)."""
 
@@ -74,7 +58,6 @@ class DriverFactory(Protocol):
     def __call__(
         self,
         channel: Channel,
-        outboxes: dict[int, Outbox],
         *,
         read_outcome: Callable[[OSError | None], None] | None = None,
         changed: Callable[[], None] | None = None,

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
     from ..config import NsqdConfig
     from .channel import Channel
-    from .driver import ChannelDriver
+    from .consumers import Outbox
     from .events import EventHub
     from .topic import Topic
 
@@ -53,17 +53,13 @@ class GroupLearner(Protocol):
 
 
 class GroupHost(Protocol):
-    """What the coordinator reads of the broker: its topics, the channels' drivers
-    (to reach their consumers' outboxes), the rebalance delay, and where events go
-    (the broker, without the coordinator depending on it)."""
+    """What the coordinator reads of the broker: its topics (whose channels' consumers
+    carry their outboxes), the rebalance delay, and where events go (the broker,
+    without the coordinator depending on it)."""
 
     @property
     def topics(self) -> Mapping[str, Topic]:
         """Every topic, by name."""
-        ...
-
-    def driver(self, topic_name: str, partition: int, channel_name: str) -> ChannelDriver | None:
-        """The task driving that channel, if one runs."""
         ...
 
     @property
@@ -121,25 +117,10 @@ class GroupCoordinator:
         if found is None:
             return
         for partition in found.partitions:
-            runner = partition.drivers.get(channel_name)
-            if runner is None:
-                continue
-            for consumer in list(runner.channel.consumers.values()):
-                outbox = runner.outboxes.get(consumer.client_id)
-                if consumer.member == member and outbox is not None:
+            channel = partition.channels.get(channel_name)
+            if channel is not None:
+                for outbox in _outboxes_of(channel, member):
                     outbox.close()
-
-    def _tell_owner(self, channel: Channel) -> None:
-        """The new owner's connections hear that it owns the partition now (those that
-        asked): what comes next starts where the channel stands."""
-        runner = self._broker.driver(channel.topic, channel.partition, channel.name)
-        if runner is None:
-            return
-        owner = channel.group.owner
-        for consumer in channel.consumers.values():
-            outbox = runner.outboxes.get(consumer.client_id)
-            if consumer.member == owner and outbox is not None:
-                outbox.group_owner()
 
     def _changed(self, group: ConsumerGroup, delay: float | None = None) -> None:
         """A member joined or left: deal the partitions again once the rebalance delay
@@ -191,7 +172,10 @@ class GroupCoordinator:
             owner = group.owners.get(partition.index, "")
             if channel is not None and channel.group.owner != owner:
                 channel.group.change(owner, channel)
-                self._tell_owner(channel)
+                # the new owner's connections hear it (those that asked): what comes
+                # next starts where the channel stands
+                for outbox in _outboxes_of(channel, owner):
+                    outbox.group_owner()
                 self._wake(channel)
         if group.empty:
             del self.groups[key]
@@ -211,3 +195,13 @@ class GroupCoordinator:
             generation=group.generation,
             assignment=assignment,
         )
+
+
+def _outboxes_of(channel: Channel, member: str) -> list[Outbox]:
+    """The connections of ``member`` on the channel (a list: closing one may
+    unsubscribe it)."""
+    return [
+        consumer.outbox
+        for consumer in channel.consumers.values()
+        if consumer.member == member and consumer.outbox is not None
+    ]

@@ -47,7 +47,9 @@ class ClientStatistics:
     """A snapshot of one TCP connection in the shape /stats reports it.
 
     Fields are in nsqd's JSON order (``ClientV2Stats``); the zone/region counters and
-    the auth fields are omitted from the JSON when they hold their default.
+    the auth fields are omitted from the JSON when they hold their default. A count,
+    a setting or a topology not given is nsqd's zero value (a producer's counts, a
+    TubeMQ connection's V2 settings).
     """
 
     client_id: str
@@ -56,25 +58,25 @@ class ClientStatistics:
     remote_address: str
     state: int
     """nsqd's client state: 0 init, 3 subscribed, 4 closing."""
-    ready_count: int
-    in_flight_count: int
-    message_count: int
+    ready_count: int = 0
+    in_flight_count: int = 0
+    message_count: int = 0
     zone_local_msg_count: int = 0
     region_local_msg_count: int = 0
     global_msg_count: int = 0
-    finish_count: int
-    requeue_count: int
+    finish_count: int = 0
+    requeue_count: int = 0
     connect_ts: int
     """Unix seconds."""
-    sample_rate: int
-    deflate: bool
-    snappy: bool
+    sample_rate: int = 0
+    deflate: bool = False
+    snappy: bool = False
     user_agent: str
     authed: bool = False
     auth_identity: str = ""
     auth_identity_url: str = ""
-    topology_zone: str
-    topology_region: str
+    topology_zone: str = ""
+    topology_region: str = ""
     pub_counts: tuple[PubCount, ...] = ()
     """Per topic, by topic name; empty for a connection that never published."""
     tls: bool = False

@@ -51,8 +51,8 @@ import queue
 import threading
 import time
 from collections import deque
-from functools import partial
-from typing import TYPE_CHECKING, Final, Generic, NamedTuple, ParamSpec, TypeVar
+from functools import partial, wraps
+from typing import TYPE_CHECKING, Concatenate, Final, Generic, NamedTuple, ParamSpec, TypeVar
 
 import trio
 
@@ -63,13 +63,11 @@ from .producer import Producer, open_producer
 from .thread_publishing import ThreadPublishes
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Sequence
+    from collections.abc import Awaitable, Callable
     from contextlib import AbstractAsyncContextManager
     from types import TracebackType
     from typing import Self
 
-    from ..protocol.client import TracedReply
-    from ..protocol.commands import ExtMessage
     from .message import ClientMessage
 
 __all__ = [
@@ -216,6 +214,20 @@ class _Hosted(Generic[T]):
         """Called in the (ending) Trio thread once the run is over, whatever ended it."""
 
 
+def _in_trio_thread(
+    method: Callable[Concatenate[Producer, P], Awaitable[R]],
+) -> Callable[Concatenate[BlockingProducer, P], R]:
+    """``method`` of the async producer as a blocking one of :class:`BlockingProducer`,
+    with its signature and docs: each call runs in the Trio thread (``_call``)."""
+
+    @wraps(method)
+    def blocking(self: BlockingProducer, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self._call(partial(method, self._hosted, *args, **kwargs))
+
+    blocking.__qualname__ = f"BlockingProducer.{method.__name__}"
+    return blocking
+
+
 class BlockingProducer(_Hosted[Producer]):
     """The async :class:`~.producer.Producer` for blocking code (see
     :func:`connect_producer`). Every method may be called from any thread, at once."""
@@ -229,8 +241,8 @@ class BlockingProducer(_Hosted[Producer]):
         """The async producer in the Trio thread: read its counters, call nothing."""
         return self._hosted
 
-    # Each publish below mirrors Producer's of the same name on purpose: the same
-    # signature and docs, so a blocking caller gets typed arguments, not *args.
+    # PUB mirrors Producer.publish by hand: it alone gathers single publishes from
+    # threads (thread_publishing.py) instead of crossing to the Trio thread.
     def publish(
         self,
         topic: str,
@@ -253,64 +265,14 @@ class BlockingProducer(_Hosted[Producer]):
         else:
             gathered.publish(topic, body, partition, key)
 
-    def publish_many(
-        self,
-        topic: str,
-        bodies: Sequence[bytes],
-        *,
-        partition: int | None = None,
-        key: bytes | str | None = None,
-    ) -> None:
-        """MPUB: all stored, or none."""
-        self._call(partial(self._hosted.publish_many, topic, bodies, partition=partition, key=key))
-
-    def publish_deferred(self, topic: str, body: bytes, delay: float) -> None:
-        """DPUB: delivered ``delay`` seconds from now."""
-        self._call(partial(self._hosted.publish_deferred, topic, body, delay))
-
-    def publish_ext(
-        self,
-        topic: str,
-        message: ExtMessage,
-        *,
-        partition: int | None = None,
-        key: bytes | str | None = None,
-    ) -> None:
-        """PUB_EXT: a body with Youzan's JSON header (an ext topic)."""
-        self._call(partial(self._hosted.publish_ext, topic, message, partition=partition, key=key))
-
-    def publish_many_ext(
-        self,
-        topic: str,
-        messages: Sequence[ExtMessage],
-        *,
-        partition: int | None = None,
-        key: bytes | str | None = None,
-    ) -> None:
-        """MPUB_EXT: bodies with Youzan's JSON headers (an ext topic), all stored or none."""
-        self._call(
-            partial(self._hosted.publish_many_ext, topic, messages, partition=partition, key=key)
-        )
-
-    def publish_encoded(self, topic: str, partition: int, command: bytes) -> None:
-        """A publish encoded already (see :meth:`.Producer.publish_encoded`)."""
-        self._call(partial(self._hosted.publish_encoded, topic, partition, command))
-
-    def publish_traced(
-        self,
-        topic: str,
-        body: bytes,
-        trace_id: int,
-        *,
-        partition: int | None = None,
-        key: bytes | str | None = None,
-    ) -> TracedReply:
-        """PUB_TRACE: where the message went (its id, trace id, offset and size)."""
-        return self._call(
-            partial(
-                self._hosted.publish_traced, topic, body, trace_id, partition=partition, key=key
-            )
-        )
+    # The other publishes are Producer's own, run in the Trio thread: one definition,
+    # so their signatures and docs cannot drift apart (and stay typed: ParamSpec)
+    publish_many = _in_trio_thread(Producer.publish_many)
+    publish_deferred = _in_trio_thread(Producer.publish_deferred)
+    publish_ext = _in_trio_thread(Producer.publish_ext)
+    publish_many_ext = _in_trio_thread(Producer.publish_many_ext)
+    publish_encoded = _in_trio_thread(Producer.publish_encoded)
+    publish_traced = _in_trio_thread(Producer.publish_traced)
 
     def _serve(self, nursery: trio.Nursery, hosted: Producer) -> None:
         if hosted.settings.batching and not hosted.settings.trace:

@@ -11,26 +11,14 @@ connection is tried again after a short pause, for as long as the role lasts.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 import trio
 
 from ..broker.replica_log import CopyError, append_copies, restart_partition, truncate_partition
 from ..broker.replica_state import apply_consumer_state
 from ..config import split_host_port
-from ..protocol.replication import (
-    MAGIC,
-    Ack,
-    Commit,
-    Follow,
-    FrameReader,
-    Records,
-    Refuse,
-    ReplicationError,
-    Start,
-    State,
-    encode,
-)
+from ..protocol import replication as wire
 from ..queues.record import RecordError
 from ..queues.record_runs import decode_all
 
@@ -74,7 +62,7 @@ async def follow(
                 await _session(broker, me, role, address, saved)
             except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as error:
                 log.info("%s: replication from %s broke: %s", where, address, error)
-            except (ReplicationError, RecordError, CopyError, _Refused) as error:
+            except (wire.ReplicationError, RecordError, CopyError, _Refused) as error:
                 log.warning("%s: replication from %s stopped: %s", where, address, error)
             finally:
                 role.connected = False
@@ -87,14 +75,25 @@ async def _session(
     host, port = split_host_port(address)
     stream = await trio.open_tcp_stream(host, port)
     async with stream:
-        reader = FrameReader()
-        await _handshake(broker, me, role, stream, reader, saved)
+        link = _Link(broker, role, stream, wire.FrameReader(), saved)
+        await _handshake(link, me)
         role.connected = True
-        await _copy(broker, role, stream, reader, saved)
+        await _copy(link)
+
+
+class _Link(NamedTuple):
+    """One connection to the leader, and what its frames are applied to."""
+
+    broker: Broker
+    role: FollowerRole
+    stream: trio.SocketStream
+    reader: wire.FrameReader
+    saved: Callable[[], None]
+    """Persist the epoch history (it changed)."""
 
 
 async def _next_frame(
-    stream: trio.SocketStream, reader: FrameReader, pending: list[object]
+    stream: trio.SocketStream, reader: wire.FrameReader, pending: list[object]
 ) -> object:
     while not pending:
         data = await stream.receive_some(READ)
@@ -104,32 +103,26 @@ async def _next_frame(
     return pending.pop(0)
 
 
-async def _handshake(
-    broker: Broker,
-    me: str,
-    role: FollowerRole,
-    stream: trio.SocketStream,
-    reader: FrameReader,
-    saved: Callable[[], None],
-) -> None:
+async def _handshake(link: _Link, me: str) -> None:
     """Find where this log agrees with the leader's, cut it there, ACK that point."""
+    broker, role, stream, reader, saved = link
     partition = role.partition
     history = role.files.history
     ask: int | None = history.last_epoch(partition.log.next_id)
     first = True
     pending: list[object] = []
-    start = Start(0, 1, 0)
+    start = wire.Start(0, 1, 0)
     while ask is not None:
-        follow_frame = Follow(
+        follow_frame = wire.Follow(
             partition.topic, partition.index, role.epoch, me, ask, partition.log.next_id
         )
-        await stream.send_all((MAGIC if first else b"") + encode(follow_frame))
+        await stream.send_all((wire.MAGIC if first else b"") + wire.encode(follow_frame))
         first = False
         frame = await _next_frame(stream, reader, pending)
-        if isinstance(frame, Refuse):
+        if isinstance(frame, wire.Refuse):
             raise _Refused(frame.reason)
-        if not isinstance(frame, Start):
-            raise ReplicationError(f"expected START, got {type(frame).__name__}")
+        if not isinstance(frame, wire.Start):
+            raise wire.ReplicationError(f"expected START, got {type(frame).__name__}")
         start = frame
         ask = history.next_question(start.epoch, partition.log.next_id)
     end = partition.log.next_id
@@ -139,17 +132,12 @@ async def _handshake(
         history.truncate(cut)
         saved()
     role.files.committed = max(role.files.committed, min(start.commit, cut))
-    await stream.send_all(encode(Ack(partition.log.next_id)))
+    await stream.send_all(wire.encode(wire.Ack(partition.log.next_id)))
 
 
-async def _copy(
-    broker: Broker,
-    role: FollowerRole,
-    stream: trio.SocketStream,
-    reader: FrameReader,
-    saved: Callable[[], None],
-) -> None:
+async def _copy(link: _Link) -> None:
     """Append what the leader sends; one ACK per read."""
+    broker, role, stream, reader, saved = link
     partition = role.partition
     history = role.files.history
     while True:
@@ -158,7 +146,7 @@ async def _copy(
             raise trio.BrokenResourceError("leader closed the connection")
         appended = False
         for frame in reader.feed(data):
-            if isinstance(frame, Records):
+            if isinstance(frame, wire.Records):
                 partition_log = partition.log
                 if frame.first_id > partition_log.next_id:  # the leader let go of what lies between
                     restart_partition(
@@ -168,7 +156,7 @@ async def _copy(
                     saved()
                 records = decode_all(frame.data, frame.first_offset)
                 if not records or records[0].internal_id != frame.first_id:
-                    raise ReplicationError(
+                    raise wire.ReplicationError(
                         "RECORDS frame does not hold whole records from its first id"
                     )
                 append_copies(broker, partition.topic, partition.index, frame.data, records)
@@ -177,9 +165,9 @@ async def _copy(
                 role.fetched += len(frame.data)
                 role.files.committed = max(role.files.committed, frame.commit)
                 appended = True
-            elif isinstance(frame, Commit):
+            elif isinstance(frame, wire.Commit):
                 role.files.committed = max(role.files.committed, frame.commit)
-            elif isinstance(frame, State):
+            elif isinstance(frame, wire.State):
                 try:
                     apply_consumer_state(broker, partition.topic, partition.index, frame.data)
                 except ValueError as error:
@@ -189,9 +177,9 @@ async def _copy(
                         partition.index,
                         error,
                     )
-            elif isinstance(frame, Refuse):
+            elif isinstance(frame, wire.Refuse):
                 raise _Refused(frame.reason)
             else:
-                raise ReplicationError(f"unexpected {type(frame).__name__} from the leader")
+                raise wire.ReplicationError(f"unexpected {type(frame).__name__} from the leader")
         if appended:
-            await stream.send_all(encode(Ack(partition.log.next_id)))
+            await stream.send_all(wire.encode(wire.Ack(partition.log.next_id)))

@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from ..broker.channel import Channel
-    from ..broker.driver import Outbox
 
 __all__ = ["ChannelRunner"]
 
@@ -43,7 +42,6 @@ class ChannelRunner:
     def __init__(
         self,
         channel: Channel,
-        outboxes: dict[int, Outbox],
         *,
         wall_clock: Callable[[], int] = time.time_ns,
         read_outcome: Callable[[OSError | None], None] | None = None,
@@ -54,14 +52,12 @@ class ChannelRunner:
         self._dead_letters = dead_letters
         """Told after a pass that left dead letters in the channel (the broker
         publishes them to the dead-letter topic)."""
-        self.outboxes = outboxes
         self._read_outcome = read_outcome
+        """Told of each failed cold read, and of the first success after one."""
         self._changed = changed
         """Told after each pass: FINs, REQs, timeouts and deliveries all end in one,
         so the persister hears of every change of the channel's state."""
-        """Told of each failed cold read, and of the first success after one."""
         self._read_failing = False
-        """client id -> outbox; whoever subscribes and unsubscribes consumers keeps it."""
         self.timer = ExpiryTimer()
         self.cancel_scope = trio.CancelScope()
         """Cancelling it ends both tasks (channel delete)."""
@@ -220,10 +216,11 @@ class ChannelRunner:
         channel = self.channel
         deliveries = route(channel, trio.current_time(), self._wall_clock())
         self.passes += 1
+        consumers = channel.consumers  # each carries its outbox: one lookup a batch
         for client_id, batch in deliveries.items():
-            outbox = self.outboxes.get(client_id)
-            if outbox is not None:
-                outbox.push(batch)
+            consumer = consumers.get(client_id)  # gone if an earlier push ended it
+            if consumer is not None and consumer.outbox is not None:
+                consumer.outbox.push(batch)
         if channel.dead_letters and self._dead_letters is not None:
             self._dead_letters(channel)
         self.deadline_changed()

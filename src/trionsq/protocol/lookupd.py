@@ -281,6 +281,8 @@ class LookupServerConnection:
 
     def receive_data(self, data: bytes | bytearray | memoryview) -> list[LookupEvent]:
         """Parse ``data`` (``b""`` = EOF) and return every event it completes."""
+        # the opening lines are a twin of ServerConnection.receive_data's on purpose:
+        # each parser keeps its loop whole (that one is the broker's hot path)
         events: list[LookupEvent] = []
         if self.closed:
             return events

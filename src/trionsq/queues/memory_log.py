@@ -64,6 +64,7 @@ class MemoryLog:
     def __len__(self) -> int:
         return len(self._records) - self._skip
 
+    # PartitionLog.append's signature, written out (see the note there)
     def append(
         self,
         bodies: Sequence[bytes],

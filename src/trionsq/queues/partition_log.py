@@ -62,6 +62,9 @@ class PartitionLog(Protocol):
 
     def __len__(self) -> int: ...
 
+    # a twin on purpose: MemoryLog and TopicLog (segment_writer.py) write this
+    # signature out again, as a protocol's implementations do; forwarding through
+    # **kwargs would put a dict on the publish path
     def append(
         self,
         bodies: Sequence[bytes],

@@ -41,6 +41,7 @@ class _SegmentWriter(_LogState):
 
     # -- writing --------------------------------------------------------------------
 
+    # PartitionLog.append's signature, written out (see the note there)
     def append(
         self,
         bodies: Sequence[bytes],

@@ -109,6 +109,8 @@ class TopicLog(_ColdReads, _SegmentWriter, _Retention):
 
     # -- opening and recovery -------------------------------------------------------
 
+    # a twin on purpose: the settings of _LogState.__init__ (log_state.py), forwarded
+    # by name so that a caller of open() gets them typed and checked
     @classmethod
     def open(
         cls,

@@ -106,7 +106,8 @@ class TubeClient:
             raise RemoteError(reply)
         return reply.body
 
-    # ---- the SDKs' calls
+    # ---- the SDKs' calls: alike in shape on purpose, one a call, each naming its
+    # request's fields as the SDKs fill them (a table would hide which field is which)
 
     async def register_producer(
         self, client_id: str, topics: list[str], check_sum: int = -1

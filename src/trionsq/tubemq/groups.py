@@ -160,11 +160,6 @@ class Seat:
             finish_count=consumer.finish_count if consumer is not None else 0,
             requeue_count=consumer.requeue_count if consumer is not None else 0,
             connect_ts=self.connected_at,
-            sample_rate=0,
-            deflate=False,
-            snappy=False,
             user_agent=f"tubemq consumer {self.consumer_id}",
-            topology_zone="",
-            topology_region="",
             group_member=self.consumer_id,
         )

@@ -105,18 +105,8 @@ class ProducerSession:
             version="tubemq",
             remote_address=self.remote_address,
             state=0,
-            ready_count=0,
-            in_flight_count=0,
-            message_count=0,
-            finish_count=0,
-            requeue_count=0,
             connect_ts=self.connected_at,
-            sample_rate=0,
-            deflate=False,
-            snappy=False,
             user_agent=f"tubemq producer {self.producer_id}",
-            topology_zone="",
-            topology_region="",
             pub_counts=tuple(PubCount(t, n) for t, n in sorted(self.pub_counts.items())),
         )
 

@@ -44,11 +44,15 @@ async def test_a_consumer_limit_holds_only_that_consumer(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     log, channel, runner, outbox = setup(rdy=1000)
-    slow = Consumer(2, msg_timeout=60.0, rate_limit=RateLimit(Rates(10), trio.current_time()))
+    slow_outbox = RecordingOutbox()
+    slow = Consumer(
+        2,
+        msg_timeout=60.0,
+        outbox=slow_outbox,
+        rate_limit=RateLimit(Rates(10), trio.current_time()),
+    )
     slow.rdy = 1000
     channel.subscribe(slow)
-    slow_outbox = RecordingOutbox()
-    runner.outboxes[2] = slow_outbox
     assert channel.limited_consumers == 1
     async with trio.open_nursery() as nursery:
         await nursery.start(runner.run)

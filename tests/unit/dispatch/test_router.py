@@ -46,11 +46,11 @@ class RecordingOutbox:
 def setup(rdy: int = 10) -> tuple[MemoryLog, Channel, ChannelRunner, RecordingOutbox]:
     log = MemoryLog()
     channel = Channel("c", log, log.start_id, max_msg_timeout=900.0)
-    consumer = Consumer(1, msg_timeout=60.0)
+    outbox = RecordingOutbox()
+    consumer = Consumer(1, msg_timeout=60.0, outbox=outbox)
     consumer.rdy = rdy
     channel.subscribe(consumer)
-    outbox = RecordingOutbox()
-    runner = ChannelRunner(channel, {1: outbox}, wall_clock=lambda: WALL)
+    runner = ChannelRunner(channel, wall_clock=lambda: WALL)
     return log, channel, runner, outbox
 
 
@@ -158,11 +158,11 @@ async def test_the_chunk_after_a_cold_read_is_read_ahead(tmp_path: Path) -> None
     log, _ = TopicLog.open(tmp_path, "t-0", max_bytes_per_file=1 << 30, cache_records=0)
     log.append([b"%d" % i for i in range(3 * COLD_READ_RECORDS)], WALL)
     channel = Channel("c", log, log.start_id, max_msg_timeout=900.0)
-    consumer = Consumer(1, msg_timeout=60.0)
+    outbox = RecordingOutbox()
+    consumer = Consumer(1, msg_timeout=60.0, outbox=outbox)
     consumer.rdy = 10
     channel.subscribe(consumer)
-    outbox = RecordingOutbox()
-    runner = ChannelRunner(channel, {1: outbox}, wall_clock=lambda: WALL)
+    runner = ChannelRunner(channel, wall_clock=lambda: WALL)
     async with trio.open_nursery() as nursery:
         await nursery.start(runner.run)
         runner.wake()
