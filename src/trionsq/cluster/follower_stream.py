@@ -32,7 +32,6 @@ from ..protocol.replication import (
     encode,
 )
 from ..queues.record import RecordError
-from ..queues.record_runs import decode_all
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -166,12 +165,14 @@ async def _copy(
                     )
                     history.truncate(0)
                     saved()
-                records = decode_all(frame.data, frame.first_offset)
-                if not records or records[0].internal_id != frame.first_id:
-                    raise ReplicationError(
-                        "RECORDS frame does not hold whole records from its first id"
-                    )
-                append_copies(broker, partition.topic, partition.index, frame.data, records)
+                append_copies(
+                    broker,
+                    partition.topic,
+                    partition.index,
+                    frame.data,
+                    frame.first_id,
+                    frame.first_offset,
+                )
                 if history.begin(frame.epoch, frame.first_id):
                     saved()
                 role.fetched += len(frame.data)
