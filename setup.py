@@ -13,7 +13,10 @@ setup(
         Extension(
             "trionsq._speedups",
             ["src/trionsq/_speedups.c"],
-            depends=["src/trionsq/_speedups_publish.c"],  # included by _speedups.c
+            depends=[  # included by _speedups.c
+                "src/trionsq/_speedups_publish.c",
+                "src/trionsq/_speedups_replica.c",
+            ],
             optional=True,
             extra_compile_args=["-O2"],
         )

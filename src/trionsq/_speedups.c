@@ -20,8 +20,9 @@
  * then the body; all big-endian.
  *
  * Keyed publishing's loops (issue 32: key_digests, read_keyed_parts, encode_ext,
- * keyed_chunks) are in _speedups_publish.c, included below as a section of this
- * file (one translation unit: they share crc32_of and the byte helpers).
+ * keyed_chunks) are in _speedups_publish.c, a replica's scan_copies (issue 35) in
+ * _speedups_replica.c, both included below as sections of this file (one
+ * translation unit: they share crc32_of, layout_of and the byte helpers).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -426,8 +427,9 @@ static int fill_records(PyObject *const *bodies, PyObject *const *exts, PyObject
     return failed ? -1 : 0;
 }
 
-/* ---- keyed publishing (issue 32): its own file, a section of this one */
+/* ---- keyed publishing (issue 32), a replica's copies (issue 35): sections of this file */
 #include "_speedups_publish.c"
+#include "_speedups_replica.c"
 
 PyDoc_STRVAR(encode_plain_doc,
 "encode_plain(bodies, timestamp, first_id, offset, trace_ids, make)\n"
@@ -732,6 +734,8 @@ static PyMethodDef methods[] = {
     {"keyed_chunks", (PyCFunction)(void (*)(void))keyed_chunks, METH_FASTCALL,
      keyed_chunks_doc},
     {"blake2b", blake2b_py, METH_O, "BLAKE2b-128 of a bytes-like object (for the tests)."},
+    /* a replica's copies (issue 35), _speedups_replica.c */
+    {"scan_copies", (PyCFunction)(void (*)(void))scan_copies, METH_FASTCALL, scan_copies_doc},
     /* the consume path's */
     {"decode_run", (PyCFunction)(void (*)(void))decode_run, METH_FASTCALL, decode_run_doc},
     {"hex_id_frames", hex_id_frames, METH_O, hex_id_frames_doc},

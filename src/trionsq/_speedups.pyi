@@ -1,5 +1,6 @@
 """Types of the optional C module (src/trionsq/_speedups.c); see trionsq.speedups."""
 
+from array import array
 from collections.abc import Callable, Sequence
 from typing import Final
 
@@ -51,6 +52,11 @@ def keyed_chunks(
     /,
 ) -> list[tuple[int, int, bytes]]: ...
 def blake2b(data: Buffer, /) -> bytes: ...
+
+# a replica's copies (issue 35), _speedups_replica.c
+def scan_copies(
+    data: bytes, offset: int, first_id: int, /
+) -> tuple[int, int, array[int], array[int]]: ...
 
 # the consume path's
 

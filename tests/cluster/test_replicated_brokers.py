@@ -132,11 +132,12 @@ async def test_replicated_publish_failover_and_youzan_errors(
         await producer.send(Pub("t", b"m%d" % number, partition=0))
     for _ in range(20):
         assert ok(await next_frame(producer))
-    # acknowledged: on every in-sync replica, byte for byte
+    # acknowledged: on every in-sync replica, byte for byte (a copy is read from its
+    # files: a follower keeps no Records of what it copied)
     leader_log = cluster.brokers[leader][0].broker.topics["t"].partitions[0].log
     for follower in followers:
         follower_log = cluster.brokers[follower][0].broker.topics["t"].partitions[0].log
-        assert [r.body for r in follower_log.read(1, 100)] == [
+        assert [r.body for r in follower_log.read_cold(1, 100)] == [
             r.body for r in leader_log.read(1, 100)
         ]
     role = cluster.manager(leader).roles["t", 0]
@@ -293,7 +294,7 @@ async def test_a_wiped_follower_catches_up_and_rejoins_the_isr(
     seconds = trio.current_time() - started
     copied = cluster.brokers[follower][0].broker.topics["w"].partitions[0].log
     assert copied.next_id == leader_log.next_id == 4001
-    assert [r.body for r in copied.read(3990, 5)] == [body] * 5
+    assert [r.body for r in copied.read_cold(3990, 5)] == [body] * 5
     megabytes = leader_log.next_offset / 1e6
     print(f"catch-up: {megabytes:.1f} MB in {seconds:.2f} s")  # noqa: T201 - pytest -s shows it
     await clients.close_all()

@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING
 from ..queues.cursor import ChannelCursor
 from ..queues.log_cut import cut_segment_files, restart_segment_files
 from ..queues.memory_log import MemoryLog
+from ..queues.record_runs import decode_all, scan_copies
 from ..queues.topic_log import TopicLog
 from . import idempotence
 
 if TYPE_CHECKING:
     from ..queues.partition_log import PartitionLog
-    from ..queues.record import Record
     from .broker import Broker
     from .storage import Storage
     from .topic import Partition
@@ -36,33 +36,37 @@ class CopyError(ValueError):
 
 
 def append_copies(
-    broker: Broker, topic: str, index: int, data: bytes, records: list[Record]
+    broker: Broker, topic: str, index: int, data: bytes, first_id: int, first_offset: int
 ) -> None:
-    """Append the leader's ``records`` (continuing this log), ``data`` their bytes in
-    the leader's log, written as they are: nothing is encoded again.
+    """Append the leader's records from ``first_id`` (at ``first_offset``: continuing
+    this log), ``data`` their bytes in the leader's log, written as they are after a
+    check of each record (:func:`scan_copies`): nothing is encoded again, and no
+    Record is made unless a memory log, a feed or idempotency keys need them.
 
     Raises:
-        CopyError: they do not start at this log's end, or their ids are not consecutive.
+        CopyError: they do not start at this log's end.
+        RecordError: a damaged record, a gap in the ids, or a record cut short.
         OSError: the log refused the write.
     """
     partition = broker.topics[topic].partitions[index]
     partition_log = partition.log
-    if not records:
-        return
-    first, last = records[0], records[-1]
-    if first.internal_id != partition_log.next_id or first.offset != partition_log.next_offset:
+    if first_id != partition_log.next_id or first_offset != partition_log.next_offset:
         raise CopyError(
-            f"{topic}/{index}: records from id {first.internal_id} (offset"
-            f" {first.offset}) do not continue the log at {partition_log.next_id}"
-            f" ({partition_log.next_offset})"
+            f"{topic}/{index}: records from id {first_id} (offset {first_offset}) do not"
+            f" continue the log at {partition_log.next_id} ({partition_log.next_offset})"
         )
-    if last.internal_id - first.internal_id != len(records) - 1:
-        raise CopyError(f"{topic}/{index}: copied records with ids missing between them")
-    partition.append_copies(data, records)
-    if broker.storage is not None:
-        broker.storage.appended(partition.log, len(records))
+    scan = scan_copies(data, first_offset, first_id)
     window = broker.config.idempotency_window
-    if window > 0 and idempotence.may_hold_keys(data):
+    keyed = window > 0 and idempotence.may_hold_keys(data)
+    records = (
+        decode_all(data, first_offset)
+        if keyed or not partition_log.on_disk or partition.feeds_records
+        else None
+    )
+    partition.append_copies(data, scan, records)
+    if broker.storage is not None:
+        broker.storage.appended(partition.log, scan.count)
+    if keyed and records is not None:
         table = idempotence.remember_copies(partition.idempotence, window, records)
         partition.idempotence = idempotence.journaled(table, partition.log, window)
 

@@ -9,7 +9,6 @@ the channels' routers after a publish.
 
 from __future__ import annotations
 
-from operator import attrgetter
 from typing import TYPE_CHECKING, Final, Protocol
 
 import attrs
@@ -28,6 +27,7 @@ if TYPE_CHECKING:
 
     from ..queues.partition_log import PartitionLog
     from ..queues.record import Record as Record  # the publish result, for transports
+    from ..queues.record_runs import CopyScan
     from .driver import ChannelDriver
     from .holds import ReaderHold
     from .idempotence import IdempotenceTable
@@ -35,8 +35,6 @@ if TYPE_CHECKING:
     from .rate_limits import PublishLimit, RateLimit
 
 __all__ = ["ChannelFiles", "Partition", "Topic", "TopicStatistics", "Topics"]
-
-_body: Final[Callable[[Record], bytes]] = attrgetter("body")
 
 
 class Topics(Protocol):
@@ -280,21 +278,27 @@ class Partition:
             exts=exts,
             deliver_at=deliver_at,
         )
-        self._appended(records, sum(map(len, bodies)))
+        self._appended(len(records), sum(map(len, bodies)), records)
         return records
 
-    def append_copies(self, data: bytes, records: list[Record]) -> None:
+    @property
+    def feeds_records(self) -> bool:
+        """Whether an ephemeral channel's feed takes the Records of each append."""
+        return any(channel.feed is not None for channel in self.channels.values())
+
+    def append_copies(self, data: bytes, scan: CopyScan, records: list[Record] | None) -> None:
         """Append a replica's copies of its leader's records, ``data`` their bytes
         (broker/replica_log.py checked that they continue the log), as
-        :meth:`publish` appends a batch."""
-        self.log.append_verbatim(data, records)
-        self._appended(records, sum(map(len, map(_body, records))))
+        :meth:`publish` appends a batch; ``records``: their Records, which the
+        caller made if :attr:`feeds_records` (or it needed them)."""
+        self.log.append_verbatim(data, scan, records)
+        self._appended(scan.count, scan.body_bytes, records)
 
-    def _appended(self, records: list[Record], body_bytes: int) -> None:
+    def _appended(self, count: int, body_bytes: int, records: list[Record] | None) -> None:
         """Count what was appended and offer it to the ephemeral channels' feeds."""
-        self.message_count += len(records)
+        self.message_count += count
         self.message_bytes += body_bytes
-        if not self.paused:
+        if not self.paused and records is not None:
             for channel in self.channels.values():
                 if channel.feed is not None:
                     self._offer(channel.feed, records)

@@ -20,7 +20,6 @@ from ..broker.replica_state import apply_consumer_state
 from ..config import split_host_port
 from ..protocol import replication as wire
 from ..queues.record import RecordError
-from ..queues.record_runs import decode_all
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -154,12 +153,14 @@ async def _copy(link: _Link) -> None:
                     )
                     history.truncate(0)
                     saved()
-                records = decode_all(frame.data, frame.first_offset)
-                if not records or records[0].internal_id != frame.first_id:
-                    raise wire.ReplicationError(
-                        "RECORDS frame does not hold whole records from its first id"
-                    )
-                append_copies(broker, partition.topic, partition.index, frame.data, records)
+                append_copies(
+                    broker,
+                    partition.topic,
+                    partition.index,
+                    frame.data,
+                    frame.first_id,
+                    frame.first_offset,
+                )
                 if history.begin(frame.epoch, frame.first_id):
                     saved()
                 role.fetched += len(frame.data)

@@ -49,7 +49,9 @@ BATCH_BYTES: Final = 1 << 20
 COMMIT_DELAY: Final = 0.005
 """Seconds a moved commit end waits for the next RECORDS frame to carry it before it
 goes alone: while publishes flow, the follower is not woken once more per batch
-for it (it needs it only once elected, and START tells it then too)."""
+for it (it needs it only once elected, and START tells it then too). An ACK wakes
+the streams only when it commits the whole log (``LeaderRole.acked``): before
+that, a RECORDS frame still to come carries the commit end."""
 _end: Final = attrgetter("end")
 
 

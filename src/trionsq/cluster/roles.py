@@ -152,7 +152,8 @@ class LeaderRole:
         if after == before:
             return False
         self._publish_commit(after)
-        self._wake()  # the followers learn the new commit end
+        if after >= progress.end:  # nothing in flight will carry it: the streams send it
+            self._wake()
         return True
 
     def confirm(self, state: PartitionState) -> bool:
@@ -163,6 +164,7 @@ class LeaderRole:
         after = self.progress.confirm(state.isr, trio.current_time())
         if after != before:
             self._publish_commit(after)
+            self._wake()
             return True
         return False
 

@@ -110,6 +110,13 @@ def _fin_ids(data: bytes, start: int, stop: int) -> tuple[int, ...]:
     return ids
 
 
+_INCOMPLETE = -2
+"""The fast path's answer for a PUB/MPUB valid so far whose body has not all come."""
+_NOT_AGAIN = -1
+"""``_held_need`` while a held command is parsed again without all of it: the body
+reader takes it (once held is enough: it keeps the error timing of the reader)."""
+
+
 @functools.lru_cache(maxsize=16)
 def _defaults(settings: ServerSettings) -> NegotiatedSettings:
     """What a connection has until IDENTIFY, shared: it is frozen, and one per idle
@@ -130,6 +137,7 @@ class ServerConnection(PublishReaders):
         "_eof_error",
         "_fin_runs",
         "_have",
+        "_held_need",
         "_magic",
         "_partial_line",
         "_pieces",
@@ -193,6 +201,9 @@ class ServerConnection(PublishReaders):
         self._names: dict[bytes, str] = _NO_NAMES
         self._pieces = _NO_PIECES
         self._have = 0
+        self._held_need = 0
+        """Bytes a PUB/MPUB whose start is held in ``_pieces`` needs in all (0: none
+        held; :data:`_NOT_AGAIN`: the command now parsed is not held again)."""
 
     # ------------------------------------------------------------------ I/O layer calls
 
@@ -225,6 +236,13 @@ class ServerConnection(PublishReaders):
             return events
         if type(data) is not bytes:
             data = bytes(data)  # slices must be bytes; a bytearray would leak into events
+        if self._held_need > 0:
+            held = self._take_held(data)
+            if not data:  # EOF: what was held goes to the body reader first
+                events = self.receive_data(held)
+                self._receive_eof(events)
+                return events
+            data = held
         if not data:
             self._receive_eof(events)
             return events
@@ -293,6 +311,7 @@ class ServerConnection(PublishReaders):
         self._reader = None
         self._pieces = _NO_PIECES
         self._have = 0
+        self._held_need = 0
         self._partial_line = b""
 
     def _newline_search_start(self, buf: bytes) -> int:
@@ -354,6 +373,9 @@ class ServerConnection(PublishReaders):
             done = self._publish_fast_path(verb, params, data, pos, end, events)
             if done >= 0:
                 return done
+            if done == _INCOMPLETE and not self._held_need:
+                return self._hold(line, data, pos, end)
+            self._held_need = 0
         result: _Reader | Event | None
         if positional:
             result = self._positional(line)
@@ -372,7 +394,8 @@ class ServerConnection(PublishReaders):
     def _publish_fast_path(
         self, verb: bytes, params: list[bytes], data: bytes, pos: int, end: int, events: list[Event]
     ) -> int:
-        """PUB/MPUB that arrived whole and valid, without a body reader; else -1.
+        """PUB/MPUB that arrived whole and valid, without a body reader; else -1, or
+        :data:`_INCOMPLETE` when what has come of its body is valid but not all of it.
 
         Only the happy path lives here: anything short, invalid or unusual returns -1
         and the body reader handles it, so every error text has one home.
@@ -392,38 +415,71 @@ class ServerConnection(PublishReaders):
         if end - pos < 4:
             return -1
         size: int = unpack(data, pos)[0]
-        if size <= 0 or end - pos - 4 < size:
+        if size <= 0:
             return -1
         start = pos + 4
         if verb == b"PUB":
             if size > self.settings.max_msg_size:
                 return -1
+            if end - start < size:
+                return self._incomplete("PUB", topic, partition, size)
             refusal = self._gate("PUB", topic, partition, size)
             events.append(refusal or Pub(topic, data[start : start + size], partition))
             return start + size
         # MPUB: walk the parts; nsqd's limits, and the parts must fit the body size
-        if size > self.settings.max_body_size or size < 4:
+        if size > self.settings.max_body_size or size < 4 or end - start < 4:
             return -1
         count: int = unpack(data, start)[0]
         stop = start + size
-        if count <= 0 or count > (self.settings.max_body_size - 4) // 5 or stop > end:
+        if count <= 0 or count > (self.settings.max_body_size - 4) // 5:
             return -1
         max_msg = self.settings.max_msg_size
         bodies: list[bytes] = []
         append = bodies.append
         cursor = start + 4
         for _ in range(count):
-            if stop - cursor < 4:
-                return -1
+            if min(stop, end) - cursor < 4:
+                return self._incomplete("MPUB", topic, partition, None) if stop > end else -1
             part: int = unpack(data, cursor)[0]
             cursor += 4
             if part <= 0 or part > max_msg or stop - cursor < part:
                 return -1
+            if end - cursor < part:
+                return self._incomplete("MPUB", topic, partition, None)
             append(data[cursor : cursor + part])
             cursor += part
         refusal = self._gate("MPUB", topic, partition, None)
         events.append(refusal or Mpub(topic, tuple(bodies), partition))
         return cursor
+
+    def _incomplete(self, verb: str, topic: str, partition: int | None, size: int | None) -> int:
+        """:data:`_INCOMPLETE`, once the gate saw the header where the body reader shows
+        it, before the body: a fatal verdict is raised now, not when the rest comes
+        (the gate, a look at the broker's topics, is asked again then)."""
+        if not self._held_need:
+            self._gate(verb, topic, partition, size)
+        return _INCOMPLETE
+
+    def _hold(self, line: bytes, data: bytes, pos: int, end: int) -> int:
+        """Keep a PUB/MPUB whose body has begun to come, valid so far, until the next
+        read (pipelined MPUBs of 40 KB read 64 KB at a time are split three times in
+        four): whole then, it takes the fast path. Returns the end of ``data``."""
+        size: int = _INT32.unpack_from(data, pos)[0]
+        head = line + b"\n"
+        self._pieces = [memoryview(head), memoryview(data)[pos:end]]
+        self._have = len(head) + end - pos
+        self._held_need = len(head) + 4 + size
+        return end
+
+    def _take_held(self, data: bytes) -> bytes:
+        """The held command's bytes followed by ``data``, parsed from its line again: by
+        the fast path if now whole, else by the body reader (held once only, so an
+        error in what comes later is told as soon as the reader would tell it)."""
+        held = b"".join([*self._pieces, data])
+        self._held_need = 0 if len(held) >= self._held_need else _NOT_AGAIN
+        self._pieces = _NO_PIECES
+        self._have = 0
+        return held
 
     # ------------------------------------------------------------------ body readers
 

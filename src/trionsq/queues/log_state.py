@@ -169,6 +169,14 @@ class _LogState:
             self._cache_base += skip
             self._cache_skip = 0
 
+    def _cache_restart(self) -> None:
+        """Empty the tail cache: what was just written has no Records in memory (a
+        replica's copies, checked without making them), so the cache starts again
+        at ``next_id`` and reads of everything before it go to the files."""
+        self._cache = []
+        self._cache_base = self.next_id
+        self._cache_skip = 0
+
     def read(self, from_id: int, max_count: int) -> list[Record]:
         """Up to ``max_count`` records from ``from_id`` on, from memory only.
 

@@ -12,11 +12,13 @@ from itertools import islice
 from typing import TYPE_CHECKING
 
 from .record import Record, record_size
+from .record_runs import decode_all
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from .key_journal import KeyJournal
+    from .record_runs import CopyScan
 
 __all__ = ["MemoryLog"]
 
@@ -110,15 +112,19 @@ class MemoryLog:
         self.bytes_held += held
         return records
 
-    def append_verbatim(self, data: bytes, records: list[Record]) -> None:
-        """Append records made elsewhere (a replica's copies of its leader's, which
-        the caller checked continue this log); a memory log keeps no bytes."""
-        del data
-        if records:
-            self._records.extend(records)
-            self.next_id = records[-1].internal_id + 1
-            self.next_offset = records[-1].end
-            self.bytes_held += sum(map(len, map(_record_body, records)))
+    def append_verbatim(
+        self, data: bytes, scan: CopyScan, records: list[Record] | None = None
+    ) -> None:
+        """Append a replica's copies of its leader's records (which the caller checked
+        continue this log): a memory log keeps their Records, not their bytes."""
+        if not scan.count:
+            return
+        if records is None:
+            records = decode_all(data, scan.offsets[0])
+        self._records.extend(records)
+        self.next_id = scan.first_id + scan.count
+        self.next_offset = scan.offsets[-1]
+        self.bytes_held += scan.body_bytes
 
     def read(self, from_id: int, max_count: int) -> list[Record]:
         """Up to ``max_count`` records from ``from_id`` on (ids before ``start_id`` are gone)."""
@@ -206,7 +212,3 @@ class MemoryLog:
 
 def _record_offset(record: Record) -> int:
     return record.offset
-
-
-def _record_body(record: Record) -> bytes:
-    return record.body

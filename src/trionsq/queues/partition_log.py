@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
     from .key_journal import KeyJournal
     from .record import Record
+    from .record_runs import CopyScan
 
 __all__ = ["PartitionLog"]
 
@@ -77,9 +78,13 @@ class PartitionLog(Protocol):
     ) -> list[Record]:
         """Append a batch; returns its records."""
 
-    def append_verbatim(self, data: bytes, records: list[Record]) -> None:
+    def append_verbatim(
+        self, data: bytes, scan: CopyScan, records: list[Record] | None = None
+    ) -> None:
         """Append records already encoded, ``data`` their bytes (a replica's copy of
-        its leader's log), as they are."""
+        its leader's log, checked by :func:`~trionsq.queues.record_runs.scan_copies`),
+        as they are; ``records``: their Records if the caller made them (a log that
+        keeps Records makes them itself otherwise)."""
 
     def read(self, from_id: int, max_count: int) -> list[Record]:
         """Up to ``max_count`` records from ``from_id`` on, from memory only."""

@@ -11,8 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 from bisect import bisect_left
-from itertools import accumulate
-from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from .log_state import _LogState
@@ -28,12 +26,10 @@ from .segment_format import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Sequence
 
     from .record import Record
-
-_record_offset: Callable[[Record], int] = attrgetter("offset")
-_record_timestamp: Callable[[Record], int] = attrgetter("timestamp")
+    from .record_runs import CopyScan
 
 
 class _SegmentWriter(_LogState):
@@ -75,35 +71,39 @@ class _SegmentWriter(_LogState):
             )
         else:
             data, records, offsets = _encode_plain(bodies, timestamp, first_id, offset, trace_ids)
-        self._put(data, records, offsets, timestamp, None)
+        self._put(data, first_id, offsets, timestamp, None, records)
         return records
 
-    def append_verbatim(self, data: bytes, records: list[Record]) -> None:
-        """Append ``records`` as ``data``, their bytes exactly as this log encodes them
-        (a replica's copy of its leader's log: docs/replication.md), with
-        :meth:`append`'s guarantees; the caller checked that they continue the log."""
-        if not records:
+    def append_verbatim(
+        self, data: bytes, scan: CopyScan, records: list[Record] | None = None
+    ) -> None:
+        """Append the records ``scan`` found in ``data``, their bytes exactly as this
+        log encodes them (a replica's copy of its leader's log: docs/replication.md),
+        with :meth:`append`'s guarantees; the caller checked that they continue the
+        log. ``records``: their Records, kept in the tail cache when the caller made
+        them anyway; without them the cache starts again after this batch (reads of
+        the copies come from the files)."""
+        if not scan.count:
             return
         if self._closed:
             raise ValueError(f"TOPICLOG({self.name}) is closed")
-        offsets = [*map(_record_offset, records), records[-1].end]
-        stamps = list(accumulate(map(_record_timestamp, records), max))
-        self._put(data, records, offsets, stamps[-1], stamps)
+        self._put(data, scan.first_id, scan.offsets, scan.stamps[-1], scan.stamps, records)
 
     def _put(
         self,
         data: bytes,
-        records: list[Record],
-        offsets: list[int],
+        first_id: int,
+        offsets: Sequence[int],
         timestamp: int,
-        stamps: list[int] | None,
+        stamps: Sequence[int] | None,
+        records: list[Record] | None,
     ) -> None:
         """Write a batch's bytes to the active segment (rolled first if full) and
-        account for it: index, tail cache, sizes. ``timestamp``: the batch's greatest;
-        ``stamps``: the greatest up to each record, when they differ (None: one
-        timestamp for all)."""
-        first_id = records[0].internal_id
-        count = len(records)
+        account for it: index, tail cache, sizes. ``offsets``: its records' offsets,
+        then its end; ``timestamp``: the batch's greatest; ``stamps``: the greatest up
+        to each record, when they differ (None: one timestamp for all); ``records``:
+        for the tail cache (None: the cache starts again after this batch)."""
+        count = len(offsets) - 1
         segment = self._active
         check = self._active_check
         if (
@@ -126,7 +126,10 @@ class _SegmentWriter(_LogState):
         self.next_id = first_id + count
         self.next_offset = offsets[-1]
         self._disk_bytes += len(data)
-        self._cache_append(records)
+        if records is None:
+            self._cache_restart()
+        else:
+            self._cache_append(records)
         with self._lock:
             self.unsynced += count
 
@@ -134,10 +137,10 @@ class _SegmentWriter(_LogState):
         self,
         segment: _Segment,
         check: _Check,
-        offsets: list[int],
+        offsets: Sequence[int],
         first_id: int,
         timestamp: int,
-        stamps: list[int] | None,
+        stamps: Sequence[int] | None,
     ) -> None:
         """Add the sparse index entries due in a batch just written (``offsets``: the
         batch's record offsets, then its end; ``timestamp``, ``stamps``: as

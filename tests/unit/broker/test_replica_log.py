@@ -21,16 +21,13 @@ from trionsq.broker.storage import Storage
 from trionsq.cluster.roles import log_bytes
 from trionsq.config import NsqdConfig
 from trionsq.dispatch.router import ChannelRunner
-from trionsq.queues.record import encode_record
-from trionsq.queues.record_runs import decode_all
+from trionsq.queues.record import Record, RecordError, encode_record
 from trionsq.queues.topic_log import TopicLog
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     import trio
-
-    from trionsq.queues.record import Record
 
 
 def _leader_records(broker: Broker) -> None:
@@ -56,15 +53,18 @@ def _brokers(nursery: trio.Nursery, tmp_path: Path, durable: bool) -> tuple[Brok
 
 def _copy(follower: Broker, leader: Broker, records: list[Record]) -> None:
     """What a follower stream does with the leader's records: their bytes in the
-    leader's log, decoded again, appended as they came."""
+    leader's log, checked and appended as they came."""
     shipped, data = log_bytes(leader.topics["t"].partitions[0].log, records)
     assert shipped == records
-    append_copies(follower, "t", 0, data, decode_all(data, records[0].offset))
+    append_copies(follower, "t", 0, data, records[0].internal_id, records[0].offset)
 
 
 def _bytes(broker: Broker) -> list[bytes]:
+    """The partition's records as its files hold them (a durable copy keeps no Records
+    in memory), or as a memory log does."""
     log = broker.topics["t"].partitions[0].log
-    return [encode_record(r) for r in log.read(log.start_id, 100)]
+    records = log.read_cold(log.start_id, 100) if log.on_disk else log.read(log.start_id, 100)
+    return [encode_record(r) for r in records]
 
 
 @pytest.mark.parametrize("durable", [False, True])
@@ -86,6 +86,30 @@ async def test_copies_are_byte_for_byte_and_keep_idempotency_keys(
     assert follower.topics["t"].partitions[0].log.next_id == 5
     with pytest.raises(CopyError, match="do not continue"):
         _copy(follower, leader, records[:1])
+
+
+@pytest.mark.parametrize("durable", [False, True])
+async def test_a_frame_that_is_not_the_leaders_next_records_writes_nothing(
+    nursery: trio.Nursery, tmp_path: Path, durable: bool
+) -> None:
+    """Ids that skip or repeat inside a frame, a damaged record, a frame cut inside a
+    record: refused whole, nothing written, and the right frame is taken afterwards."""
+    _, follower = _brokers(nursery, tmp_path, durable)
+    follower.topic("t")
+
+    def frame(ids: list[int]) -> bytes:
+        return b"".join(encode_record(Record(0, 37, i, 1_000, b"abc")) for i in ids)
+
+    damaged = bytearray(frame([1, 2, 3]))
+    damaged[50] ^= 1
+    for bad in (frame([1, 3, 3]), frame([1, 2, 2]), bytes(damaged), frame([1, 2, 3])[:-5]):
+        with pytest.raises(RecordError):
+            append_copies(follower, "t", 0, bad, 1, 0)
+        assert _bytes(follower) == []  # unfixed: ids 1, 3, 3 were stored
+    append_copies(follower, "t", 0, frame([1, 2, 3]), 1, 0)
+    assert _bytes(follower) == [
+        encode_record(Record(o, 37, i, 1_000, b"abc")) for o, i in ((0, 1), (37, 2), (74, 3))
+    ]
 
 
 @pytest.mark.parametrize("durable", [False, True])
@@ -125,9 +149,8 @@ async def test_restart_starts_the_log_at_the_leaders_first_record(
     _copy(follower, leader, records[:1])
     restart_partition(follower, "t", 0, records[2].internal_id, records[2].offset)
     _copy(follower, leader, records[2:])
-    partition_log = follower.topics["t"].partitions[0].log
-    assert partition_log.start_id == 3
-    assert [encode_record(r) for r in partition_log.read(3, 10)] == _bytes(leader)[2:]
+    assert follower.topics["t"].partitions[0].log.start_id == 3
+    assert _bytes(follower) == _bytes(leader)[2:]
 
 
 async def test_a_durable_copy_journals_its_keys_and_a_cut_forgets_them(

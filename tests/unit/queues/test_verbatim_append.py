@@ -4,20 +4,25 @@ reads its records' bytes back from its segment file (``TopicLog.read_encoded``,
 The copy must be the leader's log byte for byte, and its bookkeeping (ids, offsets,
 sparse index, greatest timestamps) what recovery finds in the same files, so a
 restart, a seek or a cut reads it as any other log; a write torn by a kill leaves a
-log that recovers to the last whole frame."""
+log that recovers to the last whole frame. Each test runs with the compiled check of
+the copies (``scan_copies``) and with its pure-Python twin."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from trionsq.queues import record_runs
 from trionsq.queues.log_cut import cut_segment_files
 from trionsq.queues.memory_log import MemoryLog
 from trionsq.queues.record import Record, encode_record
-from trionsq.queues.record_runs import decode_all, whole_records
+from trionsq.queues.record_runs import decode_all, scan_copies, whole_records
 from trionsq.queues.topic_log import TopicLog
+
+from ..test_speedups import _compiled
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -36,6 +41,13 @@ batches = st.lists(
     min_size=1,
     max_size=12,
 )
+
+
+@pytest.fixture(params=["compiled", "pure"])
+def scan_twin(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test once with each twin of the copies' check."""
+    scan = _compiled().scan_copies if request.param == "compiled" else record_runs._scan_copies_py
+    monkeypatch.setattr(record_runs, "_scan_copies", scan)
 
 
 def _open(directory: Path, max_bytes: int) -> TopicLog:
@@ -79,7 +91,10 @@ def _ship(
         count = whole_records(records, len(data))
         assert count  # a segment's records are whole and back to back
         data = data[: records[count - 1].end - first.offset]
-        follower.append_verbatim(data, decode_all(data, first.offset))
+        scan = scan_copies(data, first.offset, first.internal_id)
+        # every other frame with its Records, as a keyed frame comes: the tail cache
+        # takes them, and starts again after a frame without
+        follower.append_verbatim(data, scan, decode_all(data, first.offset) if frames % 2 else None)
         frames += 1
     return frames
 
@@ -90,6 +105,7 @@ def _check_of(log: TopicLog) -> tuple[list[tuple[int, int, int]], int]:
     return list(check.index), check.timestamp_max
 
 
+@pytest.mark.usefixtures("scan_twin")
 @settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -116,6 +132,11 @@ def test_a_verbatim_copy_is_the_leaders_log_and_what_recovery_finds(
     assert [encode_record(r) for r in _all(memory)] == expected
     assert (follower.next_id, follower.next_offset) == (leader.next_id, leader.next_offset)
     assert (memory.next_id, memory.next_offset) == (leader.next_id, leader.next_offset)
+    # what the tail cache serves is the leader's
+    cached = [follower.get(i) for i in range(1, follower.next_id)]
+    assert [encode_record(r) for r in cached if r is not None] == [
+        encode_record(r) for r, c in zip(_all(leader), cached, strict=True) if c is not None
+    ]
     # the bookkeeping of the writes is what a recovery of the same files finds
     written = _check_of(follower)
     seeks = [follower.seek_timestamp(t) for t in range(0, 52, 3)]
@@ -131,6 +152,7 @@ def test_a_verbatim_copy_is_the_leaders_log_and_what_recovery_finds(
     leader.close()
 
 
+@pytest.mark.usefixtures("scan_twin")
 def test_a_torn_verbatim_write_recovers_to_the_last_whole_frame(tmp_path: Path) -> None:
     """A kill -9 in the middle of a frame's write: recovery keeps the records that
     reached the file whole and cuts the torn one, and copying again from that end
@@ -157,6 +179,7 @@ def test_a_torn_verbatim_write_recovers_to_the_last_whole_frame(tmp_path: Path) 
     leader.close()
 
 
+@pytest.mark.usefixtures("scan_twin")
 def test_a_cut_inside_a_verbatim_frame_then_the_copy_goes_on(tmp_path: Path) -> None:
     """A divergent tail cut in the middle of what one frame wrote (a leader change),
     then the new leader's records copied from there."""
