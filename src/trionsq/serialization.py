@@ -41,10 +41,18 @@ _SHORT_REPR.maxstring = 80
 _SHORT_REPR.maxother = 80
 
 
+SHORT_REPR_LIMIT = 400
+"""Characters of :func:`short_repr` at most: each level is bounded, but keys of 80
+characters at every level of a few nested dicts still add up to kilobytes."""
+
+
 def short_repr(value: object) -> str:
     """``repr`` for error texts about peer JSON: a few levels deep and short, so a
     hostile value can neither overflow the stack nor flood the log."""
-    return _SHORT_REPR.repr(value)
+    text = _SHORT_REPR.repr(value)
+    if len(text) > SHORT_REPR_LIMIT:
+        return text[: SHORT_REPR_LIMIT - 3] + "..."
+    return text
 
 
 def _strict_int(value: object, _type: object) -> int:
