@@ -168,6 +168,6 @@ def test_short_repr_is_bounded() -> None:
     assert len(short_repr("x" * 10_000)) <= 100
     assert short_repr({"a": 1}) == "{'a': 1}"
     # broad as well as deep: long keys on every level (a fuzzed auth reply of 1,000)
-    wide = [{("k%d" % n) * 20: {("j%d" % m) * 20: None for m in range(4)} for n in range(4)}] * 6
+    wide = [{f"k{n}" * 20: {f"j{m}" * 20: None for m in range(4)} for n in range(4)}] * 6
     assert len(short_repr(wide)) == 400
     assert short_repr(wide).endswith("...")
