@@ -253,8 +253,8 @@ class Coordinator:
             raise PlacementError(f"broker {source} holds no replica")
         meta = self.view.topics.get(topic)
         moving = meta is not None and len(state.replicas) > meta.replicas
-        if moving and target in state.replicas and target not in state.isr:
-            return state  # this move asked again after its first step: go on from here
+        if moving and target in state.replicas:
+            return state  # this move asked again after its first step: go on from there
         return with_replica(state, target, self.view.registered)
 
     async def _write_step(
