@@ -23,7 +23,15 @@ from typing import Final
 
 import attrs
 
-__all__ = ["ETCD_BINARY", "EtcdMember", "EtcdServer", "etcd_available", "free_port", "start_etcd"]
+__all__ = [
+    "ETCD_BINARY",
+    "EtcdMember",
+    "EtcdServer",
+    "end_process",
+    "etcd_available",
+    "free_port",
+    "start_etcd",
+]
 
 ETCD_BINARY: Final = os.environ.get("TRIONSQ_ETCD", "etcd")
 START_TIMEOUT: Final = 30.0
@@ -40,6 +48,18 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def end_process(process: subprocess.Popen[bytes], sig: int, *, timeout: float) -> None:
+    """Send ``sig`` (SIGTERM: stop; SIGKILL: a crash) and reap the process, killing it
+    if it has not gone within ``timeout`` seconds."""
+    with contextlib.suppress(ProcessLookupError):
+        process.send_signal(sig)
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 @attrs.define
@@ -95,13 +115,7 @@ class EtcdMember:
         """Stop the process (SIGKILL for a crash) and wait for it."""
         if self.process is None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            self.process.send_signal(sig)
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        end_process(self.process, sig, timeout=10)
         self.process = None
 
 

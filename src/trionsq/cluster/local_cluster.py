@@ -8,7 +8,6 @@ identity (``<broadcast address>:<TCP port>``) and data directory. Blocking code.
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 import signal
 import subprocess
@@ -21,7 +20,7 @@ from typing import Final
 
 import attrs
 
-from .etcd_process import EtcdServer, free_port
+from .etcd_process import EtcdServer, end_process, free_port
 
 __all__ = ["BrokerProcess", "LocalCluster"]
 
@@ -81,13 +80,7 @@ class BrokerProcess:
         """Send ``sig`` (SIGKILL: a crash) and reap it."""
         if self.process is None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            self.process.send_signal(sig)
-        try:
-            self.process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        end_process(self.process, sig, timeout=15)
         self.process = None
 
     def wipe(self) -> None:
@@ -169,11 +162,5 @@ class LocalCluster:
         for broker in self.brokers:
             broker.kill(signal.SIGTERM)
         if self.lookupd is not None:
-            with contextlib.suppress(ProcessLookupError):
-                self.lookupd.send_signal(signal.SIGTERM)
-            try:
-                self.lookupd.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.lookupd.kill()
-                self.lookupd.wait()
+            end_process(self.lookupd, signal.SIGTERM, timeout=10)
             self.lookupd = None
