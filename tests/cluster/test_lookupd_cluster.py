@@ -10,6 +10,7 @@ import httpx
 import orjson
 import trio
 
+from tests.integration.test_lookupd_youzan import PEER_KEYS
 from trionsq import NsqdConfig, serve_nsqd
 from trionsq.client.producer import open_producer
 from trionsq.cluster.replica_manager import ReplicaManager
@@ -33,6 +34,15 @@ class _Cluster(TypedDict):
     etcd_endpoints: tuple[str, ...]
     cluster_id: str
     cluster_lease_ttl: float
+
+
+def _cluster(etcd: EtcdServer, cluster_id: str) -> _Cluster:
+    """The cluster options every lookupd and broker of a test shares."""
+    return {
+        "etcd_endpoints": (",".join(etcd.endpoints),),
+        "cluster_id": cluster_id,
+        "cluster_lease_ttl": 1.0,
+    }
 
 
 def _url(lookupd: LookupdAddresses, path: str) -> str:
@@ -60,16 +70,7 @@ def _youzan_shape(
     assert set(leaders) <= ports
     assert len(set(leaders)) == 3  # 4 partitions led by all 3 brokers
     entry = partitions["0"]
-    assert list(entry) == [
-        "id",
-        "remote_address",
-        "hostname",
-        "broadcast_address",
-        "tcp_port",
-        "http_port",
-        "version",
-        "distributed_id",
-    ]
+    assert list(entry) == PEER_KEYS  # Youzan's PeerY, as a single lookupd lists it
     producers = found["producers"]
     assert isinstance(producers, list)
     assert len(producers) == 3
@@ -79,11 +80,7 @@ def _youzan_shape(
 async def test_create_and_lookup_through_the_coordinator(
     etcd: EtcdServer, cluster_id: str, nursery: trio.Nursery, tmp_path: Path
 ) -> None:
-    cluster: _Cluster = {
-        "etcd_endpoints": (",".join(etcd.endpoints),),
-        "cluster_id": cluster_id,
-        "cluster_lease_ttl": 1.0,
-    }
+    cluster = _cluster(etcd, cluster_id)
     first: LookupdAddresses = await nursery.start(serve_lookupd, LookupdConfig.loopback(**cluster))
     brokers: list[BoundAddresses] = []
     for name in ("a", "b", "c"):
@@ -156,11 +153,7 @@ async def test_create_and_lookup_through_the_coordinator(
 async def test_the_client_publishes_through_a_leader_change(
     etcd: EtcdServer, cluster_id: str, nursery: trio.Nursery, tmp_path: Path
 ) -> None:
-    cluster: _Cluster = {
-        "etcd_endpoints": (",".join(etcd.endpoints),),
-        "cluster_id": cluster_id,
-        "cluster_lease_ttl": 1.0,
-    }
+    cluster = _cluster(etcd, cluster_id)
     lookupd: LookupdAddresses = await nursery.start(
         serve_lookupd, LookupdConfig.loopback(**cluster)
     )
