@@ -102,3 +102,14 @@ def _needs(doc: str, line: int, text: str) -> tuple[frozenset[str], str]:
 
 def all_examples() -> list[Example]:
     return [example for doc in DOCS for example in examples(doc)]
+
+
+def with_addresses(code: str, places: dict[str, str]) -> str:
+    """``code`` with each default of ``places`` replaced by its actual value, in one
+    pass: a port handed out by the kernel may begin like another default (41501
+    holds 4150), so replacing one after another could rewrite a replacement. An
+    address is replaced only whole (not followed by another digit)."""
+    if not places:
+        return code
+    pattern = "|".join(re.escape(default) + r"(?!\d)" for default in places)
+    return re.sub(pattern, lambda found: places[found.group(0)], code)

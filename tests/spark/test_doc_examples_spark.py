@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Final
 
 import pytest
 
-from ..doc_examples import Example, examples
+from ..doc_examples import Example, examples, with_addresses
 from .conftest import http_address, tcp_address
 
 if TYPE_CHECKING:
@@ -35,9 +35,10 @@ def test_the_spark_example_runs_as_is(
     broker: BoundAddresses,
     tmp_path: Path,
 ) -> None:
-    code = (
-        example.code.replace("127.0.0.1:4151", http_address(broker))
-        .replace("127.0.0.1:4150", tcp_address(broker))
-        .replace("/data/", f"{tmp_path}/")
-    )
+    places = {
+        "127.0.0.1:4151": http_address(broker),
+        "127.0.0.1:4150": tcp_address(broker),
+        "/data/": f"{tmp_path}/",
+    }
+    code = with_addresses(example.code, places)
     exec(compile(code, example.name, "exec"), {"spark": spark, "__name__": "__main__"})  # noqa: S102 - the docs' own code
