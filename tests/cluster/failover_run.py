@@ -27,6 +27,7 @@ import attrs
 import orjson
 import trio
 
+from trionsq.cluster.etcd import EtcdClient
 from trionsq.http.client import HttpClientError, http_get, http_request
 from trionsq.protocol import Rdy, Sub
 from trionsq.protocol.client import ErrorReply, MessageFrame, Response, encode_identify
@@ -126,6 +127,15 @@ class Lookup:
         }
 
 
+async def _until_led(lookup: Lookup, partitions: int) -> None:
+    """Until the lookupd names a leader for each of ``partitions``."""
+    with trio.fail_after(30):
+        await lookup.refresh()
+        while len(lookup.leaders) < partitions:
+            await trio.sleep(0.05)
+            await lookup.refresh()
+
+
 async def create_topic(
     lookupd_http: int, partitions: int, replicas: int, host: str = "127.0.0.1"
 ) -> None:
@@ -153,48 +163,50 @@ async def _publish(partition: int, lookup: Lookup, history: History, stop: trio.
     opened = 0.0
     leader_id = ""
     sequence = 0
-    while not stop.is_set():
-        body = f"{partition}-{sequence}".encode()
-        header = orjson.dumps({"##idempotency_key": body.decode()})
-        attempted.add(body)
+    try:
         while not stop.is_set():
-            try:
-                if client is None:
-                    leader = lookup.leaders.get(partition)
-                    if leader is None:
-                        await lookup.refresh()
-                        await trio.sleep(0.02)
-                        continue
-                    with trio.fail_after(1):
-                        client = await ProtocolClient.connect(leader[:2])
-                    opened = time.monotonic()
-                    leader_id = leader[2]
-                command = PubExt(TOPIC, ExtMessage(header, body), partition=partition)
-                await client.send(command)
-                with trio.fail_after(5):
-                    [frame] = await client.read(1)
-                if isinstance(frame, Response) and frame.is_ok:
-                    acked.append((body, time.monotonic(), opened))
-                    history.acked_by[body] = leader_id
-                    break
-                code = frame.code if isinstance(frame, ErrorReply) else type(frame).__name__
-                history.errors[code] = history.errors.get(code, 0) + 1
-            except (
-                OSError,
-                trio.BrokenResourceError,
-                trio.ClosedResourceError,
-                trio.TooSlowError,
-                ValueError,
-            ):
-                history.errors["connection"] = history.errors.get("connection", 0) + 1
-            if client is not None:
-                await trio.aclose_forcefully(client.stream)
-                client = None
-            await lookup.refresh()
-            await trio.sleep(0.02)
-        sequence += 1
-    if client is not None:
-        await trio.aclose_forcefully(client.stream)
+            body = f"{partition}-{sequence}".encode()
+            header = orjson.dumps({"##idempotency_key": body.decode()})
+            attempted.add(body)
+            while not stop.is_set():
+                try:
+                    if client is None:
+                        leader = lookup.leaders.get(partition)
+                        if leader is None:
+                            await lookup.refresh()
+                            await trio.sleep(0.02)
+                            continue
+                        with trio.fail_after(1):
+                            client = await ProtocolClient.connect(leader[:2])
+                        opened = time.monotonic()
+                        leader_id = leader[2]
+                    command = PubExt(TOPIC, ExtMessage(header, body), partition=partition)
+                    await client.send(command)
+                    with trio.fail_after(5):
+                        [frame] = await client.read(1)
+                    if isinstance(frame, Response) and frame.is_ok:
+                        acked.append((body, time.monotonic(), opened))
+                        history.acked_by[body] = leader_id
+                        break
+                    code = frame.code if isinstance(frame, ErrorReply) else type(frame).__name__
+                    history.errors[code] = history.errors.get(code, 0) + 1
+                except (
+                    OSError,
+                    trio.BrokenResourceError,
+                    trio.ClosedResourceError,
+                    trio.TooSlowError,
+                    ValueError,
+                ):
+                    history.errors["connection"] = history.errors.get("connection", 0) + 1
+                if client is not None:
+                    await trio.aclose_forcefully(client.stream)
+                    client = None
+                await lookup.refresh()
+                await trio.sleep(0.02)
+            sequence += 1
+    finally:  # also when cancelled: no socket left for the garbage collector
+        if client is not None:
+            await trio.aclose_forcefully(client.stream)
 
 
 async def _kill_leaders(
@@ -227,7 +239,7 @@ def _without_header(data: bytes) -> bytes:
 
 async def consume_all(lookup: Lookup, partitions: int, history: History) -> None:
     """Read every partition from its leader until it stays quiet (all at once)."""
-    await lookup.refresh()
+    await _until_led(lookup, partitions)  # a partition may be between two leaders now
     async with trio.open_nursery() as nursery:
         for partition in range(partitions):
             nursery.start_soon(_consume_partition, lookup.leaders[partition], partition, history)
@@ -264,10 +276,7 @@ async def run_history(
     """Create the topic, publish while ``disrupt`` runs, then consume and check."""
     await create_topic(cluster.lookupd_http, partitions, replicas, cluster.lookupd_host)
     lookup = Lookup(cluster.lookupd_http, cluster.lookupd_host)
-    with trio.fail_after(30):
-        while len(lookup.leaders) < partitions:
-            await lookup.refresh()
-            await trio.sleep(0.05)
+    await _until_led(lookup, partitions)
     history = History()
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
@@ -352,3 +361,31 @@ async def run_etcd_outage(
         cluster, partitions=partitions, replicas=replicas, disrupt=disrupt
     )
     return history, verdict, outage
+
+
+async def run_lease_loss(
+    cluster: LocalCluster, *, partitions: int, replicas: int
+) -> tuple[History, Verdict, float]:
+    """Publish; revoke every lease in etcd at once (what renewals that come too late
+    after an etcd restart leave: no broker and no coordinator key); publish on; check.
+    Returns the history, the verdict and when the leases went."""
+    revoked_at = 0.0
+
+    async def disrupt(lookup: Lookup, history: History) -> None:
+        nonlocal revoked_at
+        await trio.sleep(1.0)
+        client = EtcdClient(tuple(cluster.etcd.endpoints))
+        reply = await client.call("/v3/lease/leases", {})
+        leases = reply.get("leases") if isinstance(reply, dict) else None
+        assert isinstance(leases, list), reply
+        assert len(leases) == len(cluster.brokers) + 1, reply  # the brokers', the coordinator's
+        revoked_at = time.monotonic()
+        for lease in leases:
+            assert isinstance(lease, dict), reply
+            await client.revoke(int(str(lease["ID"])))
+        await _acknowledged_after(history, revoked_at, RESUMED, within=10.0)
+
+    history, verdict = await run_history(
+        cluster, partitions=partitions, replicas=replicas, disrupt=disrupt
+    )
+    return history, verdict, revoked_at

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tests.cluster.failover_run import run_etcd_outage
+from tests.cluster.failover_run import run_etcd_outage, run_lease_loss
 from trionsq.cluster.etcd_process import start_etcd
 from trionsq.cluster.local_cluster import LocalCluster
 
@@ -36,3 +36,27 @@ async def test_etcd_outage_loses_nothing_and_resumes(tmp_path: Path) -> None:
     assert refused > 0, history.errors  # refused with the clear error, not silently
     resumed = [at for acks in history.acked.values() for _, at, _ in acks if at > outage.started_at]
     assert len(resumed) > 20, history.errors
+
+
+async def test_every_lease_lost_at_once_loses_nothing_and_the_lookupd_goes_on(
+    tmp_path: Path,
+) -> None:
+    """The coordinator's lease ending must not end its lookupd (it campaigns again),
+    and brokers registering again must find their partitions led again."""
+    etcd = start_etcd(tmp_path / "etcd")
+    cluster = LocalCluster(tmp_path, etcd, cluster_id="leases")
+    try:
+        cluster.start(3)
+        history, verdict, revoked_at = await run_lease_loss(cluster, partitions=2, replicas=3)
+        assert cluster.lookupd is not None
+        assert cluster.lookupd.poll() is None, "the lookupd exited"
+    finally:
+        cluster.stop()
+        etcd.stop()
+    assert verdict.lost == []
+    assert verdict.phantom == []
+    assert verdict.duplicated == []
+    for partition in range(2):
+        after = [at for _, at, _ in history.acked[partition] if at > revoked_at]
+        assert after, f"partition {partition} took no publish after the leases went"
+    assert "lost the coordinator lease" in (tmp_path / "lookupd.log").read_text()

@@ -125,9 +125,13 @@ class Coordinator:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._reconcile_forever)
-                await self.client.keep_alive(lease, self.ttl, lambda: None)
-        except LeaseExpired:
-            log.warning("%s lost the coordinator lease", self.me.id)
+                # caught here, in the nursery's body: raised out of it, the error
+                # would come wrapped in an ExceptionGroup and end the lookupd
+                try:
+                    await self.client.keep_alive(lease, self.ttl, lambda: None)
+                except LeaseExpired:
+                    log.warning("%s lost the coordinator lease", self.me.id)
+                nursery.cancel_scope.cancel()
         finally:
             self.epoch = 0
             self._on_change()

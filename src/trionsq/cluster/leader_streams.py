@@ -88,13 +88,19 @@ async def serve_follower(
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_read_acks, stream, reader, role, follower, nursery.cancel_scope)
             await _send(stream, role, position, heartbeat)
-    except (ReplicationError, trio.BrokenResourceError, trio.ClosedResourceError, OSError) as error:
+    except* (
+        ReplicationError,
+        trio.BrokenResourceError,
+        trio.ClosedResourceError,
+        OSError,
+    ) as group:
+        # except*: from the nursery, even one error comes wrapped in a group
         log.info(
             "%s/%d: stream to %s ended: %s",
             role.partition.topic,
             role.partition.index,
             follower,
-            error,
+            "; ".join(str(error) for error in group.exceptions),
         )
     finally:
         if not role.lost:
