@@ -86,6 +86,9 @@ class GroupCoordinator:
         self._wake = wake
         self.groups: dict[tuple[str, str], ConsumerGroup] = {}
         """Consumer groups by (topic, channel), while they have members."""
+        self._shipped: dict[tuple[str, str], dict[int, str]] = {}
+        """Owners of replicated partitions this broker follows, as their leaders
+        shipped them (broker/replica_state.py): a group made here starts from them."""
         self.learn: GroupLearner | None = None
         """How to learn the group's whole assignment now (topic, channel): what the
         other brokers hold. None (no lookupd): deal from this broker's last deal."""
@@ -96,11 +99,27 @@ class GroupCoordinator:
         group = self.groups.get(key)
         if group is None:
             group = self.groups[key] = ConsumerGroup(channel.topic, channel.name)
+            group.owners.update(self._shipped.get(key, {}))
         group.join(member, channel.partition)
         owner = group.owners.get(channel.partition, "")
         if channel.group.owner != owner:  # a channel made again since the deal
             channel.group.change(owner, channel)
         self._changed(group)
+
+    def shipped_owner(self, topic: str, channel: str, partition: int, owner: str) -> None:
+        """A follower learns who owns ``partition`` in the channel's group on its
+        leader ("": nobody), for a deal here after a failover."""
+        owners = self._shipped.setdefault((topic, channel), {})
+        if owner:
+            owners[partition] = owner
+        else:
+            owners.pop(partition, None)
+            if not owners:
+                del self._shipped[(topic, channel)]
+
+    def shipped_owners(self, topic: str, channel: str) -> dict[int, str]:
+        """The owners leaders shipped here for the channel's group (a copy)."""
+        return dict(self._shipped.get((topic, channel), {}))
 
     def left(self, channel: Channel, member: str) -> None:
         """A connection of ``member`` on ``channel`` is gone."""

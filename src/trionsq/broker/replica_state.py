@@ -6,7 +6,10 @@ partition (its state file: confirmed position, finished ids, deferrals, delivery
 counts) is captured on the leader as one JSON document, the same shapes as on disk
 (``broker/metadata.py``, ``queues/cursor_state.py``), and applied on a follower as a
 restart would restore it, so after a failover a channel resumes from where it was
-and redelivers only what was in flight (or finished after the last shipment).
+and redelivers only what was in flight (or finished after the last shipment). The
+consumer-group member that owns each channel's partition goes with it, so that the
+new leader's first deal starts from it (sticky, as on the leader) rather than
+dealing the partition afresh.
 The follower's persister then writes it like any state, so it survives the
 follower's own restart.
 """
@@ -49,7 +52,12 @@ def capture_consumer_state(broker: Broker, topic_name: str, index: int) -> bytes
             parts.append(b",")
         first = False
         parts += [orjson.dumps(name), b":", encode_state(channel_state(channel, now, wall))]
-    parts.append(b"}}")
+    owners = {
+        name: channel.group.owner
+        for name, channel in partition.channels.items()
+        if channel.group.owner and isinstance(channel.cursor, ChannelCursor)
+    }
+    parts += [b'},"group_owners":', orjson.dumps(owners, option=orjson.OPT_SORT_KEYS), b"}"]
     return b"".join(parts)
 
 
@@ -76,6 +84,12 @@ def apply_consumer_state(broker: Broker, topic_name: str, index: int, data: byte
         broker.delete_channel(topic_name, index, name)
     for name, raw in channels.items():
         _apply_channel(partition, name, decode_state(orjson.dumps(raw)), now, wall)
+    owners = document.get("group_owners", {})
+    if not isinstance(owners, dict):
+        raise ValueError("consumer state: group owners not an object")
+    for name in channels:
+        owner = owners.get(name, "")
+        broker.group_coordinator.shipped_owner(topic_name, name, index, str(owner))
     if entry is not None:
         for meta in entry.channels:
             channel = partition.channels.get(meta.name)
