@@ -10,7 +10,9 @@ partition is read from its leader, and the checker holds the history to:
 
 - every acknowledged message was consumed (nothing acknowledged is lost);
 - every consumed message was attempted (nothing appears that was never sent);
-- no message was consumed twice (retries are stored once: idempotency keys);
+- no message is stored twice (retries are stored once: idempotency keys): a body
+  read under two message ids; the same id read again is NSQ's redelivery of what
+  was in flight when the consumer had to move to a new leader, not a duplicate;
 - failover time per kill: kill -> the partition's next acknowledgement.
 
 Used by tests/cluster/test_failover_kill.py (a few kills) and
@@ -55,6 +57,8 @@ class History:
     consumed: dict[int, list[bytes]] = attrs.Factory(dict)
     consumed_ids: dict[bytes, int] = attrs.Factory(dict)
     """Each consumed message's id in the final leader's log."""
+    stored_as: dict[bytes, set[int]] = attrs.Factory(dict)
+    """Every id each body was consumed under (more than one: stored twice)."""
     acked_by: dict[bytes, str] = attrs.Factory(dict)
     """The broker that acknowledged each message."""
     errors: dict[str, int] = attrs.Factory(dict)
@@ -85,7 +89,7 @@ def check(history: History) -> Verdict:
         seen = set(consumed)
         lost += [body for body, _, _ in acked if body not in seen]
         phantom += [body for body in seen if body not in history.attempted.get(partition, set())]
-        duplicated += [body for body in seen if consumed.count(body) > 1]
+        duplicated += [body for body in seen if len(history.stored_as.get(body, ())) > 1]
     failovers = []
     for partition, _, killed_at in history.kills:
         # acknowledged on a connection opened after the kill: none from the dead one
@@ -242,28 +246,53 @@ async def consume_all(lookup: Lookup, partitions: int, history: History) -> None
     await _until_led(lookup, partitions)  # a partition may be between two leaders now
     async with trio.open_nursery() as nursery:
         for partition in range(partitions):
-            nursery.start_soon(_consume_partition, lookup.leaders[partition], partition, history)
+            nursery.start_soon(_consume_partition, lookup, partition, history)
 
 
-async def _consume_partition(
-    leader: tuple[str, int, str], partition: int, history: History
-) -> None:
-    client = await ProtocolClient.connect(leader[:2])
-    await client.stream.send_all(encode_identify(IdentifyRequest(extend_support=True)))
-    await client.read(1)
-    await client.send(Sub(TOPIC, "check", partition=partition), Rdy(2500))
+async def _consume_partition(lookup: Lookup, partition: int, history: History) -> None:
+    """Consume from the leader the lookupd names; a leader that refuses (or stops
+    leading meanwhile: Youzan's E_FAILED_ON_NOT_LEADER) is looked up again and the
+    channel read on from the new one (which redelivers what was in flight)."""
     consumed = history.consumed[partition] = []
-    while True:
-        frames = await client.drain(quiet=1.0)
-        messages = [f.message for f in frames if isinstance(f, MessageFrame)]
-        if not messages:
-            break
-        for message in messages:
-            body = _without_header(message.body)
-            consumed.append(body)
-            history.consumed_ids[body] = int.from_bytes(message.id[:8], "big")
-        await client.send(*(Fin(m.id) for m in messages))
-    await trio.aclose_forcefully(client.stream)
+    with trio.fail_after(60):
+        while True:
+            leader = lookup.leaders.get(partition)
+            if leader is not None and await _read_from(leader, partition, history, consumed):
+                return
+            await trio.sleep(0.1)
+            await lookup.refresh()
+
+
+async def _read_from(
+    leader: tuple[str, int, str], partition: int, history: History, consumed: list[bytes]
+) -> bool:
+    """Read the channel at ``leader`` until it stays quiet (True) or refuses (False)."""
+    try:
+        client = await ProtocolClient.connect(leader[:2])
+    except OSError:
+        return False
+    try:
+        await client.stream.send_all(encode_identify(IdentifyRequest(extend_support=True)))
+        await client.read(1)
+        await client.send(Sub(TOPIC, "check", partition=partition), Rdy(2500))
+        while True:
+            frames = await client.drain(quiet=1.0)
+            if any(isinstance(f, ErrorReply) for f in frames):
+                return False
+            messages = [f.message for f in frames if isinstance(f, MessageFrame)]
+            if not messages:
+                return True
+            for message in messages:
+                body = _without_header(message.body)
+                consumed.append(body)
+                internal_id = int.from_bytes(message.id[:8], "big")
+                history.consumed_ids[body] = internal_id
+                history.stored_as.setdefault(body, set()).add(internal_id)
+            await client.send(*(Fin(m.id) for m in messages))
+    except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
+        return False
+    finally:
+        await trio.aclose_forcefully(client.stream)
 
 
 async def run_history(
@@ -343,13 +372,15 @@ async def run_etcd_outage(
 
     async def disrupt(lookup: Lookup, history: History) -> None:
         await trio.sleep(1.0)
-        outage.stopped_at = time.monotonic()
         for member in cluster.etcd.members:
             await trio.to_thread.run_sync(member.stop)
+        outage.stopped_at = time.monotonic()
         end = outage.stopped_at + seconds
-        while time.monotonic() < end:
+        while True:  # a last round at the end, however slow the rounds before
             for broker in cluster.brokers:
                 outage.pings.append((time.monotonic(), await _ping(broker.host, broker.http_port)))
+            if time.monotonic() >= end:
+                break
             await trio.sleep(0.5)
         for member in cluster.etcd.members:
             await trio.to_thread.run_sync(member.start)

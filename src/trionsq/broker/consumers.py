@@ -31,6 +31,10 @@ class Outbox(Protocol):
     def group_owner(self) -> None:
         """The consumer's group member now owns the partition (broker/groups.py)."""
 
+    def leadership_lost(self) -> None:
+        """This broker no longer leads the replicated partition: say so as Youzan's
+        brokers do (a fatal ``E_FAILED_ON_NOT_LEADER``) and end the connection."""
+
     def topic_now_ext(self) -> None:
         """The topic was upgraded to ext: a consumer that did not IDENTIFY with
         ``extend_support`` cannot decode what comes next (spec §8.8)."""

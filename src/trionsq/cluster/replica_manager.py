@@ -207,7 +207,7 @@ class ReplicaManager:
         }
         for where in list(self.roles):
             if where not in wanted:
-                self.roles.pop(where).end()
+                self._end_role(where)
         for where, state in sorted(wanted.items()):
             self._keep_role(where, state)
 
@@ -237,7 +237,7 @@ class ReplicaManager:
             role.state = state
             return
         if role is not None:
-            self.roles.pop(where).end()
+            self._end_role(where)
         if not kind:
             return
         topic, index = where
@@ -273,6 +273,21 @@ class ReplicaManager:
         follower = FollowerRole(partition, state, files)
         self.roles[where] = follower
         self._nursery.start_soon(self._follow, follower, state.leader, where)
+
+    def _end_role(self, where: tuple[str, int]) -> None:
+        """Stop a role; a leadership's end also closes the partition's consumers (a
+        follower delivers nothing: the leader's shipped state would rewind it)."""
+        role = self.roles.pop(where)
+        role.end()
+        if not isinstance(role, LeaderRole):
+            return
+        topic = self.broker.topics.get(where[0])
+        if topic is None or where[1] >= len(topic.partitions):
+            return
+        for channel in topic.partitions[where[1]].channels.values():
+            for consumer in list(channel.consumers.values()):
+                if consumer.outbox is not None:
+                    consumer.outbox.leadership_lost()
 
     def _isr_events(
         self, where: tuple[str, int], before: tuple[str, ...], after: tuple[str, ...]

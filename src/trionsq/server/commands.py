@@ -277,6 +277,19 @@ class CommandLayer(PublishCommands):
             self.outbound.add_response(GROUP_OWNER_FRAME)
             self._wake()
 
+    def leadership_lost(self) -> None:
+        """Youzan's broker closes a consumer of a partition it no longer leads with a
+        fatal ``E_FAILED_ON_NOT_LEADER``; the client looks the leader up again. Nothing
+        more is delivered here: the pump writes the error and ends the connection."""
+        log.info("client %d: leadership of its partition moved; closing", self.client_id)
+        self.outbound.add_response(error_frame(broker_errors.failed_on_not_leader(fatal=True)))
+        self.protocol.closed = True
+        self._end_after_flush()
+
+    def _end_after_flush(self) -> None:
+        """Write what is queued, then end the connection (the I/O side's hook)."""
+        self._cancel()
+
     def topic_now_ext(self) -> None:
         """Youzan closes a consumer without ``extend_support`` at its next delivery
         after the upgrade (spec §8.8); it gets E_SUB_EXTEND_NEED when it comes back."""

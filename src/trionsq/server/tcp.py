@@ -177,6 +177,11 @@ class ClientSession(CommandLayer):
         self._parked = None
         return trio.lowlevel.Abort.SUCCEEDED
 
+    def _end_after_flush(self) -> None:
+        """The pump writes what is queued, then ends the connection."""
+        self._finished = True
+        self._wake()
+
     def _cancel(self) -> None:
         """End both tasks. Only a running session is subscribed or registered, so
         its scope is set whenever something has a reason to call this."""
@@ -318,6 +323,7 @@ class ClientSession(CommandLayer):
             if outbound.flush_due(now, ready=self._ready()) or (self._finished and len(outbound)):
                 await self._write()
             if self._finished and not len(outbound):
+                self._cancel()  # the reader may still wait on the socket (_end_after_flush)
                 return
             if self.silence_limit > 0 and now >= self._last_read + self.silence_limit:
                 # after the heartbeat due at the same moment, as nsqd's two goroutines

@@ -143,6 +143,10 @@ class Seat:
         """Nothing to say: a TubeMQ consumer learns its partitions from the master's
         heartbeat replies, not from a notice on the broker's connection."""
 
+    def leadership_lost(self) -> None:
+        """As when the channel goes: TubeMQ's topics are not replicated."""
+        self.close()
+
     # ---- /stats
 
     def statistics(self) -> ClientStatistics:

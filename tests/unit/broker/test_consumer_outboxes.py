@@ -30,6 +30,9 @@ class Inbox:
     def topic_now_ext(self) -> None:
         self.told.append("ext")
 
+    def leadership_lost(self) -> None:
+        self.told.append("not leader")
+
     def group_owner(self) -> None:
         self.told.append("owner")
 

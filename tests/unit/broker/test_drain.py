@@ -33,6 +33,9 @@ class Inbox(Outbox):
     def topic_now_ext(self) -> None:
         pass
 
+    def leadership_lost(self) -> None:
+        pass
+
     def group_owner(self) -> None:
         pass
 

@@ -36,6 +36,9 @@ class RecordingOutbox:
     def topic_now_ext(self) -> None:
         self.closed = True
 
+    def leadership_lost(self) -> None:
+        self.closed = True
+
     def group_owner(self) -> None:
         pass
 
