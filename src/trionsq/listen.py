@@ -1,5 +1,7 @@
 """Opening listeners, with a failure the console scripts can tell from any other,
-and the one accept loop every listener of a broker and a lookupd goes through.
+the one accept loop every listener of a broker and a lookupd goes through, and the
+start of the nursery they serve in, whose failure is raised as itself
+(:func:`serve_started`, :func:`open_started`).
 
 A broker that cannot bind says ``FATAL: cannot listen: ...`` and exits; every other
 ``OSError`` (a storage fault, say) must not be reported as one, so listening wraps
@@ -18,16 +20,24 @@ import errno
 import logging
 import os
 import ssl
-from typing import TYPE_CHECKING, NoReturn, TypeVar
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, NoReturn, Protocol, TypeVar
 
 import trio
 
 from .addresses import join_host_port, peer_address
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Sequence
+    from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
-__all__ = ["ListenError", "connection_ended", "open_listeners", "serve_connections"]
+__all__ = [
+    "ListenError",
+    "connection_ended",
+    "open_listeners",
+    "open_started",
+    "serve_connections",
+    "serve_started",
+]
 
 log = logging.getLogger("trionsq.accept")  # logs.configure_logging limits its rate
 connection_log = logging.getLogger("trionsq.connection")
@@ -62,6 +72,18 @@ file the disk refused, no descriptor left) is the broker's trouble, not the peer
 logged as an error with its traceback."""
 
 StreamT = TypeVar("StreamT", bound=trio.abc.AsyncResource)
+StartedT = TypeVar("StartedT")
+ConfigT_contra = TypeVar("ConfigT_contra", contravariant=True)
+StartedT_co = TypeVar("StartedT_co", covariant=True)
+
+
+class Server(Protocol[ConfigT_contra, StartedT_co]):
+    """``serve_nsqd`` and ``serve_lookupd``: run with a configuration until cancelled,
+    reporting what they serve at through ``task_status``."""
+
+    def __call__(
+        self, config: ConfigT_contra, *, task_status: trio.TaskStatus[StartedT_co]
+    ) -> Awaitable[None]: ...
 
 
 class ListenError(OSError):
@@ -75,6 +97,52 @@ async def open_listeners(host: str | None, port: int) -> list[trio.SocketListene
     except OSError as error:
         where = join_host_port(host or "0.0.0.0", port)  # noqa: S104 - Go's wording
         raise ListenError(error.errno, f"{where}: {error.strerror or error}") from error
+
+
+async def serve_started(
+    start: Callable[[trio.Nursery], Awaitable[StartedT]], task_status: trio.TaskStatus[StartedT]
+) -> None:
+    """A server's nursery: ``start(nursery)`` in it, its result reported as started,
+    then the tasks it started, until they end (cancelled).
+
+    What ``start`` raises (a TubeMQ or replication listener that cannot bind, a data
+    directory refused) is raised after the nursery, as itself: raised inside it, it
+    would come out as an ``ExceptionGroup``, past the caller's ``except OSError``
+    (``nursery.start`` takes off only its own group, not this nursery's).
+    """
+    failed: Exception | None = None
+    async with trio.open_nursery() as nursery:
+        try:
+            started = await start(nursery)
+        except Exception as error:  # raised below, outside the nursery
+            failed = error
+            nursery.cancel_scope.cancel()
+        else:
+            task_status.started(started)
+    if failed is not None:
+        raise failed
+
+
+@asynccontextmanager
+async def open_started(
+    serve: Server[ConfigT_contra, StartedT], config: ConfigT_contra
+) -> AsyncIterator[StartedT]:
+    """``nursery.start(serve, config)`` in a nursery of its own, for an ``async with``
+    block: what the start raises comes out as itself (not in this nursery's group),
+    and leaving the block cancels the server."""
+    failed: Exception | None = None
+    async with trio.open_nursery() as nursery:
+        try:
+            started: StartedT = await nursery.start(serve, config)
+        except Exception as error:  # raised below, outside the nursery
+            failed = error
+        else:
+            try:
+                yield started
+            finally:
+                nursery.cancel_scope.cancel()
+    if failed is not None:
+        raise failed
 
 
 async def serve_connections(
