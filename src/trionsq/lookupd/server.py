@@ -80,7 +80,8 @@ async def serve_lookupd(
     Raises:
         ConfigError: a configuration nsqlookupd refuses, and
         OSError: a listener that cannot bind (``ListenError``); both themselves,
-            not in an ExceptionGroup, as anything else that fails before ``started``.
+            not in an ExceptionGroup, as is anything else that fails before
+            ``started``.
     """
     config.validate()  # a bad configuration is a ConfigError itself, before any task
     # bound before the nursery opens, as serve_nsqd binds its own
