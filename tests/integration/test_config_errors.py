@@ -16,7 +16,7 @@ from trionsq.config import ConfigError
 from trionsq.listen import ListenError
 from trionsq.lookupd.config import LookupdConfig
 from trionsq.lookupd.server import open_lookupd, serve_lookupd
-from trionsq.testing import ThreadedNsqd
+from trionsq.testing import ThreadedNsqd, open_nsq_cluster
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -161,3 +161,12 @@ async def test_serve_lookupd_raises_a_listener_in_use_itself(
         with pytest.raises(ListenError, match="Address already in use"):
             async with open_lookupd(config):
                 pytest.fail("the lookupd started")
+
+
+async def test_open_nsq_cluster_raises_a_broker_start_failure_itself() -> None:
+    with socket.socket() as probe:  # a free port, for the first broker only
+        probe.bind(("127.0.0.1", 0))
+        config = _tubemq_on(f"127.0.0.1:{probe.getsockname()[1]}")
+    with pytest.raises(ListenError, match="Address already in use"):
+        async with open_nsq_cluster(2, 1, nsqd_config=config):
+            pytest.fail("the cluster started")
