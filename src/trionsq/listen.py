@@ -1,7 +1,7 @@
 """Opening listeners, with a failure the console scripts can tell from any other,
 the one accept loop every listener of a broker and a lookupd goes through, and the
 start of the nursery they serve in, whose failure is raised as itself
-(:func:`serve_started`, :func:`open_started`).
+(:func:`open_started`).
 
 A broker that cannot bind says ``FATAL: cannot listen: ...`` and exits; every other
 ``OSError`` (a storage fault, say) must not be reported as one, so listening wraps
@@ -37,6 +37,7 @@ __all__ = [
     "open_started",
     "serve_connections",
     "serve_started",
+    "started_by",
 ]
 
 log = logging.getLogger("trionsq.accept")  # logs.configure_logging limits its rate
@@ -99,16 +100,18 @@ async def open_listeners(host: str | None, port: int) -> list[trio.SocketListene
         raise ListenError(error.errno, f"{where}: {error.strerror or error}") from error
 
 
-async def serve_started(
-    start: Callable[[trio.Nursery], Awaitable[StartedT]], task_status: trio.TaskStatus[StartedT]
-) -> None:
-    """A server's nursery: ``start(nursery)`` in it, its result reported as started,
-    then the tasks it started, until they end (cancelled).
+@asynccontextmanager
+async def open_started(
+    start: Callable[[trio.Nursery], Awaitable[StartedT]],
+) -> AsyncIterator[StartedT]:
+    """A nursery for an ``async with`` block: ``start(nursery)`` in it (start the
+    tasks of a server, a cluster), what it returns given to the block; leaving the
+    block cancels the tasks.
 
-    What ``start`` raises (a TubeMQ or replication listener that cannot bind, a data
-    directory refused) is raised after the nursery, as itself: raised inside it, it
-    would come out as an ``ExceptionGroup``, past the caller's ``except OSError``
-    (``nursery.start`` takes off only its own group, not this nursery's).
+    What ``start`` raises (a listener that cannot bind, a data directory refused) is
+    raised after the nursery, as itself: raised inside it, it would come out as an
+    ``ExceptionGroup``, past the caller's ``except OSError`` (``nursery.start`` takes
+    off only its own group, not that of a nursery inside).
     """
     failed: Exception | None = None
     async with trio.open_nursery() as nursery:
@@ -118,31 +121,34 @@ async def serve_started(
             failed = error
             nursery.cancel_scope.cancel()
         else:
-            task_status.started(started)
-    if failed is not None:
-        raise failed
-
-
-@asynccontextmanager
-async def open_started(
-    serve: Server[ConfigT_contra, StartedT], config: ConfigT_contra
-) -> AsyncIterator[StartedT]:
-    """``nursery.start(serve, config)`` in a nursery of its own, for an ``async with``
-    block: what the start raises comes out as itself (not in this nursery's group),
-    and leaving the block cancels the server."""
-    failed: Exception | None = None
-    async with trio.open_nursery() as nursery:
-        try:
-            started: StartedT = await nursery.start(serve, config)
-        except Exception as error:  # raised below, outside the nursery
-            failed = error
-        else:
             try:
                 yield started
             finally:
                 nursery.cancel_scope.cancel()
     if failed is not None:
         raise failed
+
+
+def started_by(
+    serve: Server[ConfigT_contra, StartedT], config: ConfigT_contra
+) -> Callable[[trio.Nursery], Awaitable[StartedT]]:
+    """``open_started``'s ``start`` for ``nursery.start(serve, config)``."""
+
+    async def start(nursery: trio.Nursery) -> StartedT:
+        started: StartedT = await nursery.start(serve, config)
+        return started
+
+    return start
+
+
+async def serve_started(
+    start: Callable[[trio.Nursery], Awaitable[StartedT]], task_status: trio.TaskStatus[StartedT]
+) -> None:
+    """A server's nursery until cancelled: ``start(nursery)`` in it, what it returns
+    reported as started; what it raises raised as itself (:func:`open_started`)."""
+    async with open_started(start) as started:
+        task_status.started(started)
+        await trio.sleep_forever()
 
 
 async def serve_connections(

@@ -76,7 +76,13 @@ from .broker.storage import Storage, descriptor_budget
 from .config import NsqdConfig
 from .dispatch.router import ChannelRunner
 from .http.connection import FdTransport, StreamTransport, serve_http_connection
-from .listen import open_listeners, open_started, serve_connections, serve_started
+from .listen import (
+    open_listeners,
+    open_started,
+    serve_connections,
+    serve_started,
+    started_by,
+)
 from .server.admin_gate import AdminGate, lookupd_origins
 from .server.admin_snapshots import SnapshotHub
 from .server.admin_stream import StreamShared
@@ -392,7 +398,7 @@ async def open_nsqd(config: NsqdConfig | None = None) -> AsyncIterator[BoundAddr
             (not in a group).
     """
     chosen = config if config is not None else NsqdConfig.loopback()
-    async with open_started(serve_nsqd, chosen) as addresses:
+    async with open_started(started_by(serve_nsqd, chosen)) as addresses:
         yield addresses
 
 

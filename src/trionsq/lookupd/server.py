@@ -32,7 +32,13 @@ import attrs
 import trio
 
 from ..http.connection import FdTransport, serve_http_connection
-from ..listen import open_listeners, open_started, serve_connections, serve_started
+from ..listen import (
+    open_listeners,
+    open_started,
+    serve_connections,
+    serve_started,
+    started_by,
+)
 from ..protocol.lookupd import LookupdInfo
 from ..version import NSQD_RELEASE
 from .brokers import BrokerSync
@@ -168,7 +174,7 @@ def _bound(listeners: list[trio.SocketListener]) -> tuple[str, int]:
 async def open_lookupd(config: LookupdConfig | None = None) -> AsyncIterator[LookupdAddresses]:
     """``async with open_lookupd() as addresses:`` a lookupd on 127.0.0.1, free ports."""
     chosen = config if config is not None else LookupdConfig.loopback()
-    async with open_started(serve_lookupd, chosen) as addresses:
+    async with open_started(started_by(serve_lookupd, chosen)) as addresses:
         yield addresses
 
 
