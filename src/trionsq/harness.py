@@ -22,6 +22,7 @@ from .addresses import normalize_address
 from .client import ConsumerSettings, open_consumer
 from .config import NsqdConfig
 from .http.client import http_get
+from .listen import open_started
 from .lookupd.config import LookupdConfig
 from .lookupd.registry import CHANNEL, CLIENT, TOPIC, Registration
 from .lookupd.server import LookupdAddresses, serve_lookupd
@@ -474,19 +475,21 @@ async def open_nsq_cluster(
     lookupd_config: LookupdConfig | None = None,
 ) -> AsyncIterator[NsqCluster]:
     """``async with open_nsq_cluster() as cluster:`` lookupds first, then brokers
-    registered with all of them; everything stops when the block is left."""
-    async with trio.open_nursery() as nursery:
+    registered with all of them; everything stops when the block is left. A node
+    that cannot start raises its error itself, not in an ExceptionGroup."""
+
+    async def start(nursery: trio.Nursery) -> NsqCluster:
         cluster = NsqCluster(
             nursery,
             nsqd_config if nsqd_config is not None else NsqdConfig.loopback(),
             lookupd_config if lookupd_config is not None else LookupdConfig.loopback(),
         )
-        try:
-            for _ in range(lookupds):
-                await cluster.start_lookupd(wait=False)
-            for _ in range(brokers):
-                await cluster.start_broker(wait=False)
-            await cluster.wait_registered()
-            yield cluster
-        finally:
-            await cluster.aclose()
+        for _ in range(lookupds):
+            await cluster.start_lookupd(wait=False)
+        for _ in range(brokers):
+            await cluster.start_broker(wait=False)
+        await cluster.wait_registered()
+        return cluster
+
+    async with open_started(start) as cluster:
+        yield cluster

@@ -1,5 +1,7 @@
 """Opening listeners, with a failure the console scripts can tell from any other,
-and the one accept loop every listener of a broker and a lookupd goes through.
+the one accept loop every listener of a broker and a lookupd goes through, and the
+start of the nursery they serve in, whose failure is raised as itself
+(:func:`open_started`).
 
 A broker that cannot bind says ``FATAL: cannot listen: ...`` and exits; every other
 ``OSError`` (a storage fault, say) must not be reported as one, so listening wraps
@@ -18,16 +20,25 @@ import errno
 import logging
 import os
 import ssl
-from typing import TYPE_CHECKING, NoReturn, TypeVar
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, NoReturn, Protocol, TypeVar
 
 import trio
 
 from .addresses import join_host_port, peer_address
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Sequence
+    from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
-__all__ = ["ListenError", "connection_ended", "open_listeners", "serve_connections"]
+__all__ = [
+    "ListenError",
+    "connection_ended",
+    "open_listeners",
+    "open_started",
+    "serve_connections",
+    "serve_started",
+    "started_by",
+]
 
 log = logging.getLogger("trionsq.accept")  # logs.configure_logging limits its rate
 connection_log = logging.getLogger("trionsq.connection")
@@ -62,6 +73,18 @@ file the disk refused, no descriptor left) is the broker's trouble, not the peer
 logged as an error with its traceback."""
 
 StreamT = TypeVar("StreamT", bound=trio.abc.AsyncResource)
+StartedT = TypeVar("StartedT")
+ConfigT_contra = TypeVar("ConfigT_contra", contravariant=True)
+StartedT_co = TypeVar("StartedT_co", covariant=True)
+
+
+class Server(Protocol[ConfigT_contra, StartedT_co]):
+    """``serve_nsqd`` and ``serve_lookupd``: run with a configuration until cancelled,
+    reporting what they serve at through ``task_status``."""
+
+    def __call__(
+        self, config: ConfigT_contra, *, task_status: trio.TaskStatus[StartedT_co]
+    ) -> Awaitable[None]: ...
 
 
 class ListenError(OSError):
@@ -75,6 +98,57 @@ async def open_listeners(host: str | None, port: int) -> list[trio.SocketListene
     except OSError as error:
         where = join_host_port(host or "0.0.0.0", port)  # noqa: S104 - Go's wording
         raise ListenError(error.errno, f"{where}: {error.strerror or error}") from error
+
+
+@asynccontextmanager
+async def open_started(
+    start: Callable[[trio.Nursery], Awaitable[StartedT]],
+) -> AsyncIterator[StartedT]:
+    """A nursery for an ``async with`` block: ``start(nursery)`` in it (start the
+    tasks of a server, a cluster), what it returns given to the block; leaving the
+    block cancels the tasks.
+
+    What ``start`` raises (a listener that cannot bind, a data directory refused) is
+    raised after the nursery, as itself: raised inside it, it would come out as an
+    ``ExceptionGroup``, past the caller's ``except OSError`` (``nursery.start`` takes
+    off only its own group, not that of a nursery inside).
+    """
+    failed: Exception | None = None
+    async with trio.open_nursery() as nursery:
+        try:
+            started = await start(nursery)
+        except Exception as error:  # raised below, outside the nursery
+            failed = error
+            nursery.cancel_scope.cancel()
+        else:
+            try:
+                yield started
+            finally:
+                nursery.cancel_scope.cancel()
+    if failed is not None:
+        raise failed
+
+
+def started_by(
+    serve: Server[ConfigT_contra, StartedT], config: ConfigT_contra
+) -> Callable[[trio.Nursery], Awaitable[StartedT]]:
+    """``open_started``'s ``start`` for ``nursery.start(serve, config)``."""
+
+    async def start(nursery: trio.Nursery) -> StartedT:
+        started: StartedT = await nursery.start(serve, config)
+        return started
+
+    return start
+
+
+async def serve_started(
+    start: Callable[[trio.Nursery], Awaitable[StartedT]], task_status: trio.TaskStatus[StartedT]
+) -> None:
+    """A server's nursery until cancelled: ``start(nursery)`` in it, what it returns
+    reported as started; what it raises raised as itself (:func:`open_started`)."""
+    async with open_started(start) as started:
+        task_status.started(started)
+        await trio.sleep_forever()
 
 
 async def serve_connections(

@@ -76,7 +76,13 @@ from .broker.storage import Storage, descriptor_budget
 from .config import NsqdConfig
 from .dispatch.router import ChannelRunner
 from .http.connection import FdTransport, StreamTransport, serve_http_connection
-from .listen import open_listeners, serve_connections
+from .listen import (
+    open_listeners,
+    open_started,
+    serve_connections,
+    serve_started,
+    started_by,
+)
 from .server.admin_gate import AdminGate, lookupd_origins
 from .server.admin_snapshots import SnapshotHub
 from .server.admin_stream import StreamShared
@@ -146,97 +152,101 @@ async def serve_nsqd(
     Raises:
         ConfigError: a configuration nsqd refuses (``NsqdConfig.validate``), and
         OSError: a listener that cannot bind; both themselves, before any task
-            starts (as nsqd, the listeners are bound before the data is loaded).
+            starts (as nsqd, the listeners are bound before the data is loaded);
+            a TubeMQ or replication listener is bound later, its ``OSError``
+            raised itself as well, as is
+        StorageFormatError: a data directory the broker cannot read.
     """
     config.validate()
     listeners = await _open_all_listeners(config)
     try:
-        await _serve_broker(config, listeners, wall_clock, task_status)
+        # the broker nursery: what fails before it serves (a TubeMQ or replication
+        # listener, the data directory) is raised as itself, not in its group
+        start = functools.partial(_start_serving, config, listeners, wall_clock)
+        await serve_started(start, task_status)
     finally:  # closed by their tasks, unless the start failed before those began
         for listener in itertools.chain(*listeners):
             listener.socket.close()
 
 
-async def _serve_broker(
+async def _start_serving(
     config: NsqdConfig,
     listeners: tuple[list[trio.SocketListener], ...],
     wall_clock: Callable[[], int],
-    task_status: trio.TaskStatus[BoundAddresses],
-) -> None:
-    """The broker nursery and its tasks, on listeners already bound."""
+    broker_nursery: trio.Nursery,
+) -> BoundAddresses:
+    """Every task of the broker nursery started, on listeners already bound; the
+    addresses it serves at."""
     settings = config.server_settings(NSQD_RELEASE)
     started_at = time.time()
     tcp_listeners, http_listeners, https_listeners = listeners
-    async with trio.open_nursery() as broker_nursery:
-        broker, gate = await _start_broker(config, broker_nursery, wall_clock)
-        tcp = _bound(tcp_listeners)
-        http = _bound(http_listeners) if http_listeners else None
-        https = _bound(https_listeners) if https_listeners else None
-        client_ids = itertools.count(1)
-        tls_context = _tls_context(config)
+    broker, gate = await _start_broker(config, broker_nursery, wall_clock)
+    tcp = _bound(tcp_listeners)
+    http = _bound(http_listeners) if http_listeners else None
+    https = _bound(https_listeners) if https_listeners else None
+    client_ids = itertools.count(1)
+    tls_context = _tls_context(config)
 
-        def handle_tcp(stream: trio.SocketStream) -> Awaitable[None]:
-            if not gate.admit("TCP"):
-                return gate.refuse(stream)
-            # the session's own coroutine, not an async wrapper awaiting it: one frame
-            # fewer for each of many idle connections (issue 14); the listener's task
-            # around it keeps its failures to itself (listen.py)
-            return ClientSession(
-                next(client_ids), stream, broker, settings, alarms, tls_context, gate.closed
-            ).run()
+    def handle_tcp(stream: trio.SocketStream) -> Awaitable[None]:
+        if not gate.admit("TCP"):
+            return gate.refuse(stream)
+        # the session's own coroutine, not an async wrapper awaiting it: one frame
+        # fewer for each of many idle connections (issue 14); the listener's task
+        # around it keeps its failures to itself (listen.py)
+        return ClientSession(
+            next(client_ids), stream, broker, settings, alarms, tls_context, gate.closed
+        ).run()
 
-        peers = await _start_peers(config, broker, broker_nursery, tcp, http)
-        broker.group_coordinator.learn = LookupdGroupViews(peers.http_addresses, config)
-        alarms = AlarmClock()
-        await broker_nursery.start(alarms.run)
-        if config.statsd_address:
-            from .server.statsd import StatsdPusher
+    peers = await _start_peers(config, broker, broker_nursery, tcp, http)
+    broker.group_coordinator.learn = LookupdGroupViews(peers.http_addresses, config)
+    alarms = AlarmClock()
+    await broker_nursery.start(alarms.run)
+    if config.statsd_address:
+        from .server.statsd import StatsdPusher
 
-            statsd = StatsdPusher(broker, config, http_port=http[1] if http else 0)
-            await broker_nursery.start(statsd.run)
-        await broker_nursery.start(
-            functools.partial(serve_connections, handle_tcp, tcp_listeners, name=CONNECTION_TASK)
+        statsd = StatsdPusher(broker, config, http_port=http[1] if http else 0)
+        await broker_nursery.start(statsd.run)
+    await broker_nursery.start(
+        functools.partial(serve_connections, handle_tcp, tcp_listeners, name=CONNECTION_TASK)
+    )
+    tubemq = None
+    if config.tubemq_enabled:
+        from .tubemq.serve import start_tubemq
+
+        tubemq = await start_tubemq(broker, config, client_ids, broker_nursery, gate)
+    # one set of runtime options for HTTP and HTTPS, as nsqd has one
+    runtime = RuntimeOptions(
+        config.log_level, config.lookupd_tcp_addresses, lookupd_changed=peers.set_addresses
+    )
+    # and one admin stream gate and snapshot hub, so bounds and builds are per broker
+    admin = StreamShared(
+        AdminGate(config, lookupd_origins=lambda: lookupd_origins(peers.page_names())),
+        SnapshotHub(broker, started_at=started_at),
+    )
+
+    def api(is_https: bool) -> NsqdHttpApi:
+        return NsqdHttpApi(
+            broker,
+            config,
+            started_at=started_at,
+            ports=lambda: (tcp[1], http[1] if http else -1),
+            https_port=lambda: https[1] if https else None,
+            is_https=is_https,
+            runtime=runtime,
+            admin=admin,
         )
-        tubemq = None
-        if config.tubemq_enabled:
-            from .tubemq.serve import start_tubemq
 
-            tubemq = await start_tubemq(broker, config, client_ids, broker_nursery, gate)
-        # one set of runtime options for HTTP and HTTPS, as nsqd has one
-        runtime = RuntimeOptions(
-            config.log_level, config.lookupd_tcp_addresses, lookupd_changed=peers.set_addresses
-        )
-        # and one admin stream gate and snapshot hub, so bounds and builds are per broker
-        admin = StreamShared(
-            AdminGate(config, lookupd_origins=lambda: lookupd_origins(peers.page_names())),
-            SnapshotHub(broker, started_at=started_at),
-        )
-
-        def api(is_https: bool) -> NsqdHttpApi:
-            return NsqdHttpApi(
-                broker,
-                config,
-                started_at=started_at,
-                ports=lambda: (tcp[1], http[1] if http else -1),
-                https_port=lambda: https[1] if https else None,
-                is_https=is_https,
-                runtime=runtime,
-                admin=admin,
-            )
-
-        await _start_http(broker_nursery, api, http_listeners, https_listeners, tls_context, gate)
-        if crash_points.ARMED:
-            crash_points.arm()
-        task_status.started(
-            BoundAddresses(
-                tcp=tcp,
-                broker=broker,
-                http=http,
-                https=https,
-                tubemq_master=tubemq.master if tubemq else None,
-                tubemq_broker=tubemq.broker if tubemq else None,
-            )
-        )
+    await _start_http(broker_nursery, api, http_listeners, https_listeners, tls_context, gate)
+    if crash_points.ARMED:
+        crash_points.arm()
+    return BoundAddresses(
+        tcp=tcp,
+        broker=broker,
+        http=http,
+        https=https,
+        tubemq_master=tubemq.master if tubemq else None,
+        tubemq_broker=tubemq.broker if tubemq else None,
+    )
 
 
 async def _start_broker(
@@ -384,22 +394,12 @@ async def open_nsqd(config: NsqdConfig | None = None) -> AsyncIterator[BoundAddr
     """``async with open_nsqd() as addresses:`` a broker on 127.0.0.1, port 0 by default.
 
     Raises:
-        ConfigError, OSError: as :func:`serve_nsqd`, themselves (not in a group).
+        ConfigError, OSError, StorageFormatError: as :func:`serve_nsqd`, themselves
+            (not in a group).
     """
     chosen = config if config is not None else NsqdConfig.loopback()
-    failed: Exception | None = None
-    async with trio.open_nursery() as nursery:
-        try:
-            addresses: BoundAddresses = await nursery.start(serve_nsqd, chosen)
-        except Exception as error:  # raised below, outside the nursery (no group)
-            failed = error
-        else:
-            try:
-                yield addresses
-            finally:
-                nursery.cancel_scope.cancel()
-    if failed is not None:
-        raise failed
+    async with open_started(started_by(serve_nsqd, chosen)) as addresses:
+        yield addresses
 
 
 async def _start_peers(

@@ -55,6 +55,7 @@ from .harness import (
     open_nsq_cluster,
     wait_until,
 )
+from .listen import open_started, started_by
 from .lookupd.config import LookupdConfig
 from .lookupd.server import LookupdAddresses, serve_lookupd
 from .nursery_tree import BoundAddresses, serve_nsqd
@@ -179,9 +180,10 @@ class ThreadedNsqd:
         self._token = trio.lowlevel.current_trio_token()
         with trio.CancelScope() as scope:
             self._scope = scope
-            async with trio.open_nursery() as nursery:
-                addresses = await nursery.start(serve_nsqd, self.config)
+            # a broker that cannot start raises its error itself, not in a group
+            async with open_started(started_by(serve_nsqd, self.config)) as addresses:
                 self._started.put(addresses)
+                await trio.sleep_forever()
 
 
 @pytest.fixture

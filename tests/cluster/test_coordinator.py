@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING
 
 import pytest
 import trio
 
 from trionsq.cluster.coordinator import Coordinator, NotCoordinator
-from trionsq.cluster.etcd import EtcdClient
+from trionsq.cluster.etcd import EtcdClient, endpoint_address
 from trionsq.cluster.keys import (
     BrokerInfo,
     ClusterKeys,
@@ -176,4 +177,76 @@ async def test_view_follows_changes_and_survives_a_reconnect(
             while "x" in view.topics:
                 await changes.wait()
                 changes = trio.Event()
+        nursery.cancel_scope.cancel()
+
+
+class RefusingProxy:
+    """Between a coordinator and etcd: relays every call, but closes unanswered the
+    connection of each request whose request line holds ``path`` (etcd out of reach
+    for that one call)."""
+
+    def __init__(self, etcd: str, path: bytes) -> None:
+        self.etcd = endpoint_address(etcd)
+        self.path = path
+        self.refused = trio.Event()
+
+    async def serve(self, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
+        (listener,) = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        task_status.started(f"http://127.0.0.1:{listener.socket.getsockname()[1]}")
+        await trio.serve_listeners(self._relay, [listener])
+
+    async def _relay(self, client: trio.SocketStream) -> None:
+        head = b""
+        async with client:
+            while b"\r\n" not in head:
+                data = await client.receive_some(65536)
+                if not data:
+                    return
+                head += data
+            if self.path in head.split(b"\r\n", 1)[0]:
+                self.refused.set()
+                return
+            host, port = self.etcd.rsplit(":", 1)
+            async with await trio.open_tcp_stream(host, int(port)) as upstream:
+                await upstream.send_all(head)
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(_pipe, client, upstream, nursery.cancel_scope)
+                    nursery.start_soon(_pipe, upstream, client, nursery.cancel_scope)
+
+
+async def _pipe(source: trio.SocketStream, sink: trio.SocketStream, done: trio.CancelScope) -> None:
+    """Bytes from ``source`` to ``sink`` until either side closes; then the relay ends."""
+    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+        while data := await source.receive_some(65536):
+            await sink.send_all(data)
+    done.cancel()
+
+
+async def test_a_campaign_lost_while_etcd_cannot_take_the_revoke_goes_on(
+    etcd: EtcdServer, cluster_id: str
+) -> None:
+    """A lookupd that loses the campaign revokes the lease it asked for; etcd out of
+    reach for that call must not end it (it ended the lookupd: EtcdUnavailable out
+    of Coordinator.run), and it coordinates once the coordinator's lease goes."""
+    keys = ClusterKeys(cluster_id)
+    first = _coordinator(etcd, keys, "l1")
+    proxy = RefusingProxy(etcd.endpoints[0], b"/v3/lease/revoke")
+    async with trio.open_nursery() as nursery:
+        through = await nursery.start(proxy.serve)
+        second = Coordinator(EtcdClient([through]), keys, CoordinatorInfo("l2", "l2:4161"), TTL)
+        scope_first = trio.CancelScope()
+
+        async def run_first() -> None:
+            with scope_first:
+                await first.run()
+
+        nursery.start_soon(run_first)
+        await _until(first, lambda: first.leading)
+        await nursery.start(second.run)
+        with trio.fail_after(5):
+            await proxy.refused.wait()  # second lost, and its revoke found etcd gone
+        assert not second.leading
+        scope_first.cancel()  # l1 stops renewing: its lease expires in etcd
+        await _until(second, lambda: second.leading)
+        assert second.view.coordinator == CoordinatorInfo("l2", "l2:4161")
         nursery.cancel_scope.cancel()

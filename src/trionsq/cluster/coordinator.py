@@ -115,7 +115,10 @@ class Coordinator:
             await trio.sleep(self.ttl / 10)
             return
         if not reply.succeeded:
-            await self.client.revoke(lease)
+            try:
+                await self.client.revoke(lease)
+            except (EtcdUnavailable, EtcdReplyError) as error:  # it expires by itself
+                log.info("coordinator campaign: lease %x not revoked: %s", lease, error)
             while self.view.coordinator is not None or not self.view.connected:
                 await self.wait_change()
             return

@@ -32,7 +32,13 @@ import attrs
 import trio
 
 from ..http.connection import FdTransport, serve_http_connection
-from ..listen import open_listeners, serve_connections
+from ..listen import (
+    open_listeners,
+    open_started,
+    serve_connections,
+    serve_started,
+    started_by,
+)
 from ..protocol.lookupd import LookupdInfo
 from ..version import NSQD_RELEASE
 from .brokers import BrokerSync
@@ -76,8 +82,33 @@ async def serve_lookupd(
     are bound and accepting before ``started``, so an nsqd or a consumer may connect
     at once. Cancelling it closes every connection; nothing is persisted (nsqlookupd
     keeps no state either: nsqd instances re-register when they reconnect).
+
+    Raises:
+        ConfigError: a configuration nsqlookupd refuses, and
+        OSError: a listener that cannot bind (``ListenError``); both themselves,
+            not in an ExceptionGroup, as is anything else that fails before
+            ``started``.
     """
     config.validate()  # a bad configuration is a ConfigError itself, before any task
+    # bound before the nursery opens, as serve_nsqd binds its own
+    tcp_listeners = await open_listeners(*config.tcp_host_port)
+    http_listeners: list[trio.SocketListener] = []
+    try:
+        http_listeners = await open_listeners(*config.http_host_port)
+        start = functools.partial(_start_serving, config, tcp_listeners, http_listeners)
+        await serve_started(start, task_status)
+    finally:  # closed by their tasks, unless the start failed before those began
+        for listener in tcp_listeners + http_listeners:
+            listener.socket.close()
+
+
+async def _start_serving(
+    config: LookupdConfig,
+    tcp_listeners: list[trio.SocketListener],
+    http_listeners: list[trio.SocketListener],
+    nursery: trio.Nursery,
+) -> LookupdAddresses:
+    """Every task of the lookupd nursery started; the addresses it serves at."""
     registry = RegistrationDB(
         inactive_producer_timeout=config.inactive_producer_timeout,
         tombstone_lifetime=config.tombstone_lifetime,
@@ -85,60 +116,53 @@ async def serve_lookupd(
     clock = trio.current_time
     catalog = TopicCatalog()
     brokers = BrokerSync(catalog, registry, clock)
-    tcp_host, tcp_port = config.tcp_host_port
-    http_host, http_port = config.http_host_port
-    async with trio.open_nursery() as nursery:
-        brokers.nursery = nursery
-        tcp_listeners = await open_listeners(tcp_host, tcp_port)
-        http_listeners = await open_listeners(http_host, http_port)
-        tcp = _bound(tcp_listeners)
-        http = _bound(http_listeners)
-        info = LookupdInfo(
-            tcp_port=tcp[1],
-            http_port=http[1],
-            version=NSQD_RELEASE,
-            broadcast_address=config.broadcast_address,
-            hostname=socket.gethostname(),
-        )
+    brokers.nursery = nursery
+    tcp = _bound(tcp_listeners)
+    http = _bound(http_listeners)
+    info = LookupdInfo(
+        tcp_port=tcp[1],
+        http_port=http[1],
+        version=NSQD_RELEASE,
+        broadcast_address=config.broadcast_address,
+        hostname=socket.gethostname(),
+    )
 
-        def handle_tcp(stream: trio.SocketStream) -> Awaitable[None]:
-            return LookupSession(stream, registry, info, clock, brokers).run()
+    def handle_tcp(stream: trio.SocketStream) -> Awaitable[None]:
+        return LookupSession(stream, registry, info, clock, brokers).run()
 
-        replicated = None
-        if config.etcd_endpoints:  # the cluster's coordinator campaign (docs/replication.md)
-            from ..cluster.keys import CoordinatorInfo
-            from ..cluster.lookupd_side import ClusterLookup
+    replicated = None
+    if config.etcd_endpoints:  # the cluster's coordinator campaign (docs/replication.md)
+        from ..cluster.keys import CoordinatorInfo
+        from ..cluster.lookupd_side import ClusterLookup
 
-            me = CoordinatorInfo(
-                f"{config.broadcast_address}:{http[1]}", f"{config.broadcast_address}:{http[1]}"
-            )
-            replicated = ClusterLookup(
-                config.etcd_urls, config.cluster_id, me, config.cluster_lease_ttl
-            )
-            await nursery.start(replicated.run)
-        api = LookupdHttpApi(
-            registry,
-            clock,
-            catalog=catalog,
-            brokers=brokers,
-            info=info,
-            replicated=replicated,
-            min_isr=config.min_isr,
+        me = CoordinatorInfo(
+            f"{config.broadcast_address}:{http[1]}", f"{config.broadcast_address}:{http[1]}"
         )
+        replicated = ClusterLookup(
+            config.etcd_urls, config.cluster_id, me, config.cluster_lease_ttl
+        )
+        await nursery.start(replicated.run)
+    api = LookupdHttpApi(
+        registry,
+        clock,
+        catalog=catalog,
+        brokers=brokers,
+        info=info,
+        replicated=replicated,
+        min_isr=config.min_isr,
+    )
 
-        def handle_http(stream: trio.SocketStream) -> Awaitable[object]:
-            return serve_http_connection(FdTransport(stream), api.dispatch, api.body_limit)
+    def handle_http(stream: trio.SocketStream) -> Awaitable[object]:
+        return serve_http_connection(FdTransport(stream), api.dispatch, api.body_limit)
 
-        # each connection's failures stay in its own task (listen.py)
-        await nursery.start(
-            functools.partial(serve_connections, handle_tcp, tcp_listeners, name=TCP_TASK)
-        )
-        await nursery.start(
-            functools.partial(serve_connections, handle_http, http_listeners, name=HTTP_TASK)
-        )
-        task_status.started(
-            LookupdAddresses(tcp=tcp, http=http, registry=registry, catalog=catalog)
-        )
+    # each connection's failures stay in its own task (listen.py)
+    await nursery.start(
+        functools.partial(serve_connections, handle_tcp, tcp_listeners, name=TCP_TASK)
+    )
+    await nursery.start(
+        functools.partial(serve_connections, handle_http, http_listeners, name=HTTP_TASK)
+    )
+    return LookupdAddresses(tcp=tcp, http=http, registry=registry, catalog=catalog)
 
 
 def _bound(listeners: list[trio.SocketListener]) -> tuple[str, int]:
@@ -149,13 +173,9 @@ def _bound(listeners: list[trio.SocketListener]) -> tuple[str, int]:
 @asynccontextmanager
 async def open_lookupd(config: LookupdConfig | None = None) -> AsyncIterator[LookupdAddresses]:
     """``async with open_lookupd() as addresses:`` a lookupd on 127.0.0.1, free ports."""
-    async with trio.open_nursery() as nursery:
-        chosen = config if config is not None else LookupdConfig.loopback()
-        addresses: LookupdAddresses = await nursery.start(serve_lookupd, chosen)
-        try:
-            yield addresses
-        finally:
-            nursery.cancel_scope.cancel()
+    chosen = config if config is not None else LookupdConfig.loopback()
+    async with open_started(started_by(serve_lookupd, chosen)) as addresses:
+        yield addresses
 
 
 TREE: Final = (
