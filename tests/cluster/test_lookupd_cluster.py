@@ -205,3 +205,36 @@ def _leads(broker: BoundAddresses, topic: str) -> bool:
     return isinstance(manager, ReplicaManager) and isinstance(
         manager.roles.get((topic, 0)), LeaderRole
     )
+
+
+async def test_a_topic_of_more_partitions_than_an_etcd_transaction_takes(
+    etcd: EtcdServer, cluster_id: str, nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """etcd takes at most 128 operations a transaction (its default --max-txn-ops):
+    Youzan's 255 partitions are still created, all or (to a retry) nothing visible."""
+    cluster = _cluster(etcd, cluster_id)
+    lookupd: LookupdAddresses = await nursery.start(
+        serve_lookupd, LookupdConfig.loopback(**cluster)
+    )
+    config = NsqdConfig.loopback(
+        data_path=str(tmp_path / "a"), broadcast_address="127.0.0.1", **cluster
+    )
+    await nursery.start(serve_nsqd, config)
+    async with httpx.AsyncClient(timeout=30) as http:
+        for _ in range(100):  # until the coordinator sees the broker
+            created = await http.post(
+                _url(lookupd, "/topic/create?topic=wide&partition_num=255&replicator=1")
+            )
+            if b"live brokers" not in created.content:
+                break
+            await trio.sleep(0.05)
+        assert created.status_code == 200, created.text
+        again = await http.post(
+            _url(lookupd, "/topic/create?topic=wide&partition_num=255&replicator=1")
+        )
+        assert again.status_code == 200, again.text
+        found = await http.get(_url(lookupd, "/lookup?topic=wide&access=w&metainfo=true"))
+    assert found.status_code == 200, found.text
+    document = found.json()
+    assert document["meta"]["partition_num"] == 255
+    assert sorted(map(int, document["partitions"])) == list(range(255))

@@ -20,7 +20,7 @@ deposed coordinator overwrites anything.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import trio
 
@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 __all__ = ["Coordinator", "NotCoordinator"]
 
 log = logging.getLogger("trionsq.cluster")
+TXN_OPS: Final = 128
+"""etcd's default ``--max-txn-ops``: operations in one transaction's branch."""
 
 
 class NotCoordinator(Exception):
@@ -196,15 +198,22 @@ class Coordinator:
             meta.partitions, meta.replicas, self.view.brokers, self.view.partitions.values()
         )
         meta_key = self.keys.topic_meta(topic)
-        puts = [Op("put", meta_key, encode(meta))]
-        puts += [Op("put", self.keys.partition(topic, n), encode(s)) for n, s in enumerate(placed)]
+        puts = [Op("put", self.keys.partition(topic, n), encode(s)) for n, s in enumerate(placed)]
         compare = [
             Compare(meta_key, "CREATE", "EQUAL", 0),
             Compare(self.keys.coordinator, "CREATE", "EQUAL", self.epoch),
         ]
+        # etcd takes at most TXN_OPS operations a transaction: the partitions go ahead
+        # in parts, and the meta key, which makes the topic exist, comes last
+        while len(puts) >= TXN_OPS:
+            ahead, puts = puts[:TXN_OPS], puts[TXN_OPS:]
+            if not (await self.client.txn(compare, ahead)).succeeded:
+                break  # created meanwhile, or deposed: the last transaction tells
         partitions_prefix = self.keys.partition(topic, 0)[:-1]
         reply = await self.client.txn(
-            compare, puts, [Op("range", meta_key), Op("range", partitions_prefix, prefix=True)]
+            compare,
+            [Op("put", meta_key, encode(meta)), *puts],
+            [Op("range", meta_key), Op("range", partitions_prefix, prefix=True)],
         )
         if not reply.succeeded:
             found, states = reply.ranges

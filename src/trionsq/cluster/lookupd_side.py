@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from ..lookupd.replicated import ReplicationRefused
 from .coordinator import Coordinator, NotCoordinator
 from .etcd import EtcdClient, EtcdUnavailable
+from .etcd_json import EtcdReplyError
 from .keys import BrokerInfo, ClusterKeys, CoordinatorInfo
 from .keys import TopicMeta as ClusterTopicMeta
 from .placement import PlacementError
@@ -49,6 +50,8 @@ def _refusals() -> Iterator[None]:
         raise ReplicationRefused(str(error)) from None
     except EtcdUnavailable:
         raise ReplicationRefused("E_FAILED_ON_NOT_WRITABLE etcd unreachable") from None
+    except EtcdReplyError as error:
+        raise ReplicationRefused(f"E_FAILED_ON_NOT_WRITABLE {error}") from None
 
 
 class ClusterLookup:
