@@ -320,6 +320,28 @@ class Broker:
             # a replicated partition's channels take it when committed (read_into defers
             # it then): deferred now, a short DPUB could go out before its commit
             self._defer_at_publish(partition, records, deliver_at)
+        self._reach_channels(partition, topic_name, partition_index, records)
+        return records
+
+    def publish_plain(self, topic: Topic, body: bytes, timestamp: int) -> None:
+        """:meth:`publish` of a plain PUB to the first partition of an existing topic
+        of a broker without replication (the command layer checked those): its
+        steps, with nothing to do for a trace id, an ext header or a delay, skipped
+        (issue 37). Raises StorageFault as :meth:`publish`."""
+        partition = topic.partitions[0]
+        try:
+            records = partition.publish_one(body, timestamp)
+        except OSError as error:
+            raise self.storage_fault(APPEND, error) from error
+        if self.storage is not None and records:
+            self.storage.appended(partition.log, 1)
+        self._reach_channels(partition, topic.name, 0, records)
+
+    def _reach_channels(
+        self, partition: Partition, topic_name: str, partition_index: int, records: list[Record]
+    ) -> None:
+        """After an append: wake every channel's router once, release what no
+        channel needs now and then, give the admin stream its samples."""
         ttl = partition.ttl.active and records
         drivers = partition.drivers
         for name, channel in partition.channels.items():
@@ -337,7 +359,6 @@ class Broker:
         self._since_release[topic_name] = count
         if self.events.samplers and topic_name in self.events.samplers:
             self.events.sample(topic_name, partition_index, records)
-        return records
 
     def publish_once(
         self,

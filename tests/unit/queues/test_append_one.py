@@ -108,7 +108,7 @@ def test_append_one_leaves_what_append_leaves(
 ) -> None:
     one, batch = tmp_path_factory.mktemp("one"), tmp_path_factory.mktemp("batch")
     logs = _open(one, max_bytes), _open(batch, max_bytes)
-    returned = [], []
+    returned: tuple[list[Record], list[Record]] = ([], [])
     for body, timestamp in plan:  # timestamps go back at times: the clock may
         returned[0].append(logs[0].append_one(body, timestamp))
         returned[1].extend(logs[1].append([body], timestamp))
@@ -138,7 +138,7 @@ def test_a_failed_append_one_appends_nothing(append_twin: str, tmp_path: Path) -
     handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG rather than a signal
     resource.setrlimit(resource.RLIMIT_FSIZE, (size + 50, limits[1]))
     try:
-        with pytest.raises(OSError) as refused:
+        with pytest.raises(OSError, match="too large") as refused:
             log.append_one(b"b" * 300, 2)
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, limits)
