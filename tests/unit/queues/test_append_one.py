@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 NAME = "t-0"
 
 
-
 def twin(name: str) -> Callable[[int, bytes, int, int, int, type[Record]], Record]:
     if name == "compiled":
         append: Callable[[int, bytes, int, int, int, type[Record]], Record]
