@@ -14,7 +14,7 @@ from trionsq.protocol import Fin, Pub, Rdy
 from trionsq.protocol.client import ErrorReply, MessageFrame, encode_commands
 from trionsq.queues.topic_log import TopicLog
 
-from .raw import Clients, next_frame, ok, start
+from .raw import Clients, http, next_frame, next_message, ok, start
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -130,4 +130,19 @@ async def test_a_consumer_gets_every_short_path_pub_once(
     assert await consumer.drain(quiet=0.2) == []  # nothing a second time
     partition = addresses.broker.topics["t"].partitions[0]
     assert partition.message_count == len(sent)
+    await clients.close_all()
+
+
+async def test_http_pubs_take_the_short_way_too_and_a_deferred_one_does_not(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    addresses = await start(nursery, durable(tmp_path))
+    clients = Clients()
+    consumer = await clients.subscribe(addresses.tcp, "t", "c", rdy=10)
+    for body in (b"h1", b"h2"):
+        assert (await http(addresses, "POST", "/pub?topic=t", body)).text == "OK"
+    assert (await http(addresses, "POST", "/pub?topic=t&defer=100", b"later")).text == "OK"
+    received = [(await next_message(consumer)).body for _ in range(3)]
+    assert received == [b"h1", b"h2", b"later"]
+    assert stored(addresses, "t") == [b"h1", b"h2", b"later"]
     await clients.close_all()
