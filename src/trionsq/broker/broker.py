@@ -324,10 +324,10 @@ class Broker:
         return records
 
     def publish_plain(self, topic: Topic, body: bytes, timestamp: int) -> None:
-        """:meth:`publish` of a plain PUB to the first partition of an existing topic
-        of a broker without replication (the command layer checked those): its
-        steps, with nothing to do for a trace id, an ext header or a delay, skipped
-        (issue 37). Raises StorageFault as :meth:`publish`."""
+        """:meth:`publish` of one body to the first partition of an existing topic
+        of a broker without replication (the callers check those: a plain PUB, an
+        HTTP /pub without a delay), without the steps a trace id, an ext header or
+        a delay need (issue 37). Raises StorageFault as :meth:`publish`."""
         partition = topic.partitions[0]
         try:
             records = partition.publish_one(body, timestamp)
