@@ -219,6 +219,18 @@ class ServerConnection(WholePublishes):
         :attr:`unparsed`: the I/O layer bounds the work of one turn (64 KB of
         ``NOP`` is 16,384 commands) and lets other connections run before the rest.
         """
+        if (
+            type(data) is bytes
+            and data.startswith(b"PUB ")
+            and self._reader is None
+            and not self._held_need
+            and not self._partial_line
+            and not self._awaiting_magic
+            and not self.closed
+        ):  # one PUB per round trip: whole, it needs none of the loop below
+            pub = self._lone_pub(data)
+            if pub is not None:
+                return [pub]
         events: list[Event] = []
         if self.closed:
             return events

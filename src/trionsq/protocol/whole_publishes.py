@@ -36,6 +36,31 @@ class WholePublishes(PublishReaders):
     _pieces: list[memoryview]
     _have: int
     _held_need: int
+    tls: bool
+
+    def _lone_pub(self, data: bytes) -> Pub | None:
+        """The PUB that is all of ``data`` (one PUB per round trip, issue 37), when
+        it is whole and valid, names a topic this connection named before, and no
+        gate, AUTH or TLS requirement has a say: the event the parsing loop would
+        give, without its steps. None for anything else (the loop parses it, errors
+        and all). The caller checked that no command is under way."""
+        settings = self.settings
+        gate = self.publish_gate
+        if (
+            settings.auth_enabled
+            or (settings.tls_required and not self.tls)
+            or (gate is not None and (self.gated_verbs is None or "PUB" in self.gated_verbs))
+        ):
+            return None
+        newline = data.find(b"\n", 4, settings.max_line_length + 1)
+        topic = self._names.get(data[4:newline]) if newline > 0 else None
+        start = newline + 5
+        if topic is None or len(data) < start:
+            return None
+        size: int = _INT32.unpack_from(data, newline + 1)[0]
+        if size <= 0 or size > settings.max_msg_size or len(data) - start != size:
+            return None
+        return Pub(topic, data[start:], None)
 
     def _publish_fast_path(
         self, verb: bytes, params: list[bytes], data: bytes, pos: int, end: int, events: list[Event]
