@@ -22,17 +22,17 @@ $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(RUNTIME): pyproject.toml setup.py src/trionsq/_speedups.c src/trionsq/_speedups_publish.c src/trionsq/_speedups_replica.c | $(VENV)/bin/python
+$(RUNTIME): pyproject.toml setup.py src/trionsq/_speedups.c src/trionsq/_speedups_publish.c src/trionsq/_speedups_replica.c src/trionsq/_speedups_append.c | $(VENV)/bin/python
 	$(BIN)/python -m pip install --quiet -e .
 	$(COMPILE)
 	touch $(RUNTIME)
 
-$(QUICK): pyproject.toml setup.py src/trionsq/_speedups.c src/trionsq/_speedups_publish.c src/trionsq/_speedups_replica.c | $(VENV)/bin/python
+$(QUICK): pyproject.toml setup.py src/trionsq/_speedups.c src/trionsq/_speedups_publish.c src/trionsq/_speedups_replica.c src/trionsq/_speedups_append.c | $(VENV)/bin/python
 	$(BIN)/python -m pip install --quiet -e '.[unit]'
 	$(COMPILE)
 	touch $(RUNTIME) $(QUICK)
 
-$(STAMP): pyproject.toml setup.py src/trionsq/_speedups.c src/trionsq/_speedups_publish.c src/trionsq/_speedups_replica.c | $(VENV)/bin/python
+$(STAMP): pyproject.toml setup.py src/trionsq/_speedups.c src/trionsq/_speedups_publish.c src/trionsq/_speedups_replica.c src/trionsq/_speedups_append.c | $(VENV)/bin/python
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	$(COMPILE)
 	$(BIN)/python -m trionsq.spark.precompile

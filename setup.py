@@ -16,6 +16,7 @@ setup(
             depends=[  # included by _speedups.c
                 "src/trionsq/_speedups_publish.c",
                 "src/trionsq/_speedups_replica.c",
+                "src/trionsq/_speedups_append.c",
             ],
             optional=True,
             extra_compile_args=["-O2"],

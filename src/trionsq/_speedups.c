@@ -21,7 +21,8 @@
  *
  * Keyed publishing's loops (issue 32: key_digests, read_keyed_parts, encode_ext,
  * keyed_chunks) are in _speedups_publish.c, a replica's scan_copies (issue 35) in
- * _speedups_replica.c, both included below as sections of this file (one
+ * _speedups_replica.c, a plain PUB's one-call append (issue 37: append_record) in
+ * _speedups_append.c, all included below as sections of this file (one
  * translation unit: they share crc32_of, layout_of and the byte helpers).
  */
 #define PY_SSIZE_T_CLEAN
@@ -430,6 +431,7 @@ static int fill_records(PyObject *const *bodies, PyObject *const *exts, PyObject
 /* ---- keyed publishing (issue 32), a replica's copies (issue 35): sections of this file */
 #include "_speedups_publish.c"
 #include "_speedups_replica.c"
+#include "_speedups_append.c"
 
 PyDoc_STRVAR(encode_plain_doc,
 "encode_plain(bodies, timestamp, first_id, offset, trace_ids, make)\n"
@@ -736,6 +738,9 @@ static PyMethodDef methods[] = {
     {"blake2b", blake2b_py, METH_O, "BLAKE2b-128 of a bytes-like object (for the tests)."},
     /* a replica's copies (issue 35), _speedups_replica.c */
     {"scan_copies", (PyCFunction)(void (*)(void))scan_copies, METH_FASTCALL, scan_copies_doc},
+    /* a plain PUB's append (issue 37), _speedups_append.c */
+    {"append_record", (PyCFunction)(void (*)(void))append_record, METH_FASTCALL,
+     append_record_doc},
     /* the consume path's */
     {"decode_run", (PyCFunction)(void (*)(void))decode_run, METH_FASTCALL, decode_run_doc},
     {"hex_id_frames", hex_id_frames, METH_O, hex_id_frames_doc},

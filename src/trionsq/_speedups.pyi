@@ -58,6 +58,11 @@ def scan_copies(
     data: bytes, offset: int, first_id: int, /
 ) -> tuple[int, int, array[int], array[int]]: ...
 
+# a plain PUB's append (issue 37), _speedups_append.c
+def append_record(
+    fd: int, body: bytes, timestamp: int, internal_id: int, offset: int, make: type[Record], /
+) -> Record: ...
+
 # the consume path's
 
 def decode_run(

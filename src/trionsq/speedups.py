@@ -1,5 +1,5 @@
-"""Which per-message loops run compiled: the consume path's (issue 19) and TubeMQ's
-frames and SendMessage runs (issue 36).
+"""Which per-message loops run compiled: the consume path's (issue 19), TubeMQ's
+frames and SendMessage runs (issue 36) and a plain PUB's append (issue 37).
 
 ``trionsq._speedups`` is an optional C module built by ``pip install`` where a C
 compiler exists (setup.py); each of its functions has a pure-Python twin with the

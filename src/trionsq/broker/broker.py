@@ -15,14 +15,12 @@ from typing import TYPE_CHECKING, Final, Protocol
 
 import trio
 
-from ..protocol.message import EXT_VERSION_JSON
 from ..protocol.names import is_ephemeral
-from . import idempotence, trace_log
+from . import idempotence, keyed_publish, trace_log
 from .dead_letter_moves import DeadLetterMover
 from .events import EventHub
 from .group_coordinator import GroupCoordinator
 from .health import APPEND, CREATE, READ, StorageFault
-from .idempotence import Stored
 from .latency import LatencySettings
 from .offsets import OffsetError, resolve_offset
 from .rate_limits import PublishLimit, PublishMode, RateLimit, Rates
@@ -44,6 +42,7 @@ if TYPE_CHECKING:
     from .channel import Channel
     from .consumers import Consumer
     from .driver import ChannelDriver, DriverFactory, Outbox
+    from .idempotence import Stored
     from .replication import ReplicationHook
     from .statistics import ClientStatistics
     from .storage import Storage
@@ -198,7 +197,7 @@ class Broker:
                 try:
                     added = topic.add_partitions(partitions)
                 except OSError as error:
-                    raise self._storage_fault(CREATE, error) from error
+                    raise self.storage_fault(CREATE, error) from error
                 if topic.ext:
                     self._restore_keys(added)
                 for partition in added:
@@ -225,7 +224,7 @@ class Broker:
                 ),
             )
         except OSError as error:
-            raise self._storage_fault(CREATE, error) from error
+            raise self.storage_fault(CREATE, error) from error
         if storage is not None and not storage.health.healthy:
             storage.health.succeeded(CREATE)
         if ext:
@@ -245,7 +244,7 @@ class Broker:
                 partition.log, self.config.idempotency_window, partition.idempotence
             )
 
-    def _storage_fault(self, area: str, error: OSError) -> StorageFault:
+    def storage_fault(self, area: str, error: OSError) -> StorageFault:
         """A refused file operation, recorded in the broker's health."""
         if self.storage is None:  # memory logs do not do file I/O: a real bug
             raise error
@@ -307,7 +306,7 @@ class Broker:
                 exts=exts,
             )
         except OSError as error:
-            raise self._storage_fault(APPEND, error) from error
+            raise self.storage_fault(APPEND, error) from error
         if self.storage is not None and records:
             self.storage.appended(partition.log, len(records))
         if replication is not None and records:
@@ -321,6 +320,28 @@ class Broker:
             # a replicated partition's channels take it when committed (read_into defers
             # it then): deferred now, a short DPUB could go out before its commit
             self._defer_at_publish(partition, records, deliver_at)
+        self._reach_channels(partition, topic_name, partition_index, records)
+        return records
+
+    def publish_plain(self, topic: Topic, body: bytes, timestamp: int) -> None:
+        """:meth:`publish` of one body to the first partition of an existing topic
+        of a broker without replication (the callers check those: a plain PUB, an
+        HTTP /pub without a delay), without the steps a trace id, an ext header or
+        a delay need (issue 37). Raises StorageFault as :meth:`publish`."""
+        partition = topic.partitions[0]
+        try:
+            records = partition.publish_one(body, timestamp)
+        except OSError as error:
+            raise self.storage_fault(APPEND, error) from error
+        if self.storage is not None and records:
+            self.storage.appended(partition.log, 1)
+        self._reach_channels(partition, topic.name, 0, records)
+
+    def _reach_channels(
+        self, partition: Partition, topic_name: str, partition_index: int, records: list[Record]
+    ) -> None:
+        """After an append: wake every channel's router once, release what no
+        channel needs now and then, give the admin stream its samples."""
         ttl = partition.ttl.active and records
         drivers = partition.drivers
         for name, channel in partition.channels.items():
@@ -338,7 +359,6 @@ class Broker:
         self._since_release[topic_name] = count
         if self.events.samplers and topic_name in self.events.samplers:
             self.events.sample(topic_name, partition_index, records)
-        return records
 
     def publish_once(
         self,
@@ -352,66 +372,20 @@ class Broker:
         exts: Sequence[bytes],
         source: str = "",
     ) -> Stored | None:
-        """Publish ext messages (JSON headers ``exts``), skipping each whose
-        ``##idempotency_key`` (``keys``, None: no key) the partition holds or an earlier
-        one of the batch has (broker/idempotence.py).
-
-        Returns where the first message is: stored now, or by the publish that stored its
-        key; None when nothing holds it (an ephemeral topic dropped it). The topic must
-        exist (the caller checked it).
-
-        Raises:
-            StorageFault: the log (or the key journal it needs first) refused the
-                write: nothing of the batch is stored, and no key of it is remembered.
-            ReplicaRefusal: a replicated partition this broker may not write now
-                (checked first: a follower answers no duplicate either).
-        """
-        if self.replication is not None:
-            self.replication.check_write(topic, partition_index)
-        partition = self.topics[topic].partitions[partition_index]
-        table = partition.idempotence
-        if table is None:
-            window = self.config.idempotency_window
-            if window <= 0:  # deduplication is off
-                stored = self.publish(
-                    topic,
-                    bodies,
-                    timestamp,
-                    partition_index=partition_index,
-                    trace_ids=trace_ids,
-                    ext_version=EXT_VERSION_JSON,
-                    exts=exts,
-                    source=source,
-                )
-                return Stored.of(stored[0]) if stored else None
-            try:  # the key journal's file (a refusal must answer E_PUB_FAILED)
-                table = idempotence.new_table(partition.log, window)
-            except OSError as error:
-                raise self._storage_fault(APPEND, error) from error
-            partition.idempotence = table
-        kept, digests = table.split(keys)
-        first: Stored | None = None
-        first_key = keys[0] if keys else None
-        if first_key is not None and (not kept or kept[0] != 0):  # a duplicate: where it is
-            first = table.get(idempotence.key_digest(first_key))  # (before this batch may evict it)
-        records: list[Record] = []
-        if kept:
-            everything = len(kept) == len(bodies)
-            records = self.publish(
-                topic,
-                bodies if everything else [bodies[i] for i in kept],
-                timestamp,
-                partition_index=partition_index,
-                trace_ids=trace_ids if everything else [trace_ids[i] for i in kept],
-                ext_version=EXT_VERSION_JSON,
-                exts=exts if everything else [exts[i] for i in kept],
-                source=source,
-            )
-            table.remember(digests, records, fresh=None not in digests)
-        table.duplicates += len(bodies) - len(kept)
-        if kept and kept[0] == 0:
-            first = Stored.of(records[0]) if records else None
-        return first
+        """Publish ext messages, each whose ``##idempotency_key`` the partition holds
+        skipped (:func:`~.keyed_publish.publish_once`, which says what it returns
+        and raises)."""
+        return keyed_publish.publish_once(
+            self,
+            topic,
+            bodies,
+            keys,
+            timestamp,
+            partition_index=partition_index,
+            trace_ids=trace_ids,
+            exts=exts,
+            source=source,
+        )
 
     def _defer_at_publish(
         self, partition: Partition, records: Sequence[Record], deliver_at: int
@@ -675,7 +649,7 @@ class Broker:
             try:
                 target = await trio.to_thread.run_sync(resolve_offset, log, spec)
             except OSError as error:
-                raise self._storage_fault(READ, error) from error
+                raise self.storage_fault(READ, error) from error
         else:
             target = resolve_offset(log, spec)
         if self._existing_channel(topic_name, partition, channel_name) is not channel:

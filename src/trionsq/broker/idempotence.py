@@ -19,7 +19,7 @@ right after the batch), so after a restart, ``kill -9`` included, the table hold
 the same last ``window`` keys (:func:`restore`); an emptied or deleted topic loses
 them.
 
-The table lives here; :meth:`~trionsq.broker.broker.Broker.publish_once` uses it
+The table lives here; :func:`~trionsq.broker.keyed_publish.publish_once` uses it
 around the append. Pure state on the broker's thread: the check, the append and the
 remembering run without an await in between, so concurrent publishes cannot both
 store one key.

@@ -281,6 +281,15 @@ class Partition:
         self._appended(len(records), sum(map(len, bodies)), records)
         return records
 
+    def publish_one(self, body: bytes, timestamp: int) -> list[Record]:
+        """:meth:`publish` of one body with no trace id, ext or delay: a plain PUB's
+        short way to the log (issue 37)."""
+        if self.ephemeral:
+            return self.publish((body,), timestamp)
+        records = [self.log.append_one(body, timestamp)]
+        self._appended(1, len(body), records)
+        return records
+
     @property
     def feeds_records(self) -> bool:
         """Whether an ephemeral channel's feed takes the Records of each append."""

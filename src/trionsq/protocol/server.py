@@ -34,10 +34,8 @@ from .commands import (
     FinMany,
     Identify,
     InternalCreateTopic,
-    Mpub,
     Nop,
     OffsetSpec,
-    Pub,
     Pull,
     Rdy,
     Req,
@@ -51,7 +49,6 @@ from .frames import MAGIC_V2
 from .identify import NegotiatedSettings, decode_identify_request, negotiate
 from .names import go_quote, is_valid_name
 from .parsing import (
-    _INT32,
     _MESSAGE_ID_LENGTH,
     _NO_NAMES,
     _NO_PIECES,
@@ -76,6 +73,7 @@ from .strconv import (
     parse_decimal,
     to_int64,
 )
+from .whole_publishes import _INCOMPLETE, WholePublishes
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -110,13 +108,6 @@ def _fin_ids(data: bytes, start: int, stop: int) -> tuple[int, ...]:
     return ids
 
 
-_INCOMPLETE = -2
-"""The fast path's answer for a PUB/MPUB valid so far whose body has not all come."""
-_NOT_AGAIN = -1
-"""``_held_need`` while a held command is parsed again without all of it: the body
-reader takes it (once held is enough: it keeps the error timing of the reader)."""
-
-
 @functools.lru_cache(maxsize=16)
 def _defaults(settings: ServerSettings) -> NegotiatedSettings:
     """What a connection has until IDENTIFY, shared: it is frozen, and one per idle
@@ -124,7 +115,7 @@ def _defaults(settings: ServerSettings) -> NegotiatedSettings:
     return NegotiatedSettings.defaults(settings)
 
 
-class ServerConnection(PublishReaders):
+class ServerConnection(WholePublishes):
     """One client connection's protocol state, from the magic to the last command.
 
     One per connection, so kept small (slots, shared defaults until IDENTIFY, no
@@ -136,11 +127,8 @@ class ServerConnection(PublishReaders):
         "_awaiting_magic",
         "_eof_error",
         "_fin_runs",
-        "_have",
-        "_held_need",
         "_magic",
         "_partial_line",
-        "_pieces",
         "_reader",
         "_upgrading",
         "_want",
@@ -231,6 +219,18 @@ class ServerConnection(PublishReaders):
         :attr:`unparsed`: the I/O layer bounds the work of one turn (64 KB of
         ``NOP`` is 16,384 commands) and lets other connections run before the rest.
         """
+        if (
+            type(data) is bytes
+            and data.startswith(b"PUB ")
+            and self._reader is None
+            and not self._held_need
+            and not self._partial_line
+            and not self._awaiting_magic
+            and not self.closed
+        ):  # one PUB per round trip: whole, it needs none of the loop below
+            pub = self._lone_pub(data)
+            if pub is not None:
+                return [pub]
         events: list[Event] = []
         if self.closed:
             return events
@@ -390,96 +390,6 @@ class ServerConnection(PublishReaders):
             return self._start_reader(result, data, pos, end, events)
         events.append(result)  # type: ignore[arg-type]
         return pos
-
-    def _publish_fast_path(
-        self, verb: bytes, params: list[bytes], data: bytes, pos: int, end: int, events: list[Event]
-    ) -> int:
-        """PUB/MPUB that arrived whole and valid, without a body reader; else -1, or
-        :data:`_INCOMPLETE` when what has come of its body is valid but not all of it.
-
-        Only the happy path lives here: anything short, invalid or unusual returns -1
-        and the body reader handles it, so every error text has one home.
-        """
-        if self.settings.auth_enabled:
-            return -1
-        if len(params) == 2:
-            partition = None
-        elif len(params) == 3 and params[2].isdigit() and len(params[2]) < 10:
-            partition = int(params[2])  # a Youzan client's partition (anything else: the reader)
-        else:
-            return -1
-        topic = self._names.get(params[1])
-        if topic is None:
-            return -1
-        unpack = _INT32.unpack_from
-        if end - pos < 4:
-            return -1
-        size: int = unpack(data, pos)[0]
-        if size <= 0:
-            return -1
-        start = pos + 4
-        if verb == b"PUB":
-            if size > self.settings.max_msg_size:
-                return -1
-            if end - start < size:
-                return self._incomplete("PUB", topic, partition, size)
-            refusal = self._gate("PUB", topic, partition, size)
-            events.append(refusal or Pub(topic, data[start : start + size], partition))
-            return start + size
-        # MPUB: walk the parts; nsqd's limits, and the parts must fit the body size
-        if size > self.settings.max_body_size or size < 4 or end - start < 4:
-            return -1
-        count: int = unpack(data, start)[0]
-        stop = start + size
-        if count <= 0 or count > (self.settings.max_body_size - 4) // 5:
-            return -1
-        max_msg = self.settings.max_msg_size
-        bodies: list[bytes] = []
-        append = bodies.append
-        cursor = start + 4
-        for _ in range(count):
-            if min(stop, end) - cursor < 4:
-                return self._incomplete("MPUB", topic, partition, None) if stop > end else -1
-            part: int = unpack(data, cursor)[0]
-            cursor += 4
-            if part <= 0 or part > max_msg or stop - cursor < part:
-                return -1
-            if end - cursor < part:
-                return self._incomplete("MPUB", topic, partition, None)
-            append(data[cursor : cursor + part])
-            cursor += part
-        refusal = self._gate("MPUB", topic, partition, None)
-        events.append(refusal or Mpub(topic, tuple(bodies), partition))
-        return cursor
-
-    def _incomplete(self, verb: str, topic: str, partition: int | None, size: int | None) -> int:
-        """:data:`_INCOMPLETE`, once the gate saw the header where the body reader shows
-        it, before the body: a fatal verdict is raised now, not when the rest comes
-        (the gate, a look at the broker's topics, is asked again then)."""
-        if not self._held_need:
-            self._gate(verb, topic, partition, size)
-        return _INCOMPLETE
-
-    def _hold(self, line: bytes, data: bytes, pos: int, end: int) -> int:
-        """Keep a PUB/MPUB whose body has begun to come, valid so far, until the next
-        read (pipelined MPUBs of 40 KB read 64 KB at a time are split three times in
-        four): whole then, it takes the fast path. Returns the end of ``data``."""
-        size: int = _INT32.unpack_from(data, pos)[0]
-        head = line + b"\n"
-        self._pieces = [memoryview(head), memoryview(data)[pos:end]]
-        self._have = len(head) + end - pos
-        self._held_need = len(head) + 4 + size
-        return end
-
-    def _take_held(self, data: bytes) -> bytes:
-        """The held command's bytes followed by ``data``, parsed from its line again: by
-        the fast path if now whole, else by the body reader (held once only, so an
-        error in what comes later is told as soon as the reader would tell it)."""
-        held = b"".join([*self._pieces, data])
-        self._held_need = 0 if len(held) >= self._held_need else _NOT_AGAIN
-        self._pieces = _NO_PIECES
-        self._have = 0
-        return held
 
     # ------------------------------------------------------------------ body readers
 

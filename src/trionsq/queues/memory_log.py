@@ -112,6 +112,10 @@ class MemoryLog:
         self.bytes_held += held
         return records
 
+    def append_one(self, body: bytes, timestamp: int) -> Record:
+        """``append([body], timestamp)[0]`` (the durable log has a shorter way)."""
+        return self.append((body,), timestamp)[0]
+
     def append_verbatim(
         self, data: bytes, scan: CopyScan, records: list[Record] | None = None
     ) -> None:

@@ -78,6 +78,9 @@ class PartitionLog(Protocol):
     ) -> list[Record]:
         """Append a batch; returns its records."""
 
+    def append_one(self, body: bytes, timestamp: int) -> Record:
+        """``append([body], timestamp)[0]``, the way a PUB takes (issue 37)."""
+
     def append_verbatim(
         self, data: bytes, scan: CopyScan, records: list[Record] | None = None
     ) -> None:

@@ -14,7 +14,8 @@ from bisect import bisect_left
 from typing import TYPE_CHECKING
 
 from .log_state import _LogState
-from .record_codec import _encode_general, _encode_plain
+from .record import FIXED_SIZE, Record
+from .record_codec import _append_record, _encode_general, _encode_plain, write_whole
 from .segment_format import (
     HEADER_SIZE,
     _Check,
@@ -28,7 +29,6 @@ from .segment_format import (
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from .record import Record
     from .record_runs import CopyScan
 
 
@@ -74,6 +74,37 @@ class _SegmentWriter(_LogState):
         self._put(data, first_id, offsets, timestamp, None, records)
         return records
 
+    def append_one(self, body: bytes, timestamp: int) -> Record:
+        """``append([body], timestamp)[0]`` in fewer steps (a PUB, issue 37): the
+        record is encoded and written by one call (compiled where built) and no list
+        is made for it, unless it needs a roll or a segment header (then
+        :meth:`append` takes it). The same guarantees: in the kernel on return,
+        nothing appended on an error."""
+        segment = self._active
+        size = FIXED_SIZE + len(body)
+        if (
+            segment is None
+            or segment.end <= HEADER_SIZE
+            or segment.end + size > self.max_bytes_per_file
+            or self._force_roll
+            or self._closed
+            or type(body) is not bytes
+        ):
+            return self.append((body,), timestamp)[0]
+        handle = self._handle
+        assert handle is not None  # noqa: S101 - set together with _active
+        fd = handle.descriptor()
+        first_id = self.next_id
+        offset = self.next_offset
+        try:
+            record = _append_record(fd, body, timestamp, first_id, offset, Record)
+        except OSError as error:
+            self._undo_write(segment, fd, error)
+            raise
+        offsets = (offset, offset + size)
+        self._written(segment, self._active_check, size, first_id, offsets, timestamp, [record])
+        return record
+
     def append_verbatim(
         self, data: bytes, scan: CopyScan, records: list[Record] | None = None
     ) -> None:
@@ -103,7 +134,6 @@ class _SegmentWriter(_LogState):
         then its end; ``timestamp``: the batch's greatest; ``stamps``: the greatest up
         to each record, when they differ (None: one timestamp for all); ``records``:
         for the tail cache (None: the cache starts again after this batch)."""
-        count = len(offsets) - 1
         segment = self._active
         check = self._active_check
         if (
@@ -116,8 +146,24 @@ class _SegmentWriter(_LogState):
         if segment.end == 0:
             data = _encode_header(segment.first_offset, segment.first_id) + data
         self._write(segment, data)
+        self._written(segment, check, len(data), first_id, offsets, timestamp, records, stamps)
+
+    def _written(
+        self,
+        segment: _Segment,
+        check: _Check,
+        size: int,
+        first_id: int,
+        offsets: Sequence[int],
+        timestamp: int,
+        records: list[Record] | None,
+        stamps: Sequence[int] | None = None,
+    ) -> None:
+        """Account for a batch of ``size`` bytes just written to the active segment:
+        its end, index, tail cache, sizes (the arguments: as :meth:`_put`'s)."""
+        count = len(offsets) - 1
         # Committed: readers in other threads go by ``end``, so it moves first.
-        segment.end += len(data)
+        segment.end += size
         segment.next_id = first_id + count
         if offsets[-2] >= self._mark:
             self._index(segment, check, offsets, first_id, timestamp, stamps)
@@ -125,7 +171,7 @@ class _SegmentWriter(_LogState):
             check.timestamp_max = timestamp
         self.next_id = first_id + count
         self.next_offset = offsets[-1]
-        self._disk_bytes += len(data)
+        self._disk_bytes += size
         if records is None:
             self._cache_restart()
         else:
@@ -169,29 +215,28 @@ class _SegmentWriter(_LogState):
         assert handle is not None  # noqa: S101 - set together with _active
         fd = handle.descriptor()
         try:
-            written = os.write(fd, data)
-            if written != len(data):
-                view = memoryview(data)
-                while written < len(data):
-                    step = os.write(fd, view[written:])
-                    if step <= 0:
-                        raise OSError("os.write wrote nothing")
-                    written += step
+            write_whole(fd, data)
         except OSError as error:
-            if error.errno is not None and error.filename is None:
-                error.filename = segment.path
-            try:
-                os.ftruncate(fd, segment.end)
-            except OSError as undo:
-                # The file may end in part of this batch: never write after it.
-                self._force_roll = True
-                storage_log.error(
-                    "TOPICLOG(%s) could not undo a failed write to %s: %s",
-                    self.name,
-                    segment.path,
-                    undo.strerror or undo,
-                )
+            self._undo_write(segment, fd, error)
             raise
+
+    def _undo_write(self, segment: _Segment, fd: int, error: OSError) -> None:
+        """A write to the active segment failed: name its file in ``error`` and cut
+        off what part of the batch reached it (if that fails too, the next batch
+        goes to a new segment)."""
+        if error.errno is not None and error.filename is None:
+            error.filename = segment.path
+        try:
+            os.ftruncate(fd, segment.end)
+        except OSError as undo:
+            # The file may end in part of this batch: never write after it.
+            self._force_roll = True
+            storage_log.error(
+                "TOPICLOG(%s) could not undo a failed write to %s: %s",
+                self.name,
+                segment.path,
+                undo.strerror or undo,
+            )
 
     def _roll(self) -> _Segment:
         """Start a new segment at ``next_id`` / ``next_offset``; its header goes out

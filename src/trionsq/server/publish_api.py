@@ -111,7 +111,12 @@ class PublishApi:
         await self._admit(topic, partition, (body,))
         now = self.broker.wall_clock()
         deliver_at = now + defer_ms * 1_000_000 if defer_ms else 0
-        self.broker.publish(topic, [body], now, deliver_at=deliver_at, partition_index=partition)
+        if not deliver_at and partition == 0 and self.broker.replication is None:
+            self.broker.publish_plain(self.broker.topics[topic], body, now)  # TCP's short way
+        else:
+            self.broker.publish(
+                topic, [body], now, deliver_at=deliver_at, partition_index=partition
+            )
         await self._committed(topic, partition)
         return Response.legacy_ok("OK") if request.legacy else Response.text("OK")
 

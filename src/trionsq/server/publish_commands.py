@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
     from ..broker.broker import Broker
     from ..broker.rate_limits import PublishLimit
+    from ..broker.topic import Topic
     from ..protocol.commands import (
         Dpub,
         ExtMessage,
@@ -212,7 +213,35 @@ class PublishCommands:
         self._reply(error_frame(broker_errors.pub_rate_limited(verb, youzan=youzan)))
         return True
 
+    def _plain_topic(self, event: Pub) -> Topic | None:
+        """The topic of a PUB that takes the short way (issue 37), else None: it names
+        no partition, its topic exists, is not ordered and has no publish limit, and
+        the broker has no replication, so :meth:`_target`, :meth:`_over_limit` and
+        :meth:`_answer` would have nothing to do."""
+        broker = self.broker
+        topic = broker.topics.get(event.topic)
+        if (
+            topic is None
+            or event.partition is not None
+            or broker.replication is not None
+            or topic.publish_limit is not None
+            or topic.ordered
+        ):
+            return None
+        return topic
+
+    def _pub_plain(self, topic: Topic, event: Pub) -> None:
+        """A PUB :meth:`_plain_topic` let through: stored, counted, answered."""
+        broker = self.broker
+        broker.publish_plain(topic, event.body, broker.wall_clock())
+        self._count(event.topic, 1)
+        self._reply(OK_FRAME)
+
     def _pub(self, event: Pub) -> None:
+        topic = self._plain_topic(event)
+        if topic is not None:
+            self._pub_plain(topic, event)
+            return
         index = self._target(event.topic, event.partition)
         youzan = event.partition is not None
         if index < 0 or self._over_limit(event.topic, "PUB", (event.body,), youzan=youzan):

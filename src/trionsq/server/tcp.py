@@ -271,7 +271,9 @@ class ClientSession(CommandLayer):
 
     async def _process(self, data: bytes) -> None:
         """Apply the commands of one turn, then answer them all with one write."""
-        await self.apply(self.protocol.receive_data(data, MAX_COMMANDS_PER_TURN))
+        events = self.protocol.receive_data(data, MAX_COMMANDS_PER_TURN)
+        if not self.apply_alone(events):
+            await self.apply(events)
         if self._upgrade_to is not None:  # IDENTIFY ended the list: what follows is upgraded
             await self._upgrade(self._upgrade_to)
             return

@@ -10,7 +10,7 @@ import itertools
 import struct
 from typing import TYPE_CHECKING
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trionsq.protocol import ProtocolError, ServerConnection, ServerSettings
@@ -137,3 +137,93 @@ def test_any_split_gives_what_the_body_reader_gives(
     assert [h for h, _ in itertools.groupby(gate.seen)] == [
         h for h, _ in itertools.groupby(expected_gate.seen)
     ]
+
+
+class NoLonePub(ServerConnection):
+    """The parser without its shortcut for a read that is one whole PUB."""
+
+    def _lone_pub(self, data: bytes) -> Pub | None:
+        return None
+
+
+_pub_reads = st.tuples(
+    st.sampled_from([b"t", b"t", b"t", b"u", b"t\r", b"a*b", b"", b"t 0", b"t 7", b"t" * 65]),
+    st.binary(max_size=10),
+    st.one_of(st.none(), st.none(), st.integers(-2, 12)),  # the size field (None: honest)
+    st.sampled_from([b"", b"", b"", b"", b"NOP\n", b"PUB t\n", b"\n"]),  # what follows
+).map(
+    lambda r: (
+        b"PUB "
+        + r[0]
+        + b"\n"
+        + struct.pack(">i", len(r[1]) if r[2] is None else r[2])
+        + r[1]
+        + r[3]
+    )
+)
+_reads = st.one_of(
+    _pub_reads, _pub_reads, _pub_reads, st.sampled_from([b"PUB t\n", b"PUB ", b"NOP\n"])
+)
+_settings = st.builds(
+    ServerSettings,
+    max_msg_size=st.sampled_from([1, 5, 100]),
+    max_line_length=st.sampled_from([6, 4096]),
+    tls_required=st.sampled_from([False, False, False, True]),
+    auth_enabled=st.sampled_from([False, False, False, True]),
+)
+
+
+@given(
+    reads=st.lists(_reads, min_size=1, max_size=8),
+    settings=_settings,
+    gated=st.sampled_from([None, frozenset({"PUB_EXT"}), frozenset({"PUB"}), "no gate"]),
+    magic_first=st.sampled_from([True, True, True, False]),
+)
+@settings(max_examples=300)
+def test_a_read_that_is_one_pub_gives_what_the_loop_gives(
+    reads: list[bytes], settings: ServerSettings, gated: object, magic_first: bool
+) -> None:
+    """One PUB per read (a round trip's): the shortcut's events, the gate's calls
+    and the state after are those of the parsing loop, whatever the read holds."""
+    gates = RecordingGate(None), RecordingGate(None)
+    conns = [
+        kind(
+            settings,
+            publish_gate=None if gated == "no gate" else gate,
+            gated_verbs=gated if isinstance(gated, frozenset) else None,
+        )
+        for kind, gate in zip((ServerConnection, NoLonePub), gates, strict=True)
+    ]
+    seen: list[list[object]] = [[], []]
+    for conn, events in zip(conns, seen, strict=True):
+        # the magic and a first PUB, which has the topic's name cached
+        for data in ([b"  V2", b"PUB t\n" + sized(b"x")] if magic_first else []) + reads:
+            events.append(conn.receive_data(data))
+        events.append([conn.closed, conn.buffered, conn.unparsed])
+    assert seen[0] == seen[1]
+    assert gates[0].seen == gates[1].seen
+
+
+def test_a_read_that_is_one_pub_skips_the_loop() -> None:
+    conn = CountedReaders()
+    assert conn.receive_data(b"  V2PUB t\n" + sized(b"x")) == [Pub("t", b"x", None)]
+    calls: list[bytes] = []
+    read_line = conn._read_line
+
+    def counted(data: bytes, pos: int, end: int) -> tuple[bytes | None, int]:
+        calls.append(data)
+        return read_line(data, pos, end)
+
+    conn._read_line = counted  # type: ignore[method-assign]
+    assert conn.receive_data(b"PUB t\n" + sized(b"y")) == [Pub("t", b"y", None)]
+    assert calls == []  # unfixed: the loop read its line
+
+
+def test_a_gate_that_sees_pubs_sees_each_lone_pub() -> None:
+    gate = RecordingGate(None)
+    conn = ServerConnection(publish_gate=gate)  # no gated_verbs: every publish is gated
+    for body in (b"a", b"bc"):
+        assert conn.receive_data(b"  V2" * (body == b"a") + b"PUB t\n" + sized(body)) == [
+            Pub("t", body, None)
+        ]
+    assert [header.body_size for header in gate.seen] == [1, 2]
