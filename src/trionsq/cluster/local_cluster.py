@@ -114,23 +114,7 @@ class LocalCluster:
         ``hosts``: (address, command prefix) each, ports 4150/4151)."""
         endpoints = ",".join(self.etcd.endpoints)
         self.lookupd_http, self.lookupd_tcp = free_port(), free_port()
-        with open(self.directory / "lookupd.log", "ab") as log:
-            self.lookupd = subprocess.Popen(  # noqa: S603 - our own arguments
-                [
-                    TRIONSQ,
-                    "lookupd",
-                    f"--http-address={self.lookupd_host}:{self.lookupd_http}",
-                    f"--tcp-address={self.lookupd_host}:{self.lookupd_tcp}",
-                    f"--broadcast-address={self.lookupd_host}",
-                    f"--etcd-endpoints={endpoints}",
-                    f"--cluster-id={self.cluster_id}",
-                    f"--cluster-lease-ttl={self.lease_ttl}",
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        _wait_http(self.lookupd_http, "/ping", self.lookupd, START_TIMEOUT, self.lookupd_host)
+        self.start_lookupd()
         for number in range(count):
             host, prefix = hosts[number] if hosts else ("127.0.0.1", ())
             tcp, http = (free_port(), free_port()) if not hosts else (4150, 4151)
@@ -153,6 +137,33 @@ class LocalCluster:
         for broker in self.brokers:
             broker.start()
 
+    def start_lookupd(self) -> None:
+        """Start (or restart, on the same ports) the lookupd and wait until it answers."""
+        endpoints = ",".join(self.etcd.endpoints)
+        with open(self.directory / "lookupd.log", "ab") as log:
+            self.lookupd = subprocess.Popen(  # noqa: S603 - our own arguments
+                [
+                    TRIONSQ,
+                    "lookupd",
+                    f"--http-address={self.lookupd_host}:{self.lookupd_http}",
+                    f"--tcp-address={self.lookupd_host}:{self.lookupd_tcp}",
+                    f"--broadcast-address={self.lookupd_host}",
+                    f"--etcd-endpoints={endpoints}",
+                    f"--cluster-id={self.cluster_id}",
+                    f"--cluster-lease-ttl={self.lease_ttl}",
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        _wait_http(self.lookupd_http, "/ping", self.lookupd, START_TIMEOUT, self.lookupd_host)
+
+    def kill_lookupd(self, sig: int = signal.SIGKILL) -> None:
+        """Send the lookupd ``sig`` (SIGKILL: a crash) and reap it."""
+        if self.lookupd is not None:
+            end_process(self.lookupd, sig, timeout=10)
+            self.lookupd = None
+
     def by_id(self, broker_id: str) -> BrokerProcess:
         """The broker etcd names ``broker_id``."""
         return next(b for b in self.brokers if b.broker_id == broker_id)
@@ -161,6 +172,4 @@ class LocalCluster:
         """Stop every process (SIGTERM, then SIGKILL if slow)."""
         for broker in self.brokers:
             broker.kill(signal.SIGTERM)
-        if self.lookupd is not None:
-            end_process(self.lookupd, signal.SIGTERM, timeout=10)
-            self.lookupd = None
+        self.kill_lookupd(signal.SIGTERM)
