@@ -27,7 +27,7 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root: tests/
 
-from tests.cluster.chaos_run import KINDS, run_chaos, schedule
+from tests.cluster.chaos_run import KINDS, SetupFailed, run_chaos, schedule
 
 from trionsq.cluster.etcd_process import start_etcd
 from trionsq.cluster.local_cluster import LocalCluster
@@ -36,8 +36,8 @@ PARTITIONS = 4
 REPLICAS = 3
 
 
-def one_run(seed: int, arguments: argparse.Namespace) -> bool:
-    """One seeded run, printed; whether it passed."""
+def one_run(seed: int, arguments: argparse.Namespace) -> bool | None:
+    """One seeded run, printed; whether it passed (None: the cluster did not start)."""
     faults = schedule(seed, arguments.faults, PARTITIONS, tuple(arguments.kinds.split(",")))
     print(f"=== seed {seed}: {len(faults)} faults", flush=True)
     for fault in faults:
@@ -52,6 +52,10 @@ def one_run(seed: int, arguments: argparse.Namespace) -> bool:
             history, verdict, events = trio.run(
                 lambda: run_chaos(cluster, faults, partitions=PARTITIONS, replicas=REPLICAS)
             )
+        except SetupFailed as error:
+            print(f"  SETUP FAILED (not counted; run again): {error}", flush=True)
+            _keep_logs(directory, seed, arguments.keep)
+            return None
         except Exception:  # a run that cannot finish is a failure to report, not the end
             print(f"  FAILED: the run raised\n{traceback.format_exc()}", flush=True)
             _keep_logs(directory, seed, arguments.keep)
@@ -99,13 +103,16 @@ def main() -> None:
     parser.add_argument("--kinds", default=",".join(KINDS), help="the fault kinds drawn from")
     parser.add_argument("--keep", type=Path, help="copy failed runs' logs under this directory")
     arguments = parser.parse_args()
-    results = {
-        seed: one_run(seed, arguments)
-        for seed in range(arguments.seed, arguments.seed + arguments.runs)
-    }
+    results = {}
+    for seed in range(arguments.seed, arguments.seed + arguments.runs):
+        result = one_run(seed, arguments)
+        results[seed] = one_run(seed, arguments) if result is None else result  # once more
     passed = [seed for seed, ok in results.items() if ok]
-    failed = [seed for seed, ok in results.items() if not ok]
+    failed = [seed for seed, ok in results.items() if ok is False]
+    unstarted = [seed for seed, ok in results.items() if ok is None]
     print(f"passed {len(passed)}/{len(results)}: seeds {passed}; failed: {failed}")
+    if unstarted:
+        print(f"the cluster did not start, twice (not run): {unstarted}")
     sys.exit(1 if failed else 0)
 
 

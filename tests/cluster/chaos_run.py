@@ -356,11 +356,39 @@ class Chaos:
                 await trio.sleep(0.2)
 
 
+class SetupFailed(Exception):
+    """The cluster did not come up whole: not a finding about trionsq (on a shared
+    machine, another process can take a port between its choice and its use)."""
+
+
+async def until_registered(chaos: Chaos) -> None:
+    """Until every broker is registered in etcd.
+
+    Raises:
+        SetupFailed: a broker exited, or none registered within 20 s.
+    """
+    with trio.move_on_after(20):
+        while True:
+            dead = [
+                b.name
+                for b in chaos.cluster.brokers
+                if b.process is None or b.process.poll() is not None
+            ]
+            if dead:
+                raise SetupFailed(f"{dead} exited at start (see broker.log: a port taken?)")
+            registered, _ = await chaos.etcd.get_prefix(chaos.keys.brokers)
+            if len(registered) == len(chaos.cluster.brokers):
+                return
+            await trio.sleep(0.1)
+    raise SetupFailed("not every broker registered in etcd within 20 s")
+
+
 async def run_chaos(
     cluster: LocalCluster, faults: list[Fault], *, partitions: int, replicas: int
 ) -> tuple[History, ChaosVerdict, list[str]]:
     """Publish through ``faults``, heal, wait for whole ISRs, consume, check."""
     chaos = Chaos(cluster, partitions)
+    await until_registered(chaos)
     healed = True
     heal_seconds = 0.0
 

@@ -35,7 +35,8 @@ def _wait_http(
     while True:
         try:
             with urllib.request.urlopen(f"http://{host}:{port}{path}", timeout=1):
-                return
+                if process.poll() is None:  # else another process holds the port
+                    return
         except (urllib.error.URLError, OSError):
             pass
         if process.poll() is not None:
