@@ -250,3 +250,40 @@ async def test_a_campaign_lost_while_etcd_cannot_take_the_revoke_goes_on(
         await _until(second, lambda: second.leading)
         assert second.view.coordinator == CoordinatorInfo("l2", "l2:4161")
         nursery.cancel_scope.cancel()
+
+
+async def test_brokers_registering_again_during_a_reconcile_are_not_missed(
+    etcd: EtcdServer, cluster_id: str
+) -> None:
+    """Reduced from chaos seed 308 (benchmarks/chaos.py --brokers 3): every lease
+    revoked; the coordinator, campaigning again, wrote every partition offline while
+    the brokers registered again, and never looked again: a change that came while
+    it was writing was lost, and the partitions stayed without a leader for good."""
+    keys = ClusterKeys(cluster_id)
+    client = EtcdClient(etcd.endpoints)
+    coordinator = _coordinator(etcd, keys, "l1")
+    async with trio.open_nursery() as nursery:
+        registrations = [Registration(client, keys, _broker(f"b{i}"), TTL) for i in (1, 2)]
+        for registration in registrations:
+            await nursery.start(registration.run)
+        await nursery.start(coordinator.run)
+        await _until(
+            coordinator, lambda: coordinator.leading and len(coordinator.view.brokers) == 2
+        )
+        await coordinator.create_topic("many", TopicMeta(100, 2))
+
+        def every_partition_led() -> bool:
+            states = coordinator.view.topic_partitions("many")
+            return len(states) == 100 and all(s.leader for _, s in states)
+
+        await _until(coordinator, every_partition_led)
+        for _ in range(3):
+            # both brokers' leases go; each registers again at once (as a broker does)
+            for registration in registrations:
+                await client.revoke(registration.lease)
+            await trio.sleep(0.5)  # the coordinator reacts (or, stale, would seem done)
+            with trio.move_on_after(5):
+                await _until(coordinator, every_partition_led)
+            offline = [n for n, s in coordinator.view.topic_partitions("many") if not s.leader]
+            assert offline == [], f"partitions {offline} left without a leader"
+        nursery.cancel_scope.cancel()
