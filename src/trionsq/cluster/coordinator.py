@@ -143,9 +143,13 @@ class Coordinator:
 
     async def _reconcile_forever(self) -> None:
         while True:
+            # the event current *before* reconciling: a change that comes while the
+            # writes await has set it, and is reconciled at once (waiting for the next
+            # event would miss it, and nothing may change again)
+            changed = self._changed
             if self.leading:
                 await self.reconcile_once()
-            await self.wait_change()
+            await changed.wait()
 
     async def reconcile_once(self) -> None:
         """Write every partition change the live brokers call for."""
