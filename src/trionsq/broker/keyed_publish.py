@@ -1,11 +1,12 @@
 """Publishing with idempotency keys: the batch's keys checked against the
 partition's table (:mod:`.idempotence`) around the append, so a keyed message is
 stored at most once (issue 17). Apart from :class:`~.broker.Broker` only to keep that
-module under its size."""
+module under its size; it reads the broker through :class:`KeyedHost`, so the two do
+not import each other."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ..protocol.message import EXT_VERSION_JSON
 from . import idempotence
@@ -13,16 +14,59 @@ from .health import APPEND
 from .idempotence import Stored
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
+    from ..config import NsqdConfig
     from ..queues.record import Record
-    from .broker import Broker
+    from .health import StorageFault
+    from .replication import ReplicationHook
+    from .topic import Topic
 
-__all__ = ["publish_once"]
+__all__ = ["KeyedHost", "publish_once"]
+
+
+class KeyedHost(Protocol):
+    """What a keyed publish uses of the broker (the broker, without this module
+    depending on it)."""
+
+    @property
+    def replication(self) -> ReplicationHook | None:
+        """Refuses writes this broker may not make (None: a single broker)."""
+        ...
+
+    @property
+    def topics(self) -> Mapping[str, Topic]:
+        """Every topic, by name."""
+        ...
+
+    @property
+    def config(self) -> NsqdConfig:
+        """The broker's settings (``idempotency_window``)."""
+        ...
+
+    def publish(
+        self,
+        topic_name: str,
+        bodies: Sequence[bytes],
+        timestamp: int,
+        *,
+        deliver_at: int = 0,
+        partition_index: int = 0,
+        trace_ids: Sequence[int] | None = None,
+        ext_version: int = 0,
+        exts: Sequence[bytes] | None = None,
+        source: str = "",
+    ) -> list[Record]:
+        """The unkeyed append (Broker.publish)."""
+        ...
+
+    def storage_fault(self, area: str, error: OSError) -> StorageFault:
+        """A refused file operation, recorded in the broker's health."""
+        ...
 
 
 def publish_once(
-    broker: Broker,
+    broker: KeyedHost,
     topic: str,
     bodies: Sequence[bytes],
     keys: Sequence[str | None],
