@@ -21,6 +21,7 @@ benchmarks/failover.py (20).
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from typing import TYPE_CHECKING
@@ -30,6 +31,8 @@ import orjson
 import trio
 
 from trionsq.cluster.etcd import EtcdClient
+from trionsq.cluster.etcd_process import start_etcd
+from trionsq.cluster.local_cluster import LocalCluster
 from trionsq.http.client import HttpClientError, http_get, http_request
 from trionsq.protocol import Rdy, Sub
 from trionsq.protocol.client import ErrorReply, MessageFrame, Response, encode_identify
@@ -38,11 +41,24 @@ from trionsq.protocol.identify import IdentifyRequest
 from trionsq.testing import ProtocolClient, wait_until
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
-
-    from trionsq.cluster.local_cluster import LocalCluster
+    from collections.abc import Awaitable, Callable, Iterator
+    from pathlib import Path
 
 TOPIC = "failover"
+
+
+@contextlib.contextmanager
+def cluster_of_its_own(directory: Path, cluster_id: str, brokers: int) -> Iterator[LocalCluster]:
+    """``brokers`` brokers and a lookupd on an etcd of their own (a run may stop it),
+    all stopped at the end."""
+    etcd = start_etcd(directory / "etcd")
+    cluster = LocalCluster(directory, etcd, cluster_id=cluster_id)
+    try:
+        cluster.start(brokers)
+        yield cluster
+    finally:
+        cluster.stop()
+        etcd.stop()
 
 
 @attrs.define

@@ -9,8 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tests.cluster.chaos_run import run_chaos, schedule
-from trionsq.cluster.etcd_process import start_etcd
-from trionsq.cluster.local_cluster import LocalCluster
+from tests.cluster.failover_run import cluster_of_its_own
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -21,14 +20,9 @@ SEED = 16
 async def test_mixed_faults_lose_nothing_and_the_cluster_heals(tmp_path: Path) -> None:
     faults = schedule(SEED, 6, partitions=4)
     assert len({fault.kind for fault in faults}) == 6, faults
-    etcd = start_etcd(tmp_path / "etcd")  # its own: the run stops it
-    cluster = LocalCluster(tmp_path, etcd, cluster_id="chaos")
-    try:
-        cluster.start(4)  # a spare broker: somewhere for the move to go
+    # its own etcd (the run stops it); a spare broker: somewhere for the move to go
+    with cluster_of_its_own(tmp_path, "chaos", 4) as cluster:
         history, verdict, events = await run_chaos(cluster, faults, partitions=4, replicas=3)
-    finally:
-        cluster.stop()
-        etcd.stop()
     report = "\n".join(events)
     assert "kill -9 broker" in report, report
     assert "move p" in report, report

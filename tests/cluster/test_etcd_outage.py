@@ -7,25 +7,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tests.cluster.failover_run import run_etcd_outage, run_lease_loss
-from trionsq.cluster.etcd_process import start_etcd
-from trionsq.cluster.local_cluster import LocalCluster
+from tests.cluster.failover_run import cluster_of_its_own, run_etcd_outage, run_lease_loss
 
 if TYPE_CHECKING:
     from pathlib import Path
 
 
 async def test_etcd_outage_loses_nothing_and_resumes(tmp_path: Path) -> None:
-    etcd = start_etcd(tmp_path / "etcd")  # its own: this test stops it
-    cluster = LocalCluster(tmp_path, etcd, cluster_id="outage")
-    try:
-        cluster.start(3)
+    with cluster_of_its_own(tmp_path, "outage", 3) as cluster:  # this test stops its etcd
         history, verdict, outage = await run_etcd_outage(
             cluster, partitions=2, replicas=3, seconds=4
         )
-    finally:
-        cluster.stop()
-        etcd.stop()
     assert verdict.lost == []
     assert verdict.phantom == []
     assert verdict.duplicated == []
@@ -43,16 +35,10 @@ async def test_every_lease_lost_at_once_loses_nothing_and_the_lookupd_goes_on(
 ) -> None:
     """The coordinator's lease ending must not end its lookupd (it campaigns again),
     and brokers registering again must find their partitions led again."""
-    etcd = start_etcd(tmp_path / "etcd")
-    cluster = LocalCluster(tmp_path, etcd, cluster_id="leases")
-    try:
-        cluster.start(3)
+    with cluster_of_its_own(tmp_path, "leases", 3) as cluster:
         history, verdict, revoked_at = await run_lease_loss(cluster, partitions=2, replicas=3)
         assert cluster.lookupd is not None
         assert cluster.lookupd.poll() is None, "the lookupd exited"
-    finally:
-        cluster.stop()
-        etcd.stop()
     assert verdict.lost == []
     assert verdict.phantom == []
     assert verdict.duplicated == []
