@@ -48,5 +48,4 @@ async def test_consumers_are_closed_when_their_broker_loses_the_leadership(
     frames = await consumer.read(1)  # then the broker closes the connection
     assert frames == [], frames
     await clients.close_all()
-    for _, scope in cluster.brokers.values():
-        scope.cancel()
+    cluster.stop()

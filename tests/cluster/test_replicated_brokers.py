@@ -88,6 +88,11 @@ class Cluster:
         await self.coordinator.create_topic(topic, meta)
         await self.until(lambda: self.settled(topic, meta.partitions))
 
+    def stop(self) -> None:
+        """Stop every broker still running (the coordinator ends with the nursery)."""
+        for _, scope in self.brokers.values():
+            scope.cancel()
+
     def manager(self, broker_id: str) -> ReplicaManager:
         hook = self.brokers[broker_id][0].broker.replication
         assert isinstance(hook, ReplicaManager)
@@ -174,8 +179,7 @@ async def test_replicated_publish_failover_and_youzan_errors(
     got = [(await next_message(consumer)).body for _ in range(21)]
     assert got == [b"m%d" % n for n in range(20)] + [b"after"]
     await clients.close_all()
-    for _, scope in cluster.brokers.values():
-        scope.cancel()
+    cluster.stop()
 
 
 def partition_replication(snapshot: Snapshot) -> dict[str, object]:
@@ -262,8 +266,7 @@ async def test_stats_metrics_ping_and_admin_events(
     )
     assert any(e["type"] == "replica_left_isr" and e["replica"] == leader for e in seen)
     await clients.close_all()
-    for _, scope in cluster.brokers.values():
-        scope.cancel()
+    cluster.stop()
 
 
 async def test_a_wiped_follower_catches_up_and_rejoins_the_isr(
@@ -298,8 +301,7 @@ async def test_a_wiped_follower_catches_up_and_rejoins_the_isr(
     megabytes = leader_log.next_offset / 1e6
     print(f"catch-up: {megabytes:.1f} MB in {seconds:.2f} s")  # noqa: T201 - pytest -s shows it
     await clients.close_all()
-    for _, scope in cluster.brokers.values():
-        scope.cancel()
+    cluster.stop()
 
 
 async def test_a_channel_resumes_on_the_new_leader_redelivering_only_what_was_in_flight(
@@ -342,8 +344,7 @@ async def test_a_channel_resumes_on_the_new_leader_redelivering_only_what_was_in
     assert redelivered == [b"m2", b"m5", b"m8"]
     assert await quiet(again, 0.5) == []
     await clients.close_all()
-    for _, scope in cluster.brokers.values():
-        scope.cancel()
+    cluster.stop()
 
 
 async def _raw_reply(address: tuple[str, int], command: bytes) -> bytes:
@@ -385,8 +386,7 @@ async def test_youzan_error_frames_byte_for_byte(
     assert await _raw_reply(cluster.brokers[leader][0].tcp, pub) == (
         b"\x00\x00\x00\x1d\x00\x00\x00\x01E_FAILED_ON_NOT_WRITABLE "
     )
-    for _, scope in cluster.brokers.values():
-        scope.cancel()
+    cluster.stop()
 
 
 async def test_plain_clients_publish_and_consume_through_every_leading_broker(
@@ -418,5 +418,4 @@ async def test_plain_clients_publish_and_consume_through_every_leading_broker(
         bodies = sorted([(await next_message(consumer)).body for _ in range(2)])
         assert bodies == sorted([broker_id.encode(), b"http"])
     await clients.close_all()
-    for _, scope in cluster.brokers.values():
-        scope.cancel()
+    cluster.stop()

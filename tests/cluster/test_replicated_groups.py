@@ -75,5 +75,4 @@ async def test_the_new_leader_keeps_the_partition_with_its_group_owner(
     assert (await next_message(first)).body == b"after"
     assert await quiet(second, 0.3) == []
     await clients.close_all()
-    for _, scope in cluster.brokers.values():
-        scope.cancel()
+    cluster.stop()
