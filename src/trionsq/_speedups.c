@@ -371,6 +371,21 @@ static void put_be64(unsigned char *p, uint64_t v)
     put_be32(p + 4, (uint32_t)v);
 }
 
+/* One record with no ext and no delay at p: its fixed fields, the body's length bytes
+ * and the checksum (FIXED_SIZE + length bytes; no Python object is touched). */
+static void put_plain_record(unsigned char *p, const char *body, Py_ssize_t length,
+                             long long timestamp, uint64_t internal_id, uint64_t trace_id)
+{
+    put_be32(p, (uint32_t)(length + FIXED_SIZE - 4));
+    put_be64(p + 8, (uint64_t)timestamp);
+    put_be64(p + 16, internal_id);
+    put_be64(p + 24, trace_id);
+    p[32] = 0;
+    p[33] = 0;
+    memcpy(p + FIXED_SIZE, body, (size_t)length);
+    put_be32(p + 4, crc32_of(p + FIELDS_AT, (size_t)(length + FIXED_SIZE - FIELDS_AT)));
+}
+
 /* The Records of an encoded batch into records (n items) and, into offsets, where
  * each starts and where the last ends (n + 1): make(offset, size, id, timestamp,
  * body, trace id, ext_version, ext, 0) with each body object itself, and each ext
@@ -504,14 +519,8 @@ static PyObject *encode_plain(PyObject *Py_UNUSED(self), PyObject *const *args, 
     unsigned char *p = out;
     for (Py_ssize_t i = 0; i < n; i++) {
         Py_ssize_t length = PyBytes_GET_SIZE(bodies[i]);
-        put_be32(p, (uint32_t)(length + FIXED_SIZE - 4));
-        put_be64(p + 8, (uint64_t)timestamp);
-        put_be64(p + 16, first_id + (uint64_t)i);
-        put_be64(p + 24, trace_ids[i]);
-        p[32] = 0;
-        p[33] = 0;
-        memcpy(p + FIXED_SIZE, PyBytes_AS_STRING(bodies[i]), (size_t)length);
-        put_be32(p + 4, crc32_of(p + FIELDS_AT, (size_t)(length + FIXED_SIZE - FIELDS_AT)));
+        put_plain_record(p, PyBytes_AS_STRING(bodies[i]), length, timestamp,
+                         first_id + (uint64_t)i, trace_ids[i]);
         p += FIXED_SIZE + length;
     }
     Py_END_ALLOW_THREADS

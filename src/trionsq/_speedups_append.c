@@ -77,14 +77,7 @@ static PyObject *append_record(PyObject *Py_UNUSED(self), PyObject *const *args,
     unsigned char *p = size <= APPEND_STACK ? stack : PyMem_Malloc((size_t)size);
     if (p == NULL)
         return PyErr_NoMemory();
-    put_be32(p, (uint32_t)(size - 4));
-    put_be64(p + 8, (uint64_t)timestamp);
-    put_be64(p + 16, internal_id);
-    put_be64(p + 24, 0);
-    p[32] = 0;
-    p[33] = 0;
-    memcpy(p + FIXED_SIZE, PyBytes_AS_STRING(body), (size_t)length);
-    put_be32(p + 4, crc32_of(p + FIELDS_AT, (size_t)(size - FIELDS_AT)));
+    put_plain_record(p, PyBytes_AS_STRING(body), length, timestamp, internal_id, 0);
     int failed = write_whole((int)fd, p, size);
     if (p != stack)
         PyMem_Free(p);
