@@ -57,6 +57,22 @@ def test_a_joining_member_counts_before_etcd_confirms() -> None:
     assert progress.ack("b", 6, now=0.2) == 6
 
 
+
+def test_a_join_etcd_never_confirmed_stays_asked_and_lags_like_a_member() -> None:
+    """A joiner whose proposal failed (etcd down) is asked again, and once it stops
+    acknowledging it lags as an ISR member does: it must not hold commits for good."""
+    progress = FollowerProgress("a", ["a"], 1, now=0.0, max_lag=1.0)
+    progress.appended(4, now=0.0)
+    progress.ack("b", 4, now=0.0)
+    progress.propose_join("b")
+    assert progress.unconfirmed() == ["b"]
+    assert progress.appended(6, now=0.5) == 4  # b counts, and b went silent
+    assert progress.lagging(now=1.2) == []
+    assert progress.lagging(now=1.6) == ["b"]
+    assert progress.confirm(["a"], now=2.0) == 6  # etcd's ISR never had it
+    assert progress.unconfirmed() == []
+
+
 @given(
     st.lists(
         st.one_of(
