@@ -90,10 +90,12 @@ class FollowerProgress:
         return self._recompute()
 
     def lagging(self, now: float) -> list[str]:
-        """ISR followers behind the leader's end for longer than ``max_lag``."""
+        """Counted followers (the ISR and those joining it) behind the leader's end for
+        longer than ``max_lag``: a joiner whose proposal etcd never took would
+        otherwise hold commits back for good once it stops acknowledging."""
         return sorted(
             f
-            for f in self.isr - {self.leader}
+            for f in self.counted
             if self.acked.get(f, 0) < self.end and now - self._since.get(f, now) > self.max_lag
         )
 
@@ -104,6 +106,11 @@ class FollowerProgress:
             for f in replicas
             if f not in self.isr and f not in self.joining and self.acked.get(f, -1) >= self.end
         )
+
+    def unconfirmed(self) -> list[str]:
+        """Followers proposed to join that etcd has not confirmed: the proposal may
+        have failed (etcd unreachable, or another write came first)."""
+        return sorted(self.joining - self.isr)
 
     def propose_join(self, follower: str) -> None:
         """Count ``follower`` from now on (asked etcd to add it)."""

@@ -232,7 +232,11 @@ class ReplicaManager:
                 epoch=state.epoch,
             )
         if role is not None and role.kind == kind and role.epoch == state.epoch:
-            if isinstance(role, LeaderRole) and state.isr != role.state.isr:
+            revision = self.view.revisions.get(where, 0)
+            if isinstance(role, LeaderRole) and revision > role.revision:
+                # a newer write confirms the ISR even when it is unchanged: a join it
+                # lacks was not taken, and stops being counted
+                role.revision = revision
                 role.confirm(state)
             role.state = state
             return
@@ -259,6 +263,7 @@ class ReplicaManager:
                 max_lag=self.config.replica_lag_time,
                 wake_readers=functools.partial(self._wake_readers, topic, index),
                 caught_up=self._catch_up_seen,
+                revision=self.view.revisions.get(where, 0),
             )
             self._save(where)
             log.info(
@@ -379,9 +384,12 @@ class ReplicaManager:
         now = trio.current_time()
         lagging = set(progress.lagging(now))
         joining = progress.caught_up(role.state.replicas)
-        if not lagging and not joining:
+        # proposed before but not in etcd's ISR yet: proposed again (a write etcd took
+        # is confirmed by the watch, which ends the asking)
+        again = [r for r in progress.unconfirmed() if r not in lagging]
+        if not lagging and not joining and not again:
             return
-        isr = [r for r in role.state.isr if r not in lagging] + joining
+        isr = [r for r in role.state.isr if r not in lagging] + again + joining
         for follower in joining:
             progress.propose_join(follower)
         try:

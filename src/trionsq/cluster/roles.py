@@ -59,14 +59,17 @@ class LeaderRole:
         max_lag: float,
         wake_readers: Callable[[], None],
         caught_up: Callable[[], None] = lambda: None,
+        revision: int = 0,
     ) -> None:
         """``wake_readers``: wakes the partition's channel routers (the commit end
         moved); ``caught_up``: a follower outside the ISR holds everything now (the
-        ISR upkeep runs at once)."""
+        ISR upkeep runs at once); ``revision``: the etcd revision ``state`` was read at."""
         self.partition = partition
         self._wake_readers = wake_readers
         self._caught_up = caught_up
         self.state = state
+        self.revision = revision
+        """The partition key's etcd revision this role last took its state from."""
         self.files = files
         self.epoch = state.epoch
         end = partition.log.next_id
