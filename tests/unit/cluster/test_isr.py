@@ -57,7 +57,6 @@ def test_a_joining_member_counts_before_etcd_confirms() -> None:
     assert progress.ack("b", 6, now=0.2) == 6
 
 
-
 def test_a_join_etcd_never_confirmed_stays_asked_and_lags_like_a_member() -> None:
     """A joiner whose proposal failed (etcd down) is asked again, and once it stops
     acknowledging it lags as an ISR member does: it must not hold commits for good."""
