@@ -270,6 +270,8 @@ class Broker:
                 return f"NOK - {degraded}"
         return text
 
+    # a twin on purpose: keyed_publish.KeyedHost.publish declares this signature again,
+    # the protocol that lets keyed_publish call it without importing this module
     def publish(
         self,
         topic_name: str,
