@@ -334,6 +334,8 @@ _encode_ext_c: Final[
 ] = None if compiled is None else compiled.encode_ext
 
 
+# a twin on purpose: _encode_plain_py's and _encode_general_py's arguments, which it
+# hands on to the encoder it picks
 def _encode_batch(
     bodies: Sequence[bytes],
     timestamp: int,
