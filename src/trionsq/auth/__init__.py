@@ -6,32 +6,8 @@ it does not import trio; the HTTP client is ``trionsq.auth.client``.
 
 from __future__ import annotations
 
-from .authorizations import (
-    PUBLISH,
-    SUBSCRIBE,
-    AuthAddressError,
-    AuthError,
-    Authorization,
-    AuthReplyError,
-    AuthRequest,
-    AuthState,
-    auth_params,
-    build_auth_request,
-    decode_auth_reply,
-    encode_auth_response,
-)
+from . import authorizations
+from .authorizations import *  # noqa: F403  (the pure part, named once: its __all__)
 
-__all__ = [
-    "PUBLISH",
-    "SUBSCRIBE",
-    "AuthAddressError",
-    "AuthError",
-    "AuthReplyError",
-    "AuthRequest",
-    "AuthState",
-    "Authorization",
-    "auth_params",
-    "build_auth_request",
-    "decode_auth_reply",
-    "encode_auth_response",
-]
+__all__: list[str] = []
+__all__ += authorizations.__all__

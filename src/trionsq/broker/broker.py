@@ -42,7 +42,6 @@ if TYPE_CHECKING:
     from .channel import Channel
     from .consumers import Consumer
     from .driver import ChannelDriver, DriverFactory, Outbox
-    from .idempotence import Stored
     from .replication import ReplicationHook
     from .statistics import ClientStatistics
     from .storage import Storage
@@ -270,6 +269,8 @@ class Broker:
                 return f"NOK - {degraded}"
         return text
 
+    # a twin on purpose: keyed_publish.KeyedHost.publish declares this signature again,
+    # the protocol that lets keyed_publish call it without importing this module
     def publish(
         self,
         topic_name: str,
@@ -360,32 +361,10 @@ class Broker:
         if self.events.samplers and topic_name in self.events.samplers:
             self.events.sample(topic_name, partition_index, records)
 
-    def publish_once(
-        self,
-        topic: str,
-        bodies: Sequence[bytes],
-        keys: Sequence[str | None],
-        timestamp: int,
-        *,
-        partition_index: int,
-        trace_ids: Sequence[int],
-        exts: Sequence[bytes],
-        source: str = "",
-    ) -> Stored | None:
-        """Publish ext messages, each whose ``##idempotency_key`` the partition holds
-        skipped (:func:`~.keyed_publish.publish_once`, which says what it returns
-        and raises)."""
-        return keyed_publish.publish_once(
-            self,
-            topic,
-            bodies,
-            keys,
-            timestamp,
-            partition_index=partition_index,
-            trace_ids=trace_ids,
-            exts=exts,
-            source=source,
-        )
+    publish_once = keyed_publish.publish_once
+    """Publish ext messages, each whose ``##idempotency_key`` the partition holds
+    skipped: :func:`~.keyed_publish.publish_once` with this broker as its host (it
+    says what it returns and raises)."""
 
     def _defer_at_publish(
         self, partition: Partition, records: Sequence[Record], deliver_at: int

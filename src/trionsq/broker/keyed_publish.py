@@ -44,6 +44,8 @@ class KeyedHost(Protocol):
         """The broker's settings (``idempotency_window``)."""
         ...
 
+    # a twin on purpose: Broker.publish's signature, declared again by the protocol so
+    # that this module need not import broker.py (which imports it)
     def publish(
         self,
         topic_name: str,

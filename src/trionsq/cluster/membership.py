@@ -10,36 +10,33 @@ is older than the TTL may already be replaced, so it stops acknowledging
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
+import attrs
 import trio
 
-from .etcd import EtcdUnavailable, LeaseExpired
+from .etcd import EtcdClient, EtcdUnavailable, LeaseExpired
 from .etcd_json import Compare, EtcdReplyError, Op
 from .keys import BrokerInfo, ClusterKeys, PartitionState, encode
-
-if TYPE_CHECKING:
-    from .etcd import EtcdClient
 
 __all__ = ["Registration", "propose_state"]
 
 log = logging.getLogger("trionsq.cluster")
 
 
+@attrs.define(eq=False)
 class Registration:
     """The broker's key on its lease, renewed until the task is cancelled."""
 
-    def __init__(self, client: EtcdClient, keys: ClusterKeys, info: BrokerInfo, ttl: float) -> None:
-        self.client = client
-        self.keys = keys
-        self.info = info
-        self.ttl = ttl
-        self.lease = 0
-        self.revision = 0
-        """The etcd revision of the latest registration: a partition state older than
-        it was decided before the coordinator knew of this (re)start."""
-        self.renewed_at = -float("inf")
-        """Trio time of the last grant or renewal etcd confirmed."""
+    client: EtcdClient
+    keys: ClusterKeys
+    info: BrokerInfo
+    ttl: float
+    lease: int = attrs.field(default=0, init=False)
+    revision: int = attrs.field(default=0, init=False)
+    """The etcd revision of the latest registration: a partition state older than
+    it was decided before the coordinator knew of this (re)start."""
+    renewed_at: float = attrs.field(default=-float("inf"), init=False)
+    """Trio time of the last grant or renewal etcd confirmed."""
 
     def fenced(self) -> bool:
         """Whether the lease may have expired in etcd (no renewal for a TTL)."""

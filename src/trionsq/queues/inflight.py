@@ -59,23 +59,20 @@ class InFlightStatistics:
     """Heap size in batches, stale ones included (bounded at about twice the live ones)."""
 
 
+@attrs.define(eq=False)
 class _Batch(Generic[T]):
     """Messages delivered to one client at one moment with one deadline: what the
     table keeps per message is a dict slot pointing here and its payload in
     :attr:`payloads` (issue 19: an entry object and a heap push per message were a
-    tenth of the consume path)."""
+    tenth of the consume path). Slotted, and hashed by identity (it is kept in
+    sets and compared in the heap only by its seq)."""
 
-    __slots__ = ("client", "deadline", "delivered_at", "payloads", "seq")
-
-    def __init__(
-        self, client: int, delivered_at: float, deadline: float, seq: int, payloads: dict[int, T]
-    ) -> None:
-        self.client = client
-        self.delivered_at = delivered_at
-        self.deadline = deadline
-        self.seq = seq
-        self.payloads = payloads
-        """Its keys still in flight; empty once all are finished, touched or expired."""
+    client: int
+    delivered_at: float
+    deadline: float
+    seq: int
+    payloads: dict[int, T]
+    """Its keys still in flight; empty once all are finished, touched or expired."""
 
     def entry(self, key: int, payload: T) -> InFlight[T]:
         return InFlight(key, payload, self.client, self.delivered_at, self.deadline, self.seq)

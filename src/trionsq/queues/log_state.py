@@ -58,6 +58,8 @@ class _Chunk:
 class _LogState:
     """A log's attributes and its reads from memory (see :class:`TopicLog`)."""
 
+    # a twin on purpose: TopicLog.open (topic_log.py) takes these settings again and
+    # forwards them by name, so that its callers get them typed and checked
     def __init__(
         self,
         directory: str | os.PathLike[str],

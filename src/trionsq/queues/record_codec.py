@@ -3,7 +3,7 @@
 Records are encoded exactly as :func:`~trionsq.queues.record.encode_record` does
 (size, crc32, fields, body); this module holds that encoding precompiled for the
 durable log's loops: :func:`_frames` and :func:`_decode` read records back from a
-file, :func:`_encode_plain` and :func:`_encode_general` turn a batch into bytes and
+file, :func:`_encode_batch` turns a batch into bytes and
 :class:`~trionsq.queues.record.Record` objects at once, :func:`_append_record` writes
 a PUB's record to a descriptor as it encodes it. It knows nothing of segments, so
 every other module of the log may use it.
@@ -125,6 +125,7 @@ def _decode(buffer: bytes, index: int, offset: int, size: int) -> Record | None:
     )
 
 
+# a twin on purpose: the compiled decode_run's pure-Python fallback (same arguments)
 def _decode_run_py(
     buffer: bytes,
     at: int,
@@ -241,28 +242,8 @@ _encode_plain_c: Final[
 ] = None if compiled is None else compiled.encode_plain
 
 
-# a twin on purpose: this picks the compiled encoder, _encode_plain_py is its fallback
-def _encode_plain(
-    bodies: Sequence[bytes],
-    timestamp: int,
-    first_id: int,
-    offset: int,
-    trace_ids: Sequence[int] | None,
-) -> tuple[bytes, list[Record], list[int]]:
-    """A batch with no ext and no delay: its bytes, its records, its offsets and end.
-
-    Compiled where built (bytes written and checksummed outside the GIL; MPUB x200
-    0.87 -> 0.35 us a record), else :func:`_encode_plain_py`, which also takes a
-    batch with a body that is not exactly ``bytes``.
-    """
-    if _encode_plain_c is not None:
-        encoded = _encode_plain_c(bodies, timestamp, first_id, offset, trace_ids, Record)
-        if encoded is not None:
-            return encoded
-    return _encode_plain_py(bodies, timestamp, first_id, offset, trace_ids)
-
-
-# a twin on purpose: the compiled encode_plain's pure-Python fallback (same arguments)
+# a twin on purpose: the compiled encode_plain's pure-Python fallback (same arguments;
+# _encode_batch picks between them)
 def _encode_plain_py(
     bodies: Sequence[bytes],
     timestamp: int,
@@ -303,7 +284,7 @@ def _encode_plain_py(
 def _encode_one(
     body: bytes, timestamp: int, internal_id: int, offset: int, trace_ids: Sequence[int] | None
 ) -> tuple[bytes, list[Record], list[int]]:
-    """:func:`_encode_plain` for one body, written out (8 us -> about 1 us a PUB)."""
+    """:func:`_encode_plain_py` for one body, written out (8 us -> about 1 us a PUB)."""
     trace_id = 0 if trace_ids is None else trace_ids[0]
     payload = _FIELDS.pack(timestamp, internal_id, trace_id, 0, 0) + body
     size = len(body) + FIXED_SIZE
@@ -353,8 +334,9 @@ _encode_ext_c: Final[
 ] = None if compiled is None else compiled.encode_ext
 
 
-# a twin on purpose: this picks the compiled encoder, _encode_general_py is its fallback
-def _encode_general(
+# a twin on purpose: _encode_plain_py's and _encode_general_py's arguments, which it
+# hands on to the encoder it picks
+def _encode_batch(
     bodies: Sequence[bytes],
     timestamp: int,
     first_id: int,
@@ -364,12 +346,22 @@ def _encode_general(
     exts: Sequence[bytes] | None,
     deliver_at: int,
 ) -> tuple[bytes, list[Record], list[int]]:
-    """Like :func:`_encode_plain`, for records with an ext header or a delivery time.
+    """A batch's bytes, its records, its offsets and end: by the compiled encoder that
+    takes it where built, else by its pure-Python twin.
 
-    Ext headers without a delay (MPUB_EXT, PUB_EXT) are encoded compiled where built
-    (issue 32: keyed MPUB_EXT x500 1.5 -> 0.3 us a record), else, and for the rest,
-    by :func:`_encode_general_py`.
+    A batch with no ext and no delay: ``encode_plain`` (bytes written and checksummed
+    outside the GIL; MPUB x200 0.87 -> 0.35 us a record), else :func:`_encode_plain_py`,
+    which also takes a batch with a body that is not exactly ``bytes``. Ext headers
+    without a delay (MPUB_EXT, PUB_EXT): ``encode_ext`` (issue 32: keyed MPUB_EXT x500
+    1.5 -> 0.3 us a record); the rest, and where that is not built,
+    :func:`_encode_general_py`.
     """
+    if not (ext_version or deliver_at):
+        if _encode_plain_c is not None:
+            encoded = _encode_plain_c(bodies, timestamp, first_id, offset, trace_ids, Record)
+            if encoded is not None:
+                return encoded
+        return _encode_plain_py(bodies, timestamp, first_id, offset, trace_ids)
     if _encode_ext_c is not None and ext_version and exts is not None and not deliver_at:
         encoded = _encode_ext_c(
             bodies, exts, ext_version, timestamp, first_id, offset, trace_ids, Record
@@ -381,7 +373,8 @@ def _encode_general(
     )
 
 
-# a twin on purpose: the compiled encode_ext's pure-Python fallback (same arguments)
+# a twin on purpose: the compiled encode_ext's pure-Python fallback (same arguments;
+# _encode_batch picks between them)
 def _encode_general_py(
     bodies: Sequence[bytes],
     timestamp: int,

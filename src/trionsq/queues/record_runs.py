@@ -26,8 +26,7 @@ from .record_codec import (
     _crc32,
     _decode,
     _decode_run,
-    _encode_general,
-    _encode_plain,
+    _encode_batch,
 )
 
 if TYPE_CHECKING:
@@ -69,22 +68,17 @@ def encode_records(records: Sequence[Record]) -> bytes:
         first = run[0]
         bodies = [record.body for record in run]
         traces = [record.trace_id for record in run]
-        if first.ext_version or first.deliver_at:
-            exts = [record.ext for record in run] if first.ext_version else None
-            data, _, _ = _encode_general(
-                bodies,
-                first.timestamp,
-                first.internal_id,
-                first.offset,
-                traces,
-                first.ext_version,
-                exts,
-                first.deliver_at,
-            )
-        else:
-            data, _, _ = _encode_plain(
-                bodies, first.timestamp, first.internal_id, first.offset, traces
-            )
+        exts = [record.ext for record in run] if first.ext_version else None
+        data, _, _ = _encode_batch(
+            bodies,
+            first.timestamp,
+            first.internal_id,
+            first.offset,
+            traces,
+            first.ext_version,
+            exts,
+            first.deliver_at,
+        )
         parts.append(data)
     return b"".join(parts)
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from .log_state import _LogState
 from .record import FIXED_SIZE, Record
-from .record_codec import _append_record, _encode_general, _encode_plain, write_whole
+from .record_codec import _append_record, _encode_batch, write_whole
 from .segment_format import (
     HEADER_SIZE,
     _Check,
@@ -65,12 +65,9 @@ class _SegmentWriter(_LogState):
             raise ValueError("trace_ids and exts need one entry per body")
         first_id = self.next_id
         offset = self.next_offset
-        if ext_version or deliver_at:
-            data, records, offsets = _encode_general(
-                bodies, timestamp, first_id, offset, trace_ids, ext_version, exts, deliver_at
-            )
-        else:
-            data, records, offsets = _encode_plain(bodies, timestamp, first_id, offset, trace_ids)
+        data, records, offsets = _encode_batch(
+            bodies, timestamp, first_id, offset, trace_ids, ext_version, exts, deliver_at
+        )
         self._put(data, first_id, offsets, timestamp, None, records)
         return records
 
