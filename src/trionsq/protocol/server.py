@@ -579,17 +579,18 @@ class ServerConnection(WholePublishes):
             raise _invalid(f"PULL count {text} out of range 0-{self.settings.max_rdy_count}")
         return Pull(count)
 
+    def _answered_id(self, verb: str, params: list[bytes], wanted: int = 2) -> bytes:
+        """FIN's, REQ's and TOUCH's checks in nsqd's order (state, params, id): the id."""
+        self._require_consuming(verb)
+        if len(params) < wanted:
+            raise _invalid(f"{verb} insufficient number of params")
+        return self._check_message_id(params[1])
+
     def _fin(self, params: list[bytes]) -> Event:
-        self._require_consuming("FIN")
-        if len(params) < 2:
-            raise _invalid("FIN insufficient number of params")
-        return Fin(self._check_message_id(params[1]))
+        return Fin(self._answered_id("FIN", params))
 
     def _req(self, params: list[bytes]) -> Event:
-        self._require_consuming("REQ")
-        if len(params) < 3:
-            raise _invalid("REQ insufficient number of params")
-        message_id = self._check_message_id(params[1])
+        message_id = self._answered_id("REQ", params, 3)
         return Req(message_id, self._req_timeout(params[2]))
 
     def _req_timeout(self, raw: bytes) -> int:
@@ -599,10 +600,7 @@ class ServerConnection(WholePublishes):
         return to_int64(timeout)
 
     def _touch(self, params: list[bytes]) -> Event:
-        self._require_consuming("TOUCH")
-        if len(params) < 2:
-            raise _invalid("TOUCH insufficient number of params")
-        return Touch(self._check_message_id(params[1]))
+        return Touch(self._answered_id("TOUCH", params))
 
     def _positional(self, line: bytes) -> Event:
         """FIN/REQ/TOUCH with a binary id: the id is the 16 bytes after ``VERB ``."""
