@@ -547,11 +547,18 @@ class ServerConnection(WholePublishes):
             return SubOrdered(topic, channel, partition)
         return SubAdvanced(topic, channel, partition, offset)
 
-    def _rdy(self, params: list[bytes]) -> Event | None:
+    def _closing(self, verb: str) -> bool:
+        """RDY's and PULL's state rule: ignored while closing (True), refused unless
+        subscribed."""
         if self.state == ConnectionState.CLOSING:
-            return None
+            return True
         if self.state != ConnectionState.SUBSCRIBED:
-            raise _invalid("cannot RDY in current state")
+            raise _invalid(f"cannot {verb} in current state")
+        return False
+
+    def _rdy(self, params: list[bytes]) -> Event | None:
+        if self._closing("RDY"):
+            return None
         if len(params) < 2:
             return Rdy(1)
         parsed = parse_base10(params[1])
@@ -564,10 +571,8 @@ class ServerConnection(WholePublishes):
 
     def _pull(self, params: list[bytes]) -> Event | None:
         """PULL <count> (trionsq): as RDY's checks, with the count required."""
-        if self.state == ConnectionState.CLOSING:
+        if self._closing("PULL"):
             return None
-        if self.state != ConnectionState.SUBSCRIBED:
-            raise _invalid("cannot PULL in current state")
         if len(params) < 2:
             raise _invalid("PULL insufficient number of params")
         raw = params[1]
