@@ -25,6 +25,8 @@ static const uint64_t blake2b_iv[8] = {
     0x1F83D9ABFB41BD6BULL, 0x5BE0CD19137E2179ULL,
 };
 
+/* A constant table, not code twice: rows 10 and 11 are rows 0 and 1 again, as RFC 7693
+ * lists them, so the 12 rounds index it without a modulo. */
 static const uint8_t blake2b_sigma[12][16] = {
     {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15},
     {14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3},
