@@ -73,6 +73,29 @@ static uint32_t crc32_of(const unsigned char *p, size_t n)
     return c ^ 0xFFFFFFFFu;
 }
 
+/* The argument count check of every FASTCALL entry here (no varargs parsing on a
+ * hot call): 0 when nargs is wanted, else -1 with the TypeError set. */
+static inline int check_nargs(const char *name, Py_ssize_t nargs, Py_ssize_t wanted)
+{
+    if (nargs == wanted)
+        return 0;
+    PyErr_Format(PyExc_TypeError, "%s takes %zd arguments", name, wanted);
+    return -1;
+}
+
+/* After an entry read its number arguments: 1, with an exception set, when one did
+ * not convert or out (the list the records go to) is not a list; else 0. */
+static inline int read_args_failed(PyObject *out)
+{
+    if (PyErr_Occurred())
+        return 1;
+    if (!PyList_Check(out)) {
+        PyErr_SetString(PyExc_TypeError, "out must be a list");
+        return 1;
+    }
+    return 0;
+}
+
 static inline uint16_t be16(const unsigned char *p) { return (uint16_t)(p[0] << 8 | p[1]); }
 
 static inline uint32_t be32(const unsigned char *p)
@@ -165,13 +188,10 @@ PyDoc_STRVAR(decode_run_doc,
 "damaged one (damaged True, at pointing to it). Checksums are verified with the\n"
 "GIL released.");
 
-/* A FASTCALL entry as every one here: its argument checks repeat by design (no varargs parsing on a hot call). */
 static PyObject *decode_run(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 8) {
-        PyErr_SetString(PyExc_TypeError, "decode_run takes 8 arguments");
+    if (check_nargs("decode_run", nargs, 8) < 0)
         return NULL;
-    }
     Py_buffer view;
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
         return NULL;
@@ -187,12 +207,8 @@ static PyObject *decode_run(PyObject *Py_UNUSED(self), PyObject *const *args, Py
     Py_ssize_t wanted = PyLong_AsSsize_t(args[4]);
     Py_ssize_t budget = PyLong_AsSsize_t(args[5]);
     PyObject *make = args[6], *out = args[7];
-    if (PyErr_Occurred())
+    if (read_args_failed(out))
         goto done;
-    if (!PyList_Check(out)) {
-        PyErr_SetString(PyExc_TypeError, "out must be a list");
-        goto done;
-    }
     const unsigned char *b = view.buf;
     Py_ssize_t length = view.len;
     Py_ssize_t most = length / FIXED_SIZE + 1; /* whole records fit at most */
@@ -386,19 +402,34 @@ static void put_plain_record(unsigned char *p, const char *body, Py_ssize_t leng
     put_be32(p + 4, crc32_of(p + FIELDS_AT, (size_t)(length + FIXED_SIZE - FIELDS_AT)));
 }
 
-/* The Records of an encoded batch into records (n items) and, into offsets, where
- * each starts and where the last ends (n + 1): make(offset, size, id, timestamp,
- * body, trace id, ext_version, ext, 0) with each body object itself, and each ext
- * (exts NULL: none, the empty bytes). Returns 0, or -1 with an exception set. */
-static int fill_records(PyObject *const *bodies, PyObject *const *exts, PyObject *traces,
-                        Py_ssize_t n, long long timestamp, unsigned long long first_id,
-                        long long offset, long ext_version, PyObject *make, PyObject *records,
-                        PyObject *offsets)
+/* trace_ids (not None) as a fast sequence of at least n items, or NULL with an
+ * exception set: encode_plain's and encode_ext's check. */
+static PyObject *trace_seq(PyObject *trace_ids, Py_ssize_t n)
 {
+    PyObject *traces = PySequence_Fast(trace_ids, "trace_ids must be a sequence");
+    if (traces != NULL && PySequence_Fast_GET_SIZE(traces) < n) {
+        PyErr_SetString(PyExc_ValueError, "trace_ids need one entry per body");
+        Py_DECREF(traces);
+        return NULL;
+    }
+    return traces;
+}
+
+/* (data, records, offsets) of an encoded batch: its Records (n items) and where each
+ * starts and where the last ends (n + 1): make(offset, size, id, timestamp, body,
+ * trace id, ext_version, ext, 0) with each body object itself, and each ext (exts
+ * NULL: none, the empty bytes). Returns NULL with an exception set on a failure. */
+static PyObject *encoded_batch(PyObject *data, PyObject *const *bodies, PyObject *const *exts,
+                               PyObject *traces, Py_ssize_t n, long long timestamp,
+                               unsigned long long first_id, long long offset, long ext_version,
+                               PyObject *make)
+{
+    PyObject *records = PyList_New(n), *offsets = PyList_New(n + 1);
     PyObject *zero = PyLong_FromLong(0), *empty = PyBytes_FromStringAndSize(NULL, 0);
     PyObject *stamp = PyLong_FromLongLong(timestamp), *version = PyLong_FromLong(ext_version);
     long long at = offset;
-    int failed = zero == NULL || empty == NULL || stamp == NULL || version == NULL;
+    int failed = records == NULL || offsets == NULL || zero == NULL || empty == NULL ||
+                 stamp == NULL || version == NULL;
     for (Py_ssize_t i = 0; i < n && !failed; i++) {
         Py_ssize_t size = FIXED_SIZE + PyBytes_GET_SIZE(bodies[i]);
         if (exts != NULL)
@@ -436,11 +467,14 @@ static int fill_records(PyObject *const *bodies, PyObject *const *exts, PyObject
         else
             PyList_SET_ITEM(offsets, n, end);
     }
+    PyObject *result = failed ? NULL : PyTuple_Pack(3, data, records, offsets);
+    Py_XDECREF(records);
+    Py_XDECREF(offsets);
     Py_XDECREF(zero);
     Py_XDECREF(empty);
     Py_XDECREF(stamp);
     Py_XDECREF(version);
-    return failed ? -1 : 0;
+    return result;
 }
 
 /* ---- keyed publishing (issue 32), a replica's copies (issue 35): sections of this file */
@@ -458,14 +492,12 @@ PyDoc_STRVAR(encode_plain_doc,
 
 static PyObject *encode_plain(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError, "encode_plain takes 6 arguments");
+    if (check_nargs("encode_plain", nargs, 6) < 0)
         return NULL;
-    }
     PyObject *seq = PySequence_Fast(args[0], "bodies must be a sequence");
     if (seq == NULL)
         return NULL;
-    PyObject *result = NULL, *data = NULL, *records = NULL, *offsets = NULL, *traces = NULL;
+    PyObject *result = NULL, *data = NULL, *traces = NULL;
     PyObject **bodies = NULL;
     uint64_t *trace_ids = NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), held = 0;
@@ -498,13 +530,9 @@ static PyObject *encode_plain(PyObject *Py_UNUSED(self), PyObject *const *args, 
         total += FIXED_SIZE + PyBytes_GET_SIZE(body);
     }
     if (args[4] != Py_None) {
-        traces = PySequence_Fast(args[4], "trace_ids must be a sequence");
+        traces = trace_seq(args[4], n);
         if (traces == NULL)
             goto done;
-        if (PySequence_Fast_GET_SIZE(traces) < n) {
-            PyErr_SetString(PyExc_ValueError, "trace_ids need one entry per body");
-            goto done;
-        }
         for (Py_ssize_t i = 0; i < n; i++) {
             trace_ids[i] = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(traces, i));
             if (PyErr_Occurred())
@@ -524,14 +552,7 @@ static PyObject *encode_plain(PyObject *Py_UNUSED(self), PyObject *const *args, 
         p += FIXED_SIZE + length;
     }
     Py_END_ALLOW_THREADS
-    records = PyList_New(n);
-    offsets = PyList_New(n + 1);
-    if (records == NULL || offsets == NULL)
-        goto done;
-    int failed = fill_records(bodies, NULL, traces, n, timestamp, first_id, offset, 0, make,
-                              records, offsets);
-    if (!failed)
-        result = PyTuple_Pack(3, data, records, offsets);
+    result = encoded_batch(data, bodies, NULL, traces, n, timestamp, first_id, offset, 0, make);
 done:
     for (Py_ssize_t i = 0; i < held; i++)
         Py_DECREF(bodies[i]);
@@ -539,8 +560,6 @@ done:
     PyMem_Free(trace_ids);
     Py_XDECREF(traces);
     Py_XDECREF(data);
-    Py_XDECREF(records);
-    Py_XDECREF(offsets);
     Py_DECREF(seq);
     return result;
 }
@@ -585,10 +604,8 @@ PyDoc_STRVAR(tubemq_frames_doc,
 
 static PyObject *tubemq_frames(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError, "tubemq_frames takes 6 arguments");
+    if (check_nargs("tubemq_frames", nargs, 6) < 0)
         return NULL;
-    }
     Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
     Py_ssize_t limit = PyLong_AsSsize_t(args[2]);
     Py_ssize_t longest = PyLong_AsSsize_t(args[3]);
@@ -671,10 +688,8 @@ static int in_send_run(PyObject *payload, PyObject *prefix, PyObject *method_fir
 static PyObject *tubemq_send_run(PyObject *Py_UNUSED(self), PyObject *const *args,
                                  Py_ssize_t nargs)
 {
-    if (nargs != 8) {
-        PyErr_SetString(PyExc_TypeError, "tubemq_send_run takes 8 arguments");
+    if (check_nargs("tubemq_send_run", nargs, 8) < 0)
         return NULL;
-    }
     PyObject *frames = args[0], *make = args[2], *prefix = args[3], *method_first = args[4];
     PyObject *leads = args[5], *lead_for = args[6], *tag = args[7];
     Py_ssize_t start = PyLong_AsSsize_t(args[1]);

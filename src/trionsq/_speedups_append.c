@@ -48,10 +48,8 @@ PyDoc_STRVAR(append_record_doc,
 static PyObject *append_record(PyObject *Py_UNUSED(self), PyObject *const *args,
                                Py_ssize_t nargs)
 {
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError, "append_record takes 6 arguments");
+    if (check_nargs("append_record", nargs, 6) < 0)
         return NULL;
-    }
     long fd = PyLong_AsLong(args[0]);
     PyObject *body = args[1];
     long long timestamp = PyLong_AsLongLong(args[2]);

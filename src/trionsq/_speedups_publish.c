@@ -25,6 +25,8 @@ static const uint64_t blake2b_iv[8] = {
     0x1F83D9ABFB41BD6BULL, 0x5BE0CD19137E2179ULL,
 };
 
+/* A constant table, not code twice: rows 10 and 11 are rows 0 and 1 again, as RFC 7693
+ * lists them, so the 12 rounds index it without a modulo. */
 static const uint8_t blake2b_sigma[12][16] = {
     {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15},
     {14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3},
@@ -273,10 +275,8 @@ PyDoc_STRVAR(read_keyed_parts_doc,
 static PyObject *read_keyed_parts(PyObject *Py_UNUSED(self), PyObject *const *args,
                                   Py_ssize_t nargs)
 {
-    if (nargs != 7) {
-        PyErr_SetString(PyExc_TypeError, "read_keyed_parts takes 7 arguments");
+    if (check_nargs("read_keyed_parts", nargs, 7) < 0)
         return NULL;
-    }
     Py_buffer view;
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
         return NULL;
@@ -286,12 +286,8 @@ static PyObject *read_keyed_parts(PyObject *Py_UNUSED(self), PyObject *const *ar
     long long budget = PyLong_AsLongLong(args[3]);
     long long max_msg = PyLong_AsLongLong(args[4]);
     PyObject *make = args[5], *out = args[6];
-    if (PyErr_Occurred())
+    if (read_args_failed(out))
         goto done;
-    if (!PyList_Check(out)) {
-        PyErr_SetString(PyExc_TypeError, "out must be a list");
-        goto done;
-    }
     const unsigned char *b = view.buf;
     Py_ssize_t length = view.len, taken = 0;
     int unusual = 0;
@@ -405,14 +401,12 @@ static void ext_write(unsigned char *p, PyObject *const *bodies, PyObject *const
 
 static PyObject *encode_ext(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 8) {
-        PyErr_SetString(PyExc_TypeError, "encode_ext takes 8 arguments");
+    if (check_nargs("encode_ext", nargs, 8) < 0)
         return NULL;
-    }
     PyObject *body_seq = PySequence_Fast(args[0], "bodies must be a sequence");
     PyObject *ext_seq =
         body_seq == NULL ? NULL : PySequence_Fast(args[1], "exts must be a sequence");
-    PyObject *traces = NULL, *data = NULL, *records = NULL, *offsets = NULL, *result = NULL;
+    PyObject *traces = NULL, *data = NULL, *result = NULL;
     PyObject **bodies = NULL, **exts = NULL;
     uint64_t *trace_ids = NULL;
     Py_ssize_t n = 0, held = 0, total = 0;
@@ -433,15 +427,8 @@ static PyObject *encode_ext(PyObject *Py_UNUSED(self), PyObject *const *args, Py
         PyErr_SetString(PyExc_ValueError, "exts need one entry per body");
         goto done;
     }
-    if (args[6] != Py_None) {
-        traces = PySequence_Fast(args[6], "trace_ids must be a sequence");
-        if (traces == NULL)
-            goto done;
-        if (PySequence_Fast_GET_SIZE(traces) < n) {
-            PyErr_SetString(PyExc_ValueError, "trace_ids need one entry per body");
-            goto done;
-        }
-    }
+    if (args[6] != Py_None && (traces = trace_seq(args[6], n)) == NULL)
+        goto done;
     bodies = PyMem_Malloc(sizeof(PyObject *) * (size_t)(n ? n : 1));
     exts = PyMem_Malloc(sizeof(PyObject *) * (size_t)(n ? n : 1));
     trace_ids = PyMem_Malloc(sizeof(uint64_t) * (size_t)(n ? n : 1));
@@ -465,13 +452,8 @@ static PyObject *encode_ext(PyObject *Py_UNUSED(self), PyObject *const *args, Py
     ext_write(out, bodies, exts, trace_ids, n, timestamp, (uint64_t)first_id,
               (unsigned)ext_version);
     Py_END_ALLOW_THREADS
-    records = PyList_New(n);
-    offsets = PyList_New(n + 1);
-    if (records == NULL || offsets == NULL)
-        goto done;
-    if (fill_records(bodies, exts, traces, n, timestamp, first_id, offset, ext_version,
-                     args[7], records, offsets) == 0)
-        result = PyTuple_Pack(3, data, records, offsets);
+    result = encoded_batch(data, bodies, exts, traces, n, timestamp, first_id, offset,
+                           ext_version, args[7]);
 done:
     for (Py_ssize_t i = 0; i < held; i++) {
         Py_DECREF(bodies[i]);
@@ -482,8 +464,6 @@ done:
     PyMem_Free(trace_ids);
     Py_XDECREF(traces);
     Py_XDECREF(data);
-    Py_XDECREF(records);
-    Py_XDECREF(offsets);
     Py_XDECREF(ext_seq);
     Py_XDECREF(body_seq);
     return result;
@@ -618,13 +598,10 @@ PyDoc_STRVAR(keyed_chunks_doc,
 "(partition, messages, parts) of at most batch_size messages, partition by\n"
 "partition, rows in order.");
 
-/* A FASTCALL entry as every one here: its argument checks repeat by design (no varargs parsing on a hot call). */
 static PyObject *keyed_chunks(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 10) {
-        PyErr_SetString(PyExc_TypeError, "keyed_chunks takes 10 arguments");
+    if (check_nargs("keyed_chunks", nargs, 10) < 0)
         return NULL;
-    }
     Py_buffer offsets, data, prefix, extra;
     int got = 0;
     PyObject *result = NULL;

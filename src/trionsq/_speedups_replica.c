@@ -33,10 +33,8 @@ PyDoc_STRVAR(scan_copies_doc,
 
 static PyObject *scan_copies(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "scan_copies takes 3 arguments");
+    if (check_nargs("scan_copies", nargs, 3) < 0)
         return NULL;
-    }
     if (array_type == NULL) {
         PyObject *module = PyImport_ImportModule("array");
         if (module == NULL)

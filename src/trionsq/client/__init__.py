@@ -9,21 +9,12 @@ same for code that is not Trio. See docs/client.md.
 
 from __future__ import annotations
 
+from . import errors
 from .connection import Connection, open_connection
 from .consumer import Consumer, ConsumerSettings, open_consumer
 from .discovery import Placement, Target
-from .errors import (
-    ConnectionClosedError,
-    NsqAuthError,
-    NsqClientError,
-    NsqConfigError,
-    NsqConnectionError,
-    NsqDiscoveryError,
-    NsqError,
-    NsqSecurityError,
-    NsqTlsError,
-    renamed,
-)
+from .errors import *  # noqa: F403  (the exception classes: errors.__all__)
+from .errors import renamed
 from .message import ClientMessage
 from .options import ConnectionOptions
 from .ordering import OffsetSkip
@@ -33,18 +24,9 @@ from .producer import Producer, ProducerSettings, open_producer
 __all__ = [
     "ClientMessage",
     "Connection",
-    "ConnectionClosedError",
     "ConnectionOptions",
     "Consumer",
     "ConsumerSettings",
-    "NsqAuthError",
-    "NsqClientError",
-    "NsqConfigError",
-    "NsqConnectionError",
-    "NsqDiscoveryError",
-    "NsqError",
-    "NsqSecurityError",
-    "NsqTlsError",
     "OffsetSkip",
     "Placement",
     "Producer",
@@ -55,8 +37,9 @@ __all__ = [
     "open_producer",
     "partition_for_key",
 ]
+__all__ += errors.__all__
 
 
-def __getattr__(name: str) -> type[NsqClientError]:
+def __getattr__(name: str) -> type[errors.NsqClientError]:
     """``LookupError_``, the old name of :class:`NsqDiscoveryError` (deprecated)."""
     return renamed(__name__, name)

@@ -13,14 +13,13 @@ is sent again one message at a time, so only the bad one fails.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Final, Protocol
+from collections.abc import Awaitable, Callable
+from typing import Final, Protocol
 
+import attrs
 import trio
 
 from .errors import NsqConfigError, NsqError
-
-if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
 
 __all__ = ["Batcher", "Slot"]
 
@@ -48,35 +47,30 @@ class _Slot:
         self.done.set()
 
 
+@attrs.define(eq=False)
 class Batcher:
     """The queue and sender task for one topic and partition."""
 
-    def __init__(
-        self,
-        send: Callable[[tuple[bytes, ...]], Awaitable[None]],
-        *,
-        max_batch: int,
-        max_waiting: int,
-        batches_out: int = 1,
-    ) -> None:
-        if max_batch < 1 or max_waiting < max_batch:
+    _send: Callable[[tuple[bytes, ...]], Awaitable[None]]
+    max_batch: int = attrs.field(kw_only=True)
+    max_waiting: int = attrs.field(kw_only=True)
+    batches_out: int = attrs.field(default=1, kw_only=True)
+    batches: int = attrs.field(default=0, init=False)
+    """MPUBs (or PUBs) sent: published / batches is the mean batch."""
+    split_batches: int = attrs.field(default=0, init=False)
+    """Batches refused for one message's fault and sent again one by one."""
+    peak_waiting: int = attrs.field(default=0, init=False)
+    """The most bodies that ever waited at once (never over ``max_waiting``)."""
+    _bodies: deque[bytes] = attrs.field(factory=deque, init=False)
+    _slots: deque[Slot] = attrs.field(factory=deque, init=False)
+    _work: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _room: trio.Event = attrs.field(factory=trio.Event, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        if self.max_batch < 1 or self.max_waiting < self.max_batch:
             raise NsqConfigError("need 1 <= max_batch <= max_waiting")
-        if batches_out < 1:
+        if self.batches_out < 1:
             raise NsqConfigError("need batches_out >= 1")
-        self._send = send
-        self.max_batch = max_batch
-        self.max_waiting = max_waiting
-        self.batches_out = batches_out
-        self.batches = 0
-        """MPUBs (or PUBs) sent: published / batches is the mean batch."""
-        self.split_batches = 0
-        """Batches refused for one message's fault and sent again one by one."""
-        self.peak_waiting = 0
-        """The most bodies that ever waited at once (never over ``max_waiting``)."""
-        self._bodies: deque[bytes] = deque()
-        self._slots: deque[Slot] = deque()
-        self._work = trio.Event()
-        self._room = trio.Event()
 
     @property
     def waiting(self) -> int:

@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING, Final
 if TYPE_CHECKING:
     from ..protocol.client import ErrorReply
 
+# The exception classes, which the package re-exports; AUTH_CODES, error_for and
+# renamed are the client modules' own helpers.
 __all__ = [
-    "AUTH_CODES",
     "ConnectionClosedError",
     "NsqAuthError",
     "NsqClientError",
@@ -36,8 +37,6 @@ __all__ = [
     "NsqError",
     "NsqSecurityError",
     "NsqTlsError",
-    "error_for",
-    "renamed",
 ]
 
 AUTH_CODES: Final = frozenset(

@@ -3,13 +3,13 @@ give, which only queue bytes on the connection it came from."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
+
+import attrs
 
 from ..protocol.client import encode_fin, encode_req, encode_touch
-
-if TYPE_CHECKING:
-    from ..protocol.message import Message
-    from .connection import Connection
+from ..protocol.message import Message
+from .connection import Connection
 
 __all__ = ["ClientMessage", "MessageFields", "Outcomes"]
 
@@ -60,24 +60,16 @@ class MessageFields:
         return self.message.ext
 
 
+@attrs.define(eq=False)
 class ClientMessage(MessageFields):
     """A delivered message and what its consumer may answer (FIN or REQ once)."""
 
-    __slots__ = ("_connection", "_outcomes", "message", "partition", "responded")
-
-    def __init__(
-        self,
-        message: Message,
-        connection: Connection,
-        outcomes: Outcomes,
-        partition: int | None = None,
-    ) -> None:
-        self.message = message
-        self.partition = partition
-        """The Youzan partition it came from (None: a plain SUB)."""
-        self._connection = connection
-        self._outcomes = outcomes
-        self.responded = False
+    message: Message
+    _connection: Connection = attrs.field(repr=False)
+    _outcomes: Outcomes = attrs.field(repr=False)
+    partition: int | None = None
+    """The Youzan partition it came from (None: a plain SUB)."""
+    responded: bool = attrs.field(default=False, init=False)
 
     @property
     def connection(self) -> Connection:

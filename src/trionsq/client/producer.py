@@ -162,6 +162,7 @@ class Producer:
 
     # ---------------------------------------------------------------- publishing
 
+    # twin: BlockingProducer.publish repeats this signature (it gathers from threads)
     async def publish(
         self,
         topic: str,

@@ -70,6 +70,8 @@ if TYPE_CHECKING:
 
 # The same names as the typing-only imports above and __all__ below, on purpose: type
 # checkers read those, the lazy import this (tests/unit/protocol/test_package_names.py).
+# Twins, too, of parts of the modules' own __all__ (commands, message): the package
+# cannot read those without importing the modules, which is what it defers.
 _SUBMODULES: Final = {
     "commands": (
         "Auth",

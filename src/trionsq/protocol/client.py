@@ -453,6 +453,7 @@ def decode_error_reply(data: bytes) -> ProtocolError:
     )
 
 
+@attrs.define(kw_only=True, eq=False)
 class ClientConnection:
     """What a client reads from one server connection, frame by frame.
 
@@ -469,25 +470,20 @@ class ClientConnection:
     raised again by every later call: the stream cannot be resynchronised.
     """
 
-    def __init__(
-        self,
-        *,
-        extended: bool = False,
-        detail: bool = False,
-        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
-    ) -> None:
-        self.extended = extended
-        """Messages carry Youzan's ext version/header (``extend_support`` on an ext topic)."""
-        self.detail = detail
-        """Messages carry offset and raw size (SUB_ORDERED or SUB_ADVANCED)."""
-        self.max_frame_size: Final = max_frame_size
-        """Largest accepted ``size`` field (frame type plus data)."""
-        self.closed = False
-        """Set by EOF; later data is ignored."""
-        self._buffer = bytearray()
-        self._need = 4
-        """Buffered bytes needed before another frame can complete."""
-        self._error: ProtocolError | None = None
+    extended: bool = False
+    """Messages carry Youzan's ext version/header (``extend_support`` on an ext topic)."""
+    detail: bool = False
+    """Messages carry offset and raw size (SUB_ORDERED or SUB_ADVANCED)."""
+    max_frame_size: int = attrs.field(
+        default=DEFAULT_MAX_FRAME_SIZE, on_setattr=attrs.setters.frozen
+    )
+    """Largest accepted ``size`` field (frame type plus data)."""
+    closed: bool = attrs.field(default=False, init=False)
+    """Set by EOF; later data is ignored."""
+    _buffer: bytearray = attrs.field(factory=bytearray, init=False, repr=False)
+    _need: int = attrs.field(default=4, init=False)
+    """Buffered bytes needed before another frame can complete."""
+    _error: ProtocolError | None = attrs.field(default=None, init=False)
 
     @property
     def error(self) -> ProtocolError | None:

@@ -15,6 +15,7 @@ import attrs
 from .identify import IdentifyRequest, IdentifyResponse, NegotiatedSettings
 from .strconv import go_atoi
 
+# twin of part of trionsq.protocol._SUBMODULES: the package names the public ones without importing this module
 __all__ = [
     "Auth",
     "Cls",

@@ -17,6 +17,7 @@ import attrs
 from .errors import ProtocolError
 from .frames import FRAME_TYPE_MESSAGE
 
+# twin of part of trionsq.protocol._SUBMODULES: the package names the public ones without importing this module
 __all__ = [
     "EXT_VERSION_JSON",
     "EXT_VERSION_NONE",

@@ -547,11 +547,18 @@ class ServerConnection(WholePublishes):
             return SubOrdered(topic, channel, partition)
         return SubAdvanced(topic, channel, partition, offset)
 
-    def _rdy(self, params: list[bytes]) -> Event | None:
+    def _closing(self, verb: str) -> bool:
+        """RDY's and PULL's state rule: ignored while closing (True), refused unless
+        subscribed."""
         if self.state == ConnectionState.CLOSING:
-            return None
+            return True
         if self.state != ConnectionState.SUBSCRIBED:
-            raise _invalid("cannot RDY in current state")
+            raise _invalid(f"cannot {verb} in current state")
+        return False
+
+    def _rdy(self, params: list[bytes]) -> Event | None:
+        if self._closing("RDY"):
+            return None
         if len(params) < 2:
             return Rdy(1)
         parsed = parse_base10(params[1])
@@ -564,10 +571,8 @@ class ServerConnection(WholePublishes):
 
     def _pull(self, params: list[bytes]) -> Event | None:
         """PULL <count> (trionsq): as RDY's checks, with the count required."""
-        if self.state == ConnectionState.CLOSING:
+        if self._closing("PULL"):
             return None
-        if self.state != ConnectionState.SUBSCRIBED:
-            raise _invalid("cannot PULL in current state")
         if len(params) < 2:
             raise _invalid("PULL insufficient number of params")
         raw = params[1]
@@ -579,17 +584,18 @@ class ServerConnection(WholePublishes):
             raise _invalid(f"PULL count {text} out of range 0-{self.settings.max_rdy_count}")
         return Pull(count)
 
+    def _answered_id(self, verb: str, params: list[bytes], wanted: int = 2) -> bytes:
+        """FIN's, REQ's and TOUCH's checks in nsqd's order (state, params, id): the id."""
+        self._require_consuming(verb)
+        if len(params) < wanted:
+            raise _invalid(f"{verb} insufficient number of params")
+        return self._check_message_id(params[1])
+
     def _fin(self, params: list[bytes]) -> Event:
-        self._require_consuming("FIN")
-        if len(params) < 2:
-            raise _invalid("FIN insufficient number of params")
-        return Fin(self._check_message_id(params[1]))
+        return Fin(self._answered_id("FIN", params))
 
     def _req(self, params: list[bytes]) -> Event:
-        self._require_consuming("REQ")
-        if len(params) < 3:
-            raise _invalid("REQ insufficient number of params")
-        message_id = self._check_message_id(params[1])
+        message_id = self._answered_id("REQ", params, 3)
         return Req(message_id, self._req_timeout(params[2]))
 
     def _req_timeout(self, raw: bytes) -> int:
@@ -599,10 +605,7 @@ class ServerConnection(WholePublishes):
         return to_int64(timeout)
 
     def _touch(self, params: list[bytes]) -> Event:
-        self._require_consuming("TOUCH")
-        if len(params) < 2:
-            raise _invalid("TOUCH insufficient number of params")
-        return Touch(self._check_message_id(params[1]))
+        return Touch(self._answered_id("TOUCH", params))
 
     def _positional(self, line: bytes) -> Event:
         """FIN/REQ/TOUCH with a binary id: the id is the 16 bytes after ``VERB ``."""

@@ -572,12 +572,20 @@ class CommandLayer(PublishCommands):
             self._wake()
 
     def _fin(self, event: Fin) -> None:
-        if self.subscription is None:
-            return
+        if self.subscription is not None:
+            self._settle(event.message_id, self.subscription.finish, broker_errors.fin_failed)
+
+    def _settle(
+        self,
+        message_id: bytes,
+        act: Callable[[int], None],
+        failed: Callable[[bytes, str], ProtocolError],
+    ) -> None:
+        """FIN's and TOUCH's step: ``act`` on the id's message, or its E_*_FAILED."""
         try:
-            self.subscription.finish(self._internal_id(event.message_id))
+            act(self._internal_id(message_id))
         except InFlightError as error:
-            self._reply(error_frame(broker_errors.fin_failed(event.message_id, error.reason)))
+            self._reply(error_frame(failed(message_id, error.reason)))
 
     def _fin_many(self, event: FinMany) -> None:
         """A run of FINs read together: one pass over the channel, one routing pass;
@@ -606,12 +614,8 @@ class CommandLayer(PublishCommands):
             self._reply(error_frame(broker_errors.req_failed(event.message_id, error.reason)))
 
     def _touch(self, event: Touch) -> None:
-        if self.subscription is None:
-            return
-        try:
-            self.subscription.touch(self._internal_id(event.message_id))
-        except InFlightError as error:
-            self._reply(error_frame(broker_errors.touch_failed(event.message_id, error.reason)))
+        if self.subscription is not None:
+            self._settle(event.message_id, self.subscription.touch, broker_errors.touch_failed)
 
     def _cls(self, event: Cls) -> None:
         if self.subscription is not None:

@@ -21,7 +21,7 @@ from ..broker.replication import ReplicaRefusal
 from ..broker.rules import EXT_TOO_LONG_REASON, Refusal, ext_refusal, publish_target
 from ..protocol import broker_errors
 from ..protocol.frames import OK_FRAME, error_frame, traced_reply_frame
-from ..protocol.message import EXT_VERSION_JSON
+from ..protocol.message import EXT_VERSION_JSON, EXT_VERSION_NONE
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -325,28 +325,35 @@ class PublishCommands:
             return
         if self._over_limit(event.topic, "PUB", (message.body,), youzan=True):
             return
-        trace_id = message.trace_id
         if message.idempotency_key is not None:
             self._pub_ext_once(event.topic, index, message)
             return
+        self._publish_one(event.topic, index, message.body, message.trace_id, message.header)
+
+    def _publish_one(
+        self, topic: str, index: int, body: bytes, trace_id: int | None, header: bytes | None
+    ) -> None:
+        """PUB_EXT's and PUB_TRACE's store, with the JSON header if any; answered OK
+        when not traced or when an ephemeral topic dropped it (nothing to point at),
+        else with the 30-byte reply naming its record (§8.4)."""
         records = self.broker.publish(
-            event.topic,
-            [message.body],
+            topic,
+            [body],
             self.broker.wall_clock(),
             partition_index=index,
             trace_ids=[trace_id or 0],
-            ext_version=EXT_VERSION_JSON,
-            exts=[message.header],
+            ext_version=EXT_VERSION_NONE if header is None else EXT_VERSION_JSON,
+            exts=None if header is None else [header],
             source=self.remote_address,
         )
-        self._count(event.topic, 1)
+        self._count(topic, 1)
         if trace_id is None or not records:
-            self._answer(OK_FRAME, event.topic, index)
+            self._answer(OK_FRAME, topic, index)
             return
         record = records[0]
         self._answer(
             traced_reply_frame(record.internal_id, trace_id, record.offset, record.raw_size),
-            event.topic,
+            topic,
             index,
         )
 
@@ -415,24 +422,7 @@ class PublishCommands:
         index = self._target(event.topic, event.partition, create=False)
         if index < 0 or self._over_limit(event.topic, "PUB", (event.body,), youzan=True):
             return
-        records = self.broker.publish(
-            event.topic,
-            [event.body],
-            self.broker.wall_clock(),
-            partition_index=index,
-            trace_ids=[event.trace_id],
-            source=self.remote_address,
-        )
-        self._count(event.topic, 1)
-        if not records:  # an ephemeral topic dropped it: nothing to point at
-            self._answer(OK_FRAME, event.topic, index)
-            return
-        record = records[0]
-        self._answer(
-            traced_reply_frame(record.internal_id, event.trace_id, record.offset, record.raw_size),
-            event.topic,
-            index,
-        )
+        self._publish_one(event.topic, index, event.body, event.trace_id, None)
 
     def _mpub_trace(self, event: MpubTrace) -> None:
         """MPUB_TRACE: the traced reply names the batch: first id and offset, trace id
