@@ -109,3 +109,4 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -f src/trionsq/protocol/tubemq_proto/*_pb2.py src/trionsq/protocol/tubemq_proto/*_pb2.pyi
