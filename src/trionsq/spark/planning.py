@@ -49,12 +49,12 @@ def _access(access: BrokerAccess | None) -> BrokerAccess:
     return access or BrokerAccess()
 
 
-@attrs.define(slots=False, eq=False)
+@attrs.define(slots=False, eq=False, on_setattr=attrs.setters.NO_OP)
 class PartitionRange(InputPartition):
     """One task's work: records of one partition with offsets in [start, end).
 
-    Not slotted, as Spark's ``InputPartition`` it extends (whose ``value`` is the
-    partition), and compared by identity as before."""
+    A plain object as Spark's ``InputPartition`` it extends (whose ``value`` is the
+    partition): not slotted, compared by identity, attributes set as given."""
 
     topic: str
     partition: int
