@@ -18,21 +18,28 @@ IP := /sbin/ip
 
 .PHONY: serve test quick lint typecheck unit java-check bench example-spark proto clean
 
+# What the install builds from beside pyproject.toml and setup.py: the optional C
+# speedups, and TubeMQ's messages (docs/tubemq.md), whose *_pb2 modules setup.py
+# generates from the .proto files; editing either reinstalls.
+BUILT_FROM := pyproject.toml setup.py \
+	src/trionsq/_speedups.c src/trionsq/_speedups_publish.c src/trionsq/_speedups_replica.c \
+	src/trionsq/_speedups_append.c $(wildcard src/trionsq/protocol/tubemq_proto/*.proto)
+
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(RUNTIME): pyproject.toml setup.py src/trionsq/_speedups.c src/trionsq/_speedups_publish.c src/trionsq/_speedups_replica.c src/trionsq/_speedups_append.c | $(VENV)/bin/python
+$(RUNTIME): $(BUILT_FROM) | $(VENV)/bin/python
 	$(BIN)/python -m pip install --quiet -e .
 	$(COMPILE)
 	touch $(RUNTIME)
 
-$(QUICK): pyproject.toml setup.py src/trionsq/_speedups.c src/trionsq/_speedups_publish.c src/trionsq/_speedups_replica.c src/trionsq/_speedups_append.c | $(VENV)/bin/python
+$(QUICK): $(BUILT_FROM) | $(VENV)/bin/python
 	$(BIN)/python -m pip install --quiet -e '.[unit]'
 	$(COMPILE)
 	touch $(RUNTIME) $(QUICK)
 
-$(STAMP): pyproject.toml setup.py src/trionsq/_speedups.c src/trionsq/_speedups_publish.c src/trionsq/_speedups_replica.c src/trionsq/_speedups_append.c | $(VENV)/bin/python
+$(STAMP): $(BUILT_FROM) | $(VENV)/bin/python
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	$(COMPILE)
 	$(BIN)/python -m trionsq.spark.precompile
@@ -92,14 +99,14 @@ $(IP):
 example-spark: $(STAMP)
 	$(BIN)/python examples/spark_tag_counts.py $(ARGS)
 
-# TubeMQ's messages (docs/tubemq.md): the *_pb2 modules are committed beside their .proto
-# files; after editing a .proto, regenerate them (the unit suite checks they match).
-PROTO_DIR := src/trionsq/protocol/tubemq_proto
+# Regenerate the TubeMQ *_pb2 modules after editing a .proto without a reinstall (any
+# target that installs does it too): setup.py's own step, with the venv's grpcio-tools.
 proto: $(STAMP)
-	$(BIN)/python -m grpc_tools.protoc -I src --python_out=src --pyi_out=src $(PROTO_DIR)/*.proto
+	$(BIN)/python setup.py --quiet build_proto
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/protocol.py
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -f src/trionsq/protocol/tubemq_proto/*_pb2.py src/trionsq/protocol/tubemq_proto/*_pb2.pyi

@@ -305,15 +305,19 @@ def tcp_address(access: BrokerAccess, http_address: str) -> str:
     return f"{host}:{document['tcp_port']}"
 
 
+@attrs.define(eq=False)
 class PageReader:
     """Pages of one partition's records over one keep-alive connection."""
 
-    def __init__(self, access: BrokerAccess, address: str, topic: str, partition: int) -> None:
-        self.access = access
-        self.address = address
-        self.topic = topic
-        self.partition = partition
-        self._connection = http.client.HTTPConnection(*_split(address), timeout=TIMEOUT)
+    access: BrokerAccess
+    address: str
+    topic: str
+    partition: int
+    _connection: http.client.HTTPConnection = attrs.field(init=False)
+
+    @_connection.default
+    def _connect(self) -> http.client.HTTPConnection:
+        return http.client.HTTPConnection(*_split(self.address), timeout=TIMEOUT)
 
     def read(self, offset: int, max_records: int, max_bytes: int) -> RecordBatch:
         """The records from ``offset`` on (at least one if any is there).

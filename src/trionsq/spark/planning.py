@@ -15,6 +15,7 @@ import itertools
 import re
 from typing import TYPE_CHECKING, TypeAlias, TypeVar
 
+import attrs
 from pyspark.sql.datasource import InputPartition
 
 from .broker_http import (
@@ -44,34 +45,30 @@ TopicPartition: TypeAlias = tuple[str, int]
 K = TypeVar("K", bound=tuple[str, int] | tuple[str, int, int])
 
 
-class PartitionRange(InputPartition):
-    """One task's work: records of one partition with offsets in [start, end)."""
+def _access(access: BrokerAccess | None) -> BrokerAccess:
+    return access or BrokerAccess()
 
-    def __init__(
-        self,
-        topic: str,
-        partition: int,
-        address: str,
-        start: int,
-        end: int,
-        *,
-        page_records: int,
-        page_bytes: int,
-        fail_on_data_loss: bool,
-        include_headers: bool = True,
-        access: BrokerAccess | None = None,
-    ) -> None:
-        super().__init__(partition)
-        self.topic = topic
-        self.partition = partition
-        self.address = address
-        self.start = start
-        self.end = end
-        self.page_records = page_records
-        self.page_bytes = page_bytes
-        self.fail_on_data_loss = fail_on_data_loss
-        self.include_headers = include_headers
-        self.access = access or BrokerAccess()
+
+@attrs.define(slots=False, eq=False, on_setattr=attrs.setters.NO_OP)
+class PartitionRange(InputPartition):
+    """One task's work: records of one partition with offsets in [start, end).
+
+    A plain object as Spark's ``InputPartition`` it extends (whose ``value`` is the
+    partition): not slotted, compared by identity, attributes set as given."""
+
+    topic: str
+    partition: int
+    address: str
+    start: int
+    end: int
+    page_records: int = attrs.field(kw_only=True)
+    page_bytes: int = attrs.field(kw_only=True)
+    fail_on_data_loss: bool = attrs.field(kw_only=True)
+    include_headers: bool = attrs.field(kw_only=True, default=True)
+    access: BrokerAccess = attrs.field(kw_only=True, default=None, converter=_access)
+
+    def __attrs_post_init__(self) -> None:
+        super().__init__(self.partition)
 
     def __repr__(self) -> str:
         return f"PartitionRange({self.topic}/{self.partition} [{self.start}, {self.end}))"

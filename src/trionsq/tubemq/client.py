@@ -10,7 +10,7 @@ multiplex theirs by serialNo.
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING, Final, TypeVar
+from typing import TYPE_CHECKING, Final, TypedDict, TypeVar, Unpack
 
 import trio
 
@@ -30,10 +30,63 @@ from ..protocol.tubemq_proto import broker_pb2, master_pb2
 if TYPE_CHECKING:
     from google.protobuf.message import Message
 
-__all__ = ["RemoteError", "TubeClient", "open_client"]
+__all__ = ["RemoteError", "SendOptions", "TubeClient", "open_client"]
 
 _M = TypeVar("_M", bound="Message")
 MAX_REPLY: Final = 64 * 1024 * 1024
+
+
+def service_of(method: Method) -> Service:
+    """The service an SDK sends ``method`` to: the master's calls to the master, a
+    send to the broker's write service, the consumer's broker calls to its read one."""
+    if method <= Method.CONSUMER_CLOSE:
+        return Service.MASTER
+    return Service.BROKER_WRITE if method == Method.SEND_MESSAGE else Service.BROKER_READ
+
+
+class SendOptions(TypedDict, total=False):
+    """The keyword options of a SendMessage call (:meth:`TubeClient.send_message`)."""
+
+    flag: int
+    """TubeMQ's message flag: 1 when the data starts with an attribute section (0)."""
+    msg_type: str
+    """``msgType``, the message's type for consumers' filters (none when empty)."""
+
+
+class _Producer(TypedDict):
+    """What a producer tells the master when it registers and in every heartbeat."""
+
+    clientId: str
+    topicList: list[str]
+    brokerCheckSum: int
+    hostName: str
+
+
+def _producer(client_id: str, topics: list[str], check_sum: int) -> _Producer:
+    return {
+        "clientId": client_id,
+        "topicList": topics,
+        "brokerCheckSum": check_sum,
+        "hostName": "127.0.0.1",
+    }
+
+
+class _Reader(TypedDict):
+    """Who reads which partition: what a consumer's calls to the broker name."""
+
+    clientId: str
+    groupName: str
+    topicName: str
+    partitionId: int
+
+
+def _reader(client_id: str, group: str, ref: PartitionRef) -> _Reader:
+    return {
+        "clientId": client_id,
+        "groupName": group,
+        "topicName": ref.topic,
+        "partitionId": ref.partition,
+    }
 
 
 class RemoteError(Exception):
@@ -106,28 +159,24 @@ class TubeClient:
             raise RemoteError(reply)
         return reply.body
 
-    # ---- the SDKs' calls: alike in shape on purpose, one a call, each naming its
-    # request's fields as the SDKs fill them (a table would hide which field is which)
+    async def ask(self, method: Method, request: Message, kind: type[_M]) -> _M:
+        """:meth:`call` to the service that serves ``method`` (as the SDKs address it)."""
+        return await self.call(service_of(method), method, request, kind)
+
+    # ---- the SDKs' calls: one a call, each naming its request's fields as the SDKs
+    # fill them (a table would hide which field is which)
 
     async def register_producer(
         self, client_id: str, topics: list[str], check_sum: int = -1
     ) -> master_pb2.RegisterResponseM2P:
-        request = master_pb2.RegisterRequestP2M(
-            clientId=client_id, topicList=topics, brokerCheckSum=check_sum, hostName="127.0.0.1"
-        )
-        return await self.call(
-            Service.MASTER, Method.PRODUCER_REGISTER, request, master_pb2.RegisterResponseM2P
-        )
+        request = master_pb2.RegisterRequestP2M(**_producer(client_id, topics, check_sum))
+        return await self.ask(Method.PRODUCER_REGISTER, request, master_pb2.RegisterResponseM2P)
 
     async def producer_heartbeat(
         self, client_id: str, topics: list[str], check_sum: int
     ) -> master_pb2.HeartResponseM2P:
-        request = master_pb2.HeartRequestP2M(
-            clientId=client_id, topicList=topics, brokerCheckSum=check_sum, hostName="127.0.0.1"
-        )
-        return await self.call(
-            Service.MASTER, Method.PRODUCER_HEARTBEAT, request, master_pb2.HeartResponseM2P
-        )
+        request = master_pb2.HeartRequestP2M(**_producer(client_id, topics, check_sum))
+        return await self.ask(Method.PRODUCER_HEARTBEAT, request, master_pb2.HeartResponseM2P)
 
     async def send_message(
         self,
@@ -135,37 +184,25 @@ class TubeClient:
         topic: str,
         partition: int,
         data: bytes,
-        *,
-        flag: int = 0,
-        msg_type: str = "",
+        **options: Unpack[SendOptions],
     ) -> broker_pb2.SendMessageResponseB2P:
-        request = self.message_request(
-            client_id, topic, partition, data, flag=flag, msg_type=msg_type
-        )
-        return await self.call(
-            Service.BROKER_WRITE, Method.SEND_MESSAGE, request, broker_pb2.SendMessageResponseB2P
-        )
+        request = self.message_request(client_id, topic, partition, data, **options)
+        return await self.ask(Method.SEND_MESSAGE, request, broker_pb2.SendMessageResponseB2P)
 
     @staticmethod
     def message_request(
-        client_id: str,
-        topic: str,
-        partition: int,
-        data: bytes,
-        *,
-        flag: int = 0,
-        msg_type: str = "",
+        client_id: str, topic: str, partition: int, data: bytes, **options: Unpack[SendOptions]
     ) -> broker_pb2.SendMessageRequestP2B:
         request = broker_pb2.SendMessageRequestP2B(
             clientId=client_id,
             topicName=topic,
             partitionId=partition,
             data=data,
-            flag=flag,
+            flag=options.get("flag", 0),
             checkSum=-1,
             sentAddr=0x7F000001,
         )
-        if msg_type:
+        if msg_type := options.get("msg_type", ""):
             request.msgType = msg_type
         return request
 
@@ -182,9 +219,7 @@ class TubeClient:
             groupFlowCheckId=-2,
             qryPriorityId=-2,
         )
-        return await self.call(
-            Service.MASTER, Method.CONSUMER_REGISTER, request, master_pb2.RegisterResponseM2C
-        )
+        return await self.ask(Method.CONSUMER_REGISTER, request, master_pb2.RegisterResponseM2C)
 
     async def consumer_heartbeat(
         self,
@@ -201,15 +236,11 @@ class TubeClient:
         )
         if event is not None:
             request.event.CopyFrom(event)
-        return await self.call(
-            Service.MASTER, Method.CONSUMER_HEARTBEAT, request, master_pb2.HeartResponseM2C
-        )
+        return await self.ask(Method.CONSUMER_HEARTBEAT, request, master_pb2.HeartResponseM2C)
 
     async def close_consumer(self, client_id: str, group: str) -> master_pb2.CloseResponseM2C:
         request = master_pb2.CloseRequestC2M(clientId=client_id, groupName=group)
-        return await self.call(
-            Service.MASTER, Method.CONSUMER_CLOSE, request, master_pb2.CloseResponseM2C
-        )
+        return await self.ask(Method.CONSUMER_CLOSE, request, master_pb2.CloseResponseM2C)
 
     async def register_partition(
         self,
@@ -223,50 +254,33 @@ class TubeClient:
     ) -> broker_pb2.RegisterResponseB2C:
         request = broker_pb2.RegisterRequestC2B(
             opType=UNREGISTER if unregister else REGISTER,
-            clientId=client_id,
-            groupName=group,
-            topicName=ref.topic,
-            partitionId=ref.partition,
+            **_reader(client_id, group, ref),
             readStatus=read_status,
         )
         if offset is not None:
             request.currOffset = offset
-        return await self.call(
-            Service.BROKER_READ,
-            Method.BROKER_CONSUMER_REGISTER,
-            request,
-            broker_pb2.RegisterResponseB2C,
+        return await self.ask(
+            Method.BROKER_CONSUMER_REGISTER, request, broker_pb2.RegisterResponseB2C
         )
 
     async def get_message(
         self, client_id: str, group: str, ref: PartitionRef, *, last_consumed: bool = False
     ) -> broker_pb2.GetMessageResponseB2C:
         request = broker_pb2.GetMessageRequestC2B(
-            clientId=client_id,
-            partitionId=ref.partition,
-            groupName=group,
-            topicName=ref.topic,
+            **_reader(client_id, group, ref),
             lastPackConsumed=last_consumed,
             manualCommitOffset=False,
             escFlowCtrl=False,
         )
-        return await self.call(
-            Service.BROKER_READ, Method.GET_MESSAGE, request, broker_pb2.GetMessageResponseB2C
-        )
+        return await self.ask(Method.GET_MESSAGE, request, broker_pb2.GetMessageResponseB2C)
 
     async def commit(
         self, client_id: str, group: str, ref: PartitionRef, *, consumed: bool = True
     ) -> broker_pb2.CommitOffsetResponseB2C:
         request = broker_pb2.CommitOffsetRequestC2B(
-            clientId=client_id,
-            topicName=ref.topic,
-            partitionId=ref.partition,
-            groupName=group,
-            lastPackConsumed=consumed,
+            **_reader(client_id, group, ref), lastPackConsumed=consumed
         )
-        return await self.call(
-            Service.BROKER_READ, Method.COMMIT_OFFSET, request, broker_pb2.CommitOffsetResponseB2C
-        )
+        return await self.ask(Method.COMMIT_OFFSET, request, broker_pb2.CommitOffsetResponseB2C)
 
     async def broker_heartbeat(
         self, client_id: str, group: str, refs: list[PartitionRef]
@@ -274,11 +288,8 @@ class TubeClient:
         request = broker_pb2.HeartBeatRequestC2B(
             clientId=client_id, groupName=group, readStatus=0, partitionInfo=[str(r) for r in refs]
         )
-        return await self.call(
-            Service.BROKER_READ,
-            Method.BROKER_CONSUMER_HEARTBEAT,
-            request,
-            broker_pb2.HeartBeatResponseB2C,
+        return await self.ask(
+            Method.BROKER_CONSUMER_HEARTBEAT, request, broker_pb2.HeartBeatResponseB2C
         )
 
 

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Final
 
+import attrs
 import trio
 
 from ..addresses import peer_address
@@ -34,7 +36,6 @@ from ..protocol.tubemq_sends import SendCalls, take_sends
 from ..socket_writes import write_all
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
     from typing import TypeAlias
 
     Answer: TypeAlias = bytes | Callable[[], bytes] | None
@@ -55,45 +56,31 @@ IDLE_TIMEOUT: Final = 300.0
 WRITER_TASK: Final = "trionsq.tubemq.connection.TubeConnection._write_late"
 
 
+@attrs.define(eq=False)
 class TubeConnection:
-    """Serves one connection until either side ends it; never raises for client faults."""
+    """Serves one connection until either side ends it; never raises for client faults.
 
-    __slots__ = (
-        "_late",
-        "_lock",
-        "_reader",
-        "_wake",
-        "answer",
-        "answer_sends",
-        "end_turn",
-        "remote_address",
-        "services",
-        "stream",
-    )
+    ``answer(call, connection)``: see :data:`Answer`; ``end_turn()``: called after a
+    turn's calls, before their replies are made; ``max_payload``: the largest frame
+    read; ``answer_sends(calls)``: see :data:`AnswerSends` (None: every call goes
+    through ``answer``).
+    """
 
-    def __init__(
-        self,
-        stream: trio.SocketStream,
-        services: frozenset[int],
-        answer: Callable[[Request, TubeConnection], Awaitable[Answer]],
-        max_payload: int,
-        end_turn: Callable[[], None],
-        answer_sends: AnswerSends | None = None,
-    ) -> None:
-        """``answer(call, connection)``: see :data:`Answer`; ``end_turn()``: called after
-        a turn's calls, before their replies are made; ``max_payload``: the largest
-        frame read; ``answer_sends(calls)``: see :data:`AnswerSends` (None: every call
-        goes through ``answer``)."""
-        self.stream = stream
-        self.services = services
-        self.answer = answer
-        self.answer_sends = answer_sends
-        self.end_turn = end_turn
-        self.remote_address = peer_address(stream.socket)
-        self._reader = FrameReader(max_payload)
-        self._late: list[bytes] = []
-        self._wake = trio.Event()
-        self._lock = trio.StrictFIFOLock()
+    stream: trio.SocketStream
+    services: frozenset[int]
+    answer: Callable[[Request, TubeConnection], Awaitable[Answer]]
+    max_payload: int
+    end_turn: Callable[[], None]
+    answer_sends: AnswerSends | None = None
+    remote_address: str = attrs.field(init=False)
+    _reader: FrameReader = attrs.field(init=False)
+    _late: list[bytes] = attrs.field(init=False, factory=list)
+    _wake: trio.Event = attrs.field(init=False, factory=trio.Event)
+    _lock: trio.StrictFIFOLock = attrs.field(init=False, factory=trio.StrictFIFOLock)
+
+    def __attrs_post_init__(self) -> None:
+        self.remote_address = peer_address(self.stream.socket)
+        self._reader = FrameReader(self.max_payload)
 
     def send(self, data: bytes) -> None:
         """A reply that was not ready when its call was read; never blocks."""

@@ -18,18 +18,18 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..broker.consumers import Consumer
+import attrs
+
+from ..broker.consumers import Consumer, Delivery
 from ..broker.statistics import ClientStatistics
+from ..broker.subscription import Subscription
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from ..broker.broker import Broker
     from ..broker.channel import Channel
-    from ..broker.consumers import Delivery
-    from ..broker.subscription import Subscription
 
 __all__ = ["GroupAdapter", "Seat"]
 
@@ -63,54 +63,29 @@ class GroupAdapter:
         return subscription.channel.group.owner if subscription is not None else ""
 
 
+@attrs.define(eq=False)
 class Seat:
     """A TubeMQ consumer's place on one partition of its group: the standby
     subscription, what the router delivered that no pull has taken yet, and the pack
     the consumer holds unconfirmed. Listed in /stats as a client of its channel
     (``version: tubemq``), as an NSQ group member's connection to a partition is."""
 
-    __slots__ = (
-        "buffered",
-        "client_id",
-        "connected_at",
-        "consumer_id",
-        "group",
-        "host",
-        "on_delivery",
-        "pack",
-        "partition",
-        "remote_address",
-        "subscription",
-        "topic",
-    )
-
-    def __init__(
-        self,
-        client_id: int,
-        consumer_id: str,
-        group: str,
-        topic: str,
-        partition: int,
-        *,
-        host: str,
-        remote_address: str,
-    ) -> None:
-        self.client_id = client_id
-        """The broker's client id of this seat (/stats, the channel's consumer key)."""
-        self.consumer_id = consumer_id
-        self.group = group
-        self.topic = topic
-        self.partition = partition
-        self.host = host
-        self.remote_address = remote_address
-        self.subscription: Subscription | None = None
-        self.buffered: deque[Delivery] = deque()
-        """Delivered by the router for a pull, not sent yet."""
-        self.pack: list[int] = []
-        """Ids sent in pulls and not confirmed (TubeMQ's one outstanding pack)."""
-        self.on_delivery: Callable[[Seat], None] | None = None
-        """Set while a pull waits for the router."""
-        self.connected_at = int(time.time())
+    client_id: int
+    """The broker's client id of this seat (/stats, the channel's consumer key)."""
+    consumer_id: str
+    group: str
+    topic: str
+    partition: int
+    host: str = attrs.field(kw_only=True)
+    remote_address: str = attrs.field(kw_only=True)
+    subscription: Subscription | None = attrs.field(init=False, default=None)
+    buffered: deque[Delivery] = attrs.field(init=False, factory=deque)
+    """Delivered by the router for a pull, not sent yet."""
+    pack: list[int] = attrs.field(init=False, factory=list)
+    """Ids sent in pulls and not confirmed (TubeMQ's one outstanding pack)."""
+    on_delivery: Callable[[Seat], None] | None = attrs.field(init=False, default=None)
+    """Set while a pull waits for the router."""
+    connected_at: int = attrs.field(init=False, factory=lambda: int(time.time()))
 
     @property
     def member(self) -> str:

@@ -12,7 +12,7 @@ done and what it holds in its next heartbeat, as TubeMQ's SDKs do.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, TypeAlias
 
 from ..protocol.tubemq import Service
 from ..protocol.tubemq_formats import (
@@ -30,6 +30,12 @@ if TYPE_CHECKING:
     from google.protobuf.message import Message
 
     from .node import TubeNode
+
+    # the two calls of each kind of client that carry the same fields, and their replies
+    _ProducerCall: TypeAlias = master_pb2.RegisterRequestP2M | master_pb2.HeartRequestP2M
+    _ProducerReply: TypeAlias = master_pb2.RegisterResponseM2P | master_pb2.HeartResponseM2P
+    _ConsumerCall: TypeAlias = master_pb2.RegisterRequestC2M | master_pb2.HeartRequestC2M
+    _ConsumerReply: TypeAlias = master_pb2.RegisterResponseM2C | master_pb2.HeartResponseM2C
 
 __all__ = ["MasterService"]
 
@@ -88,66 +94,69 @@ class MasterService:
         certificate = request.authInfo if request.HasField("authInfo") else None
         return await self.node.auth.at_master(certificate, remote_address, wanted)
 
-    def _authorized(self, token: str = "") -> master_pb2.MasterAuthorizedInfo:
-        info = master_pb2.MasterAuthorizedInfo(visitAuthorizedToken=self.node.identity.visit_token)
+    def _succeeded(self, reply: _ProducerReply | _ConsumerReply, token: str) -> None:
+        """A register or heartbeat succeeded: what every such reply says then."""
+        reply.success, reply.errCode, reply.errMsg = True, ErrCode.SUCCESS, "OK!"
+        reply.authorizedInfo.visitAuthorizedToken = self.node.identity.visit_token
         if token:
-            info.authAuthorizedToken = token
-        return info
-
-    def _approved(
-        self, reply: master_pb2.RegisterResponseM2P | master_pb2.HeartResponseM2P, asked: bool
-    ) -> None:
-        if asked:
-            reply.appdConfig.configId = self.node.identity.checksum
-            reply.appdConfig.maxMsgSize = self.node.config.max_msg_size
+            reply.authorizedInfo.authAuthorizedToken = token
 
     # ---------------------------------------------------------------- producers
 
     async def _producer_checks(
         self,
-        request: master_pb2.RegisterRequestP2M | master_pb2.HeartRequestP2M,
+        request: _ProducerCall,
+        reply: _ProducerReply,
         remote_address: str,
-    ) -> tuple[tuple[str, ...], str, tuple[int, str] | None]:
-        """A producer call's fields and AUTH: its topics, the token, or the refusal."""
+    ) -> tuple[tuple[str, ...], str] | None:
+        """A producer call's fields and AUTH: its topics and the token, or None when it
+        is refused (``reply`` then says why)."""
         problem = missing(
             ("clientId", request.clientId, MAX_CLIENT_ID), ("hostName", request.hostName, MAX_HOST)
         )
         topics = _topics(list(request.topicList))
         if not problem and len(topics) > MAX_TOPICS:
             problem = f"Booked topic's count over max value, required max count is {MAX_TOPICS}"
-        if problem:
-            return topics, "", (ErrCode.BAD_REQUEST, problem)
-        token, refused = await self._auth(request, remote_address, [("PUB", t, "") for t in topics])
-        return topics, token, refused
+        refused: tuple[int, str] | None = (ErrCode.BAD_REQUEST, problem) if problem else None
+        token = ""
+        if refused is None:
+            wanted = [("PUB", t, "") for t in topics]
+            token, refused = await self._auth(request, remote_address, wanted)
+        if refused is not None:
+            reply.errCode, reply.errMsg = refused
+            return None
+        return topics, token
+
+    def _producer_ok(self, reply: _ProducerReply, request: _ProducerCall, token: str) -> None:
+        """A producer's register or heartbeat succeeded: the reply's common fields."""
+        self._succeeded(reply, token)
+        reply.brokerCheckSum = self.node.identity.checksum
+        if request.HasField("appdConfig"):
+            reply.appdConfig.configId = self.node.identity.checksum
+            reply.appdConfig.maxMsgSize = self.node.config.max_msg_size
 
     async def _producer_register(
         self, request: master_pb2.RegisterRequestP2M, remote_address: str
     ) -> master_pb2.RegisterResponseM2P:
         reply = master_pb2.RegisterResponseM2P(success=False, brokerCheckSum=-1)
-        topics, token, refused = await self._producer_checks(request, remote_address)
-        if refused is not None:
-            reply.errCode, reply.errMsg = refused
-            return reply
-        identity = self.node.identity
-        session = self.node.producer(
-            request.clientId.strip(), request.hostName.strip(), remote_address
-        )
-        session.topics = set(topics)
-        reply.success, reply.errCode, reply.errMsg = True, ErrCode.SUCCESS, "OK!"
-        reply.brokerCheckSum = identity.checksum
-        reply.brokerInfos.append(identity.info)
-        reply.authorizedInfo.CopyFrom(self._authorized(token))
-        self._approved(reply, request.HasField("appdConfig"))
+        checked = await self._producer_checks(request, reply, remote_address)
+        if checked is not None:
+            topics, token = checked
+            host = request.hostName.strip()
+            session = self.node.producer(request.clientId.strip(), host, remote_address)
+            session.topics = set(topics)
+            reply.brokerInfos.append(self.node.identity.info)
+            self._producer_ok(reply, request, token)
         return reply
 
     async def _producer_heartbeat(
         self, request: master_pb2.HeartRequestP2M, remote_address: str
     ) -> master_pb2.HeartResponseM2P:
         reply = master_pb2.HeartResponseM2P(success=False, brokerCheckSum=-1)
-        topics, token, refused = await self._producer_checks(request, remote_address)
-        if refused is not None:
-            reply.errCode, reply.errMsg = refused
+        checked = await self._producer_checks(request, reply, remote_address)
+        if checked is None:
             return reply
+        topics, token = checked
         producer_id = request.clientId.strip()
         session = self.node.producers.get(producer_id)
         if session is None:
@@ -157,8 +166,6 @@ class MasterService:
         self.node.renew(("producer", producer_id))
         session.topics = set(topics)
         identity = self.node.identity
-        reply.success, reply.errCode, reply.errMsg = True, ErrCode.SUCCESS, "OK!"
-        reply.brokerCheckSum = identity.checksum
         if request.brokerCheckSum != identity.checksum:
             reply.brokerInfos.append(identity.info)
         for topic in topics:
@@ -167,8 +174,7 @@ class MasterService:
                 reply.topicInfos.append(
                     topic_info(topic, identity.broker_id, count, self.node.config.max_msg_size)
                 )
-        reply.authorizedInfo.CopyFrom(self._authorized(token))
-        self._approved(reply, request.HasField("appdConfig"))
+        self._producer_ok(reply, request, token)
         return reply
 
     # ---------------------------------------------------------------- consumers
@@ -187,19 +193,13 @@ class MasterService:
             return "", (ErrCode.BAD_REQUEST, problem)
         return await self._auth(request, remote_address, [])
 
-    def _consumer_ok(
-        self,
-        reply: master_pb2.RegisterResponseM2C | master_pb2.HeartResponseM2C,
-        request: master_pb2.RegisterRequestC2M | master_pb2.HeartRequestC2M,
-        token: str,
-    ) -> None:
+    def _consumer_ok(self, reply: _ConsumerReply, request: _ConsumerCall, token: str) -> None:
         """A consumer's register or heartbeat succeeded: the reply's common fields."""
-        reply.success, reply.errCode, reply.errMsg = True, ErrCode.SUCCESS, "OK!"
+        self._succeeded(reply, token)
         reply.notAllocated = False
         self._flow_fields(
             reply, request.HasField("defFlowCheckId") or request.HasField("groupFlowCheckId")
         )
-        reply.authorizedInfo.CopyFrom(self._authorized(token))
 
     async def _consumer_register(
         self, request: master_pb2.RegisterRequestC2M, remote_address: str
@@ -341,9 +341,7 @@ class MasterService:
             ],
         )
 
-    def _flow_fields(
-        self, reply: master_pb2.RegisterResponseM2C | master_pb2.HeartResponseM2C, asked: bool
-    ) -> None:
+    def _flow_fields(self, reply: _ConsumerReply, asked: bool) -> None:
         """Flow-control ids when the consumer sent its own: TubeMQ's "no rule" values.
 
         A channel's rate limit (``/channel/rate_limit``) is enforced at the broker

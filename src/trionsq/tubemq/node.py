@@ -76,27 +76,17 @@ class Identity:
         return PartitionRef(self.broker_id, self.host, self.port, topic, partition)
 
 
+@attrs.define(eq=False)
 class ProducerSession:
     """A registered TubeMQ producer, listed in /stats as a publishing client."""
 
-    __slots__ = (
-        "client_id",
-        "connected_at",
-        "host",
-        "producer_id",
-        "pub_counts",
-        "remote_address",
-        "topics",
-    )
-
-    def __init__(self, client_id: int, producer_id: str, host: str, remote_address: str) -> None:
-        self.client_id = client_id
-        self.producer_id = producer_id
-        self.host = host
-        self.remote_address = remote_address
-        self.topics: set[str] = set()
-        self.pub_counts: dict[str, int] = {}
-        self.connected_at = int(time.time())
+    client_id: int
+    producer_id: str
+    host: str
+    remote_address: str
+    topics: set[str] = attrs.field(init=False, factory=set)
+    pub_counts: dict[str, int] = attrs.field(init=False, factory=dict)
+    connected_at: int = attrs.field(init=False, factory=lambda: int(time.time()))
 
     def statistics(self) -> ClientStatistics:
         return ClientStatistics(
@@ -120,31 +110,20 @@ class RebalanceEvent:
     partitions: list[tuple[str, int]]
 
 
+@attrs.define(eq=False)
 class ConsumerSession:
     """A TubeMQ consumer registered with the master: its seats in its group (one per
     partition of each topic), what it reported holding, the event it has to do."""
 
-    __slots__ = (
-        "consumer_id",
-        "event",
-        "group",
-        "held",
-        "host",
-        "remote_address",
-        "seats",
-        "topics",
-    )
-
-    def __init__(self, consumer_id: str, group: str, host: str, remote_address: str) -> None:
-        self.consumer_id = consumer_id
-        self.group = group
-        self.host = host
-        self.remote_address = remote_address
-        self.topics: tuple[str, ...] = ()
-        self.seats: dict[tuple[str, int], Seat] = {}
-        self.held: set[tuple[str, int]] = set()
-        """The partitions the consumer last reported it consumes (subscribeInfo)."""
-        self.event: RebalanceEvent | None = None
+    consumer_id: str
+    group: str
+    host: str
+    remote_address: str
+    topics: tuple[str, ...] = attrs.field(init=False, default=())
+    seats: dict[tuple[str, int], Seat] = attrs.field(init=False, factory=dict)
+    held: set[tuple[str, int]] = attrs.field(init=False, factory=set)
+    """The partitions the consumer last reported it consumes (subscribeInfo)."""
+    event: RebalanceEvent | None = attrs.field(init=False, default=None)
 
 
 @attrs.define(eq=False)
