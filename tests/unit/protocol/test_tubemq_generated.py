@@ -1,5 +1,6 @@
-"""The committed TubeMQ *_pb2 modules are what protoc makes of the .proto files beside
-them (`make proto` regenerates them): an edited .proto cannot ship with stale code."""
+"""The TubeMQ *_pb2 modules that setup.py generated at install are what protoc makes of
+the .proto files beside them (`make proto` regenerates them): a .proto edited without a
+reinstall fails here, not at run time."""
 
 from __future__ import annotations
 
