@@ -39,7 +39,7 @@ from ..protocol.identify import MAX_ATTEMPTS_BOUND, MAX_BYTES_PER_SEC, MAX_MSGS_
 from ..protocol.names import is_ephemeral, is_valid_name
 from ..version import NSQD_RELEASE, TRIONSQ_VERSION, version_string
 from .admin_stream import AdminStream, StreamContext, StreamShared
-from .api_args import HttpError, name_arg, parsed_query, partition_arg
+from .api_args import HttpError, Routes, name_arg, parsed_query, partition_arg
 from .partition_api import PartitionApi
 from .publish_api import PublishApi
 
@@ -170,7 +170,7 @@ class NsqdHttpApi:
             "/topic/publish_limit": self._topic_publish_limit,
             "/channel/unpause": self._channel_unpause,
         }
-        self.routes: dict[str, dict[str, Callable[[Request], Awaitable[Response]]]] = {
+        self.routes: Routes = {
             "/ping": {"GET": self._ping},
             "/info": {"GET": self._info},
             "/channel/setoffset": {"POST": self._channel_setoffset},
