@@ -107,6 +107,11 @@ def _topic_channel(request: Request) -> tuple[str, str]:
     return topic, channel
 
 
+def _own_brokers(api: LookupdHttpApi) -> BrokerSync:
+    """The broker calls of an API given none: over its own catalog and registry."""
+    return BrokerSync(api.catalog, api.registry, api.clock)
+
+
 @attrs.define(eq=False)
 class LookupdHttpApi:
     """Routes and handlers over one registry; ``clock`` is the registry's time base.
@@ -119,10 +124,7 @@ class LookupdHttpApi:
     clock: Callable[[], float]
     catalog: TopicCatalog = attrs.field(factory=TopicCatalog, kw_only=True)
     brokers: BrokerSync = attrs.field(
-        default=attrs.Factory(
-            lambda api: BrokerSync(api.catalog, api.registry, api.clock), takes_self=True
-        ),
-        kw_only=True,
+        default=attrs.Factory(_own_brokers, takes_self=True), kw_only=True
     )
     info: LookupdInfo | None = attrs.field(default=None, kw_only=True)
     replicated: ReplicatedTopics | None = attrs.field(default=None, kw_only=True)
