@@ -247,7 +247,7 @@ def apply(state: TopState, message: object) -> TopState:
     if kind == "hello":
         # a new connection: nothing from an earlier one still holds
         return TopState(
-            broker=_broker_info(document),
+            broker=_read(BrokerInfo, document, {}),
             start_time=_int(document, "start_time"),  # trionsq adds it; the snapshot has it too
             last_seq=seq,
             now_ms=ts,
@@ -272,10 +272,6 @@ def apply(state: TopState, message: object) -> TopState:
         patched = _EVENTS[kind](state, document)
         return _logged(patched, seq, ts, kind, _event_text(kind, document))
     return state
-
-
-def _broker_info(document: Mapping[str, object]) -> BrokerInfo:
-    return _read(BrokerInfo, document, {})
 
 
 def _sequenced(state: TopState, seq: int, ts: int) -> TopState:
