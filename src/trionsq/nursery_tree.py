@@ -353,7 +353,7 @@ async def _start_http(
         )
 
 
-# twin of lookupd/server._bound: the broker's tree does not import the lookupd (listen.py could hold one)
+# twin of lookupd/server._bound: the broker's tree does not import the lookupd
 def _bound(listeners: list[trio.SocketListener]) -> tuple[str, int]:
     name = listeners[0].socket.getsockname()
     return name[0], name[1]
