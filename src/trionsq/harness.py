@@ -207,6 +207,14 @@ class _Hosted(Generic[T]):
         await self.finished.wait()
 
 
+def _put(items: list[T], index: int, started: T) -> None:
+    """``started`` in slot ``index``: in place of the one stopped there, or a new last."""
+    if index < len(items):
+        items[index] = started
+    else:
+        items.append(started)
+
+
 def _pinned(address: str, bound: tuple[str, int] | None) -> str:
     """``address`` with the port a previous run bound, so a restart keeps its ports."""
     if not address or bound is None:
@@ -313,12 +321,16 @@ class NsqCluster:
         """Whether lookupd ``lookupd`` holds a connection from broker ``broker``."""
         return bool(_peer_ids(self.lookupds[lookupd], self.brokers[broker]))
 
-    def _all_registered(self) -> bool:
+    def _all_registered(
+        self, brokers: Collection[int] | None = None, lookupds: Collection[int] | None = None
+    ) -> bool:
+        """Whether each running broker of ``brokers`` has registered with each running
+        lookupd of ``lookupds`` (None: all of them)."""
         return all(
             self.registered(b, k)
-            for b in range(len(self.brokers))
+            for b in (range(len(self.brokers)) if brokers is None else brokers)
             if self.broker_running(b)
-            for k in range(len(self.lookupds))
+            for k in (range(len(self.lookupds)) if lookupds is None else lookupds)
             if self.lookupd_running(k)
         )
 
@@ -365,18 +377,10 @@ class NsqCluster:
             lambda status: serve_nsqd(config, wall_clock=self.wall_clock, task_status=status),
         )
         self._broker_runs[index] = hosted
-        if index < len(self.brokers):
-            self.brokers[index] = addresses
-        else:
-            self.brokers.append(addresses)
+        _put(self.brokers, index, addresses)
         if wait:
             await self._until(
-                lambda: all(
-                    self.registered(index, k)
-                    for k in range(len(self.lookupds))
-                    if self.lookupd_running(k)
-                ),
-                f"broker {index} registered",
+                lambda: self._all_registered(brokers=[index]), f"broker {index} registered"
             )
         return addresses
 
@@ -432,17 +436,10 @@ class NsqCluster:
             tcp_address=normalize_address(addresses.tcp),
             http_address=normalize_address(addresses.http),
         )
-        if index < len(self.lookupds):
-            self.lookupds[index] = addresses
-        else:
-            self.lookupds.append(addresses)
+        _put(self.lookupds, index, addresses)
         if wait:
             await self._until(
-                lambda: all(
-                    self.registered(b, index)
-                    for b in range(len(self.brokers))
-                    if self.broker_running(b)
-                ),
+                lambda: self._all_registered(lookupds=[index]),
                 f"every broker registered with lookupd {index}",
             )
         return addresses

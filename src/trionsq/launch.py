@@ -28,12 +28,20 @@ def _only_version(arguments: list[str]) -> bool:
     return bool(arguments) and all(argument in _VERSION_FLAGS for argument in arguments)
 
 
+def _answered_version(command: str) -> bool:
+    """Whether the arguments were version flags alone, answered as the Go ``command``
+    answers them; otherwise the collector is paused for the start-up (see above)."""
+    if _only_version(sys.argv[1:]):
+        sys.stdout.write(version_string(command) + "\n")
+        return True
+    gc.disable()
+    return False
+
+
 def nsqd() -> int:
     """The ``nsqd`` command."""
-    if _only_version(sys.argv[1:]):
-        sys.stdout.write(version_string("nsqd") + "\n")
+    if _answered_version("nsqd"):
         return 0
-    gc.disable()
     from .nsqd_command import main
 
     return main()
@@ -41,10 +49,8 @@ def nsqd() -> int:
 
 def nsqlookupd() -> int:
     """The ``nsqlookupd`` command."""
-    if _only_version(sys.argv[1:]):
-        sys.stdout.write(version_string("nsqlookupd") + "\n")
+    if _answered_version("nsqlookupd"):
         return 0
-    gc.disable()
     from .nsqd_command import nsqlookupd_main
 
     return nsqlookupd_main()

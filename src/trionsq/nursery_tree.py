@@ -275,26 +275,6 @@ def _tls_context(config: NsqdConfig) -> ssl.SSLContext | None:
     return server_tls_context(config)
 
 
-async def _start_lookupd_peers(
-    config: NsqdConfig,
-    broker: Broker,
-    broker_nursery: trio.Nursery,
-    tcp: tuple[str, int],
-    http: tuple[str, int] | None,
-) -> LookupdPeers:
-    """The connections to the configured lookupds, identifying with the bound ports."""
-    identity = peer_identity(config, NSQD_RELEASE, tcp[1], http[1] if http else 0)
-    peers = LookupdPeers(
-        broker,
-        identity,
-        config.lookupd_tcp_addresses,
-        max_reply_size=config.max_body_size,
-        timing=PeerTiming(ping_interval=config.lookupd_ping_interval),
-    )
-    await broker_nursery.start(peers.run)
-    return peers
-
-
 def _descriptor_budget(config: NsqdConfig) -> DescriptorBudget:
     """The broker's share of the process's open-file limit (``descriptors.py``), said
     at start: a limit too low for the reserve gets a warning."""
@@ -373,6 +353,7 @@ async def _start_http(
         )
 
 
+# twin of lookupd/server._bound: the broker's tree does not import the lookupd
 def _bound(listeners: list[trio.SocketListener]) -> tuple[str, int]:
     name = listeners[0].socket.getsockname()
     return name[0], name[1]
@@ -411,12 +392,22 @@ async def _start_peers(
 ) -> LookupdPeers:
     """The broker's peers: with ``--etcd-endpoints`` the replicated cluster's side
     (docs/replication.md; its hook in place before anyone may publish), then the
-    lookupds."""
+    connections to the configured lookupds, identifying with the bound ports."""
+    http_port = http[1] if http else 0
     if config.cluster_enabled:
         from .cluster.serve import start_cluster
 
-        await start_cluster(broker, config, tcp[1], http[1] if http else 0, nursery)
-    return await _start_lookupd_peers(config, broker, nursery, tcp, http)
+        await start_cluster(broker, config, tcp[1], http_port, nursery)
+    identity = peer_identity(config, NSQD_RELEASE, tcp[1], http_port)
+    peers = LookupdPeers(
+        broker,
+        identity,
+        config.lookupd_tcp_addresses,
+        max_reply_size=config.max_body_size,
+        timing=PeerTiming(ping_interval=config.lookupd_ping_interval),
+    )
+    await nursery.start(peers.run)
+    return peers
 
 
 TREE: Final = (

@@ -95,14 +95,39 @@ def _flag(
 
 STR, BOOL, INT, DUR = Kind.STRING, Kind.BOOL, Kind.INT, Kind.DURATION
 
+
+def _logging_flags(defaults: NsqdConfig | LookupdConfig) -> tuple[FlagSpec, ...]:
+    """The logging flags nsqd and nsqlookupd share, with one command's defaults."""
+    return (
+        FlagSpec(
+            "log-level",
+            STR,
+            default=defaults.log_level,
+            help="least severe level logged: debug, info, warn, error or fatal",
+            parse=_log_level,
+            default_text=defaults.log_level.upper(),
+        ),
+        FlagSpec(
+            "log-prefix",
+            STR,
+            default=defaults.log_prefix,
+            help="text at the start of every log line",
+        ),
+        FlagSpec(
+            "verbose",
+            BOOL,
+            default=False,
+            help="[deprecated] ignored; see -log-level",
+            option=False,
+        ),
+    )
+
+
 # fmt: off
 NSQD_FLAGS: Final[tuple[FlagSpec, ...]] = (
     FlagSpec("version", BOOL, default=False, help="print the version and exit", option=False),
     FlagSpec("config", STR, default="", help="a TOML file of options (keys: flag names with _)", option=False),
-    _flag("log-level", STR, "least severe level logged: debug, info, warn, error or fatal",
-          parse=_log_level, default_text=_D.log_level.upper()),
-    _flag("log-prefix", STR, "text at the start of every log line"),
-    FlagSpec("verbose", BOOL, default=False, help="[deprecated] ignored; see -log-level", option=False),
+    *_logging_flags(_D),
     _flag("node-id", INT, "node part of message IDs, in [0,1024); the default comes from the hostname",
           dest="node_id", cfg_key="id"),
     FlagSpec("worker-id", BOOL, default=False, help="[deprecated] ignored; see -node-id", option=False),
@@ -200,10 +225,7 @@ _L: Final = LookupdConfig()
 NSQLOOKUPD_FLAGS: Final[tuple[FlagSpec, ...]] = (
     FlagSpec("config", STR, default="", help="a TOML file of options (keys: flag names with _)", option=False),
     FlagSpec("version", BOOL, default=False, help="print the version and exit", option=False),
-    FlagSpec("log-level", STR, default=_L.log_level, help="least severe level logged: debug, info, warn, error or fatal",
-             parse=_log_level, default_text=_L.log_level.upper()),
-    FlagSpec("log-prefix", STR, default=_L.log_prefix, help="text at the start of every log line"),
-    FlagSpec("verbose", BOOL, default=False, help="[deprecated] ignored; see -log-level", option=False),
+    *_logging_flags(_L),
     FlagSpec("tcp-address", STR, default=_L.tcp_address, help="<addr>:<port> for nsqd connections (TCP protocol V1)"),
     FlagSpec("http-address", STR, default=_L.http_address, help="<addr>:<port> for HTTP clients"),
     FlagSpec("broadcast-address", STR, default=_L.broadcast_address,

@@ -14,19 +14,21 @@ for these calls and owned by the lookupd.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 from urllib.parse import quote
 
+import attrs
 import trio
 
 from ..addresses import join_host_port
 from ..http.client import HttpClientError, http_request
+from .registry import RegistrationDB
+from .topics import TopicCatalog
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from .registry import Peer, RegistrationDB
-    from .topics import ManagedTopic, TopicCatalog
+    from .registry import Peer
+    from .topics import ManagedTopic
 
 __all__ = ["BrokerCallError", "BrokerSync", "http_get", "http_post"]
 
@@ -77,24 +79,17 @@ async def _call(
     return reply.status, reply.body
 
 
+@attrs.define(eq=False)
 class BrokerSync:
     """Tells placed brokers about their managed topics; the server gives it a nursery."""
 
-    def __init__(
-        self,
-        catalog: TopicCatalog,
-        registry: RegistrationDB,
-        clock: Callable[[], float],
-        *,
-        timeout: float = CALL_TIMEOUT,
-    ) -> None:
-        self.catalog = catalog
-        self.registry = registry
-        self.clock = clock
-        self.timeout = timeout
-        self.nursery: trio.Nursery | None = None
-        """Where retries run (``serve_lookupd`` sets it); None: no background retries."""
-        self._in_flight: set[str] = set()
+    catalog: TopicCatalog
+    registry: RegistrationDB
+    clock: Callable[[], float]
+    timeout: float = attrs.field(default=CALL_TIMEOUT, kw_only=True)
+    nursery: trio.Nursery | None = attrs.field(init=False, default=None)
+    """Where retries run (``serve_lookupd`` sets it); None: no background retries."""
+    _in_flight: set[str] = attrs.field(init=False, factory=set)
 
     def _live_nodes(self) -> set[str]:
         return {peer.node for peer in self.registry.active_peers(self.clock())}

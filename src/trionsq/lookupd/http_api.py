@@ -20,21 +20,24 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Final
 
+import attrs
 import orjson
 
 from ..admin_page_files import ADMIN_PAGE as ADMIN_PAGE  # importable from here as before
 from ..durations import parse_duration
-from ..http.messages import JSON_CONTENT_TYPE, V1_HEADER, Response
+from ..http.messages import JSON_CONTENT_TYPE, V1_HEADER, Request, Response
 from ..http.static import static_routes
+from ..protocol.lookupd import LookupdInfo
 from ..protocol.names import is_valid_name
 from ..version import NSQD_RELEASE, TRIONSQ_VERSION
 from . import groups
 from .broker_stats import broker_stats
 from .brokers import BrokerSync
-from .registry import TOPIC
-from .replicated import ReplicationRefused
+from .registry import TOPIC, RegistrationDB
+from .replicated import ReplicatedTopics, ReplicationRefused
 from .topics import (
     MAX_PARTITION_NUM,
     PLAIN_META,
@@ -48,12 +51,7 @@ from .topics import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
-
-    from ..http.messages import Request
-    from ..protocol.lookupd import LookupdInfo
-    from .registry import Producer, RegistrationDB
-    from .replicated import ReplicatedTopics
+    from .registry import Producer
 
 __all__ = ["GO_ZERO_TIME_UNIX_NANO", "LEGACY_ENDPOINTS", "LookupdHttpApi"]
 
@@ -109,6 +107,12 @@ def _topic_channel(request: Request) -> tuple[str, str]:
     return topic, channel
 
 
+def _own_brokers(api: LookupdHttpApi) -> BrokerSync:
+    """The broker calls of an API given none: over its own catalog and registry."""
+    return BrokerSync(api.catalog, api.registry, api.clock)
+
+
+@attrs.define(eq=False)
 class LookupdHttpApi:
     """Routes and handlers over one registry; ``clock`` is the registry's time base.
 
@@ -116,26 +120,21 @@ class LookupdHttpApi:
     to brokers, ``info`` (this lookupd's addresses) feeds ``/listlookup``.
     """
 
-    def __init__(
-        self,
-        registry: RegistrationDB,
-        clock: Callable[[], float],
-        *,
-        catalog: TopicCatalog | None = None,
-        brokers: BrokerSync | None = None,
-        info: LookupdInfo | None = None,
-        replicated: ReplicatedTopics | None = None,
-        min_isr: int = 1,
-    ) -> None:
-        """``replicated``: the cluster's topics (``--etcd-endpoints``; None: none)."""
-        self.registry = registry
-        self.replicated = replicated
-        self.min_isr = min_isr
-        self.clock = clock
-        self.catalog = catalog if catalog is not None else TopicCatalog()
-        self.brokers = brokers if brokers is not None else BrokerSync(self.catalog, registry, clock)
-        self.info = info
-        self.routes: dict[str, dict[str, Callable[[Request], Awaitable[Response]]]] = {
+    registry: RegistrationDB
+    clock: Callable[[], float]
+    catalog: TopicCatalog = attrs.field(factory=TopicCatalog, kw_only=True)
+    brokers: BrokerSync = attrs.field(
+        default=attrs.Factory(_own_brokers, takes_self=True), kw_only=True
+    )
+    info: LookupdInfo | None = attrs.field(default=None, kw_only=True)
+    replicated: ReplicatedTopics | None = attrs.field(default=None, kw_only=True)
+    """The cluster's topics (``--etcd-endpoints``; None: none)."""
+    min_isr: int = attrs.field(default=1, kw_only=True)
+    routes: dict[str, dict[str, Callable[[Request], Awaitable[Response]]]] = attrs.field(init=False)
+
+    @routes.default
+    def _routes(self) -> dict[str, dict[str, Callable[[Request], Awaitable[Response]]]]:
+        return {
             "/ping": {"GET": self._ping},
             "/info": {"GET": self._info},
             "/debug": {"GET": self._debug},

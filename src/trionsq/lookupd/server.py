@@ -165,6 +165,7 @@ async def _start_serving(
     return LookupdAddresses(tcp=tcp, http=http, registry=registry, catalog=catalog)
 
 
+# twin of nursery_tree._bound: the lookupd does not import the broker's tree
 def _bound(listeners: list[trio.SocketListener]) -> tuple[str, int]:
     name = listeners[0].socket.getsockname()
     return name[0], name[1]

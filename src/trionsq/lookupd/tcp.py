@@ -10,14 +10,17 @@ closed. However the connection ends, the peer leaves every registration it held
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
+import attrs
 import trio
 
 from ..addresses import peer_address
 from ..protocol.errors import ProtocolError
 from ..protocol.lookupd import (
     OK_REPLY,
+    LookupdInfo,
     LookupIdentify,
     LookupServerConnection,
     Ping,
@@ -26,14 +29,12 @@ from ..protocol.lookupd import (
     encode_error_reply,
     encode_identify_reply,
 )
-from .registry import Peer
+from .brokers import BrokerSync
+from .registry import Peer, RegistrationDB
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from ..protocol.lookupd import LookupCommand, LookupdInfo
-    from .brokers import BrokerSync
-    from .registry import Registration, RegistrationDB
+    from ..protocol.lookupd import LookupCommand
+    from .registry import Registration
 
 __all__ = ["LookupSession"]
 
@@ -46,28 +47,25 @@ def _describe(registration: Registration) -> str:
     return f"category:{registration.category} key:{registration.key} subkey:{registration.subkey}"
 
 
+@attrs.define(eq=False)
 class LookupSession:
     """Serves one nsqd connection until it closes; see :meth:`run`."""
 
-    def __init__(
-        self,
-        stream: trio.SocketStream,
-        registry: RegistrationDB,
-        info: LookupdInfo,
-        clock: Callable[[], float] = trio.current_time,
-        brokers: BrokerSync | None = None,
-    ) -> None:
-        self.stream = stream
-        self.brokers = brokers
-        """Told of every IDENTIFY and REGISTER, so placed brokers get their topics."""
-        self.registry = registry
-        self.info = info
-        """This lookupd's IDENTIFY reply (its own bound ports)."""
-        self.clock = clock
-        self.remote = peer_address(stream.socket)
-        """The peer id nsqlookupd uses: the connection's remote ``ip:port``."""
-        self.peer: Peer | None = None
-        self._protocol = LookupServerConnection()
+    stream: trio.SocketStream
+    registry: RegistrationDB
+    info: LookupdInfo
+    """This lookupd's IDENTIFY reply (its own bound ports)."""
+    clock: Callable[[], float] = trio.current_time
+    brokers: BrokerSync | None = None
+    """Told of every IDENTIFY and REGISTER, so placed brokers get their topics."""
+    remote: str = attrs.field(init=False)
+    """The peer id nsqlookupd uses: the connection's remote ``ip:port``."""
+    peer: Peer | None = attrs.field(init=False, default=None)
+    _protocol: LookupServerConnection = attrs.field(init=False, factory=LookupServerConnection)
+
+    @remote.default
+    def _remote(self) -> str:
+        return peer_address(self.stream.socket)
 
     async def run(self) -> None:
         """Read commands and answer them until EOF, a fatal error or cancellation.

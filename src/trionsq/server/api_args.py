@@ -1,17 +1,19 @@
-"""What the broker's HTTP handlers share: the refusal they raise, and nsqd's checks of
-the query and of name arguments (server/nsqd_api.py, server/partition_api.py)."""
+"""What the broker's HTTP handlers share: how routes are kept, the refusal they raise,
+and nsqd's checks of the query and of name arguments (server/nsqd_api.py, server/partition_api.py)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from typing import TypeAlias
 
+from ..http.messages import Request, Response
 from ..protocol.names import is_valid_name
 from ..protocol.strconv import go_atoi
 
-if TYPE_CHECKING:
-    from ..http.messages import Request
+__all__ = ["HttpError", "Routes", "name_arg", "parsed_query", "partition_arg"]
 
-__all__ = ["HttpError", "name_arg", "parsed_query", "partition_arg"]
+Routes: TypeAlias = dict[str, dict[str, Callable[[Request], Awaitable[Response]]]]
+"""A listener's handlers by path, then method (how the HTTP APIs keep them)."""
 
 
 class HttpError(Exception):

@@ -21,13 +21,14 @@ import attrs
 import orjson
 
 from ..admin_page_files import ADMIN_PAGE as ADMIN_PAGE  # importable from here as before
+from ..broker.broker import Broker
 from ..broker.dead_letters import dead_topic_name
 from ..broker.health import StorageFault, go_error_text
 from ..broker.offsets import OffsetError
 from ..broker.rate_limits import PublishMode, Rates
 from ..broker.replication import ReplicaRefusal
 from ..broker.rules import MAX_PARTITION_NUM
-from ..config import TlsRequired
+from ..config import NsqdConfig, TlsRequired
 from ..durations import parse_duration
 from ..http.messages import Request, Response, parse_bool
 from ..http.static import static_routes
@@ -38,7 +39,7 @@ from ..protocol.identify import MAX_ATTEMPTS_BOUND, MAX_BYTES_PER_SEC, MAX_MSGS_
 from ..protocol.names import is_ephemeral, is_valid_name
 from ..version import NSQD_RELEASE, TRIONSQ_VERSION, version_string
 from .admin_stream import AdminStream, StreamContext, StreamShared
-from .api_args import HttpError, name_arg, parsed_query, partition_arg
+from .api_args import HttpError, Routes, name_arg, parsed_query, partition_arg
 from .partition_api import PartitionApi
 from .publish_api import PublishApi
 
@@ -46,8 +47,6 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable
 
     from ..auth.session import AuthSession
-    from ..broker.broker import Broker
-    from ..config import NsqdConfig
     from .metrics import MetricsRoute
 
 __all__ = ["NsqdHttpApi"]
@@ -125,29 +124,32 @@ class RuntimeOptions:
     """Told each new address list: the broker's lookupd peers follow it, as nsqd's do."""
 
 
-class NsqdHttpApi:
-    """Routes and handlers for one listener (plain HTTP or HTTPS) of one broker."""
+def _own_runtime(api: NsqdHttpApi) -> RuntimeOptions:
+    """A listener's runtime options when it is not given the broker's shared ones."""
+    return RuntimeOptions(api.config.log_level, api.config.lookupd_tcp_addresses)
 
-    def __init__(
-        self,
-        broker: Broker,
-        config: NsqdConfig,
-        *,
-        started_at: float,
-        ports: Callable[[], tuple[int, int]],
-        https_port: Callable[[], int | None],
-        is_https: bool = False,
-        runtime: RuntimeOptions | None = None,
-        admin: StreamShared,
-    ) -> None:
-        self.broker = broker
-        self.config = config
-        self.started_at = started_at
-        self._ports = ports
-        """(tcp port, http port) as bound, for /info."""
-        self._https_port = https_port
-        self.is_https = is_https
-        self.runtime = runtime or RuntimeOptions(config.log_level, config.lookupd_tcp_addresses)
+
+@attrs.define(slots=False, eq=False)
+class NsqdHttpApi:
+    """Routes and handlers for one listener (plain HTTP or HTTPS) of one broker.
+
+    Not slotted: the attributes :meth:`__attrs_post_init__` adds name types that are
+    imported only where used (auth, metrics)."""
+
+    broker: Broker
+    config: NsqdConfig
+    started_at: float = attrs.field(kw_only=True)
+    _ports: Callable[[], tuple[int, int]] = attrs.field(kw_only=True)
+    """(tcp port, http port) as bound, for /info."""
+    _https_port: Callable[[], int | None] = attrs.field(kw_only=True)
+    is_https: bool = attrs.field(default=False, kw_only=True)
+    runtime: RuntimeOptions = attrs.field(
+        default=attrs.Factory(_own_runtime, takes_self=True), kw_only=True
+    )
+    admin: StreamShared = attrs.field(kw_only=True, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        broker, config = self.broker, self.config
         self._auth_sessions: dict[tuple[str, str, bool], AuthSession] = {}
         """HTTP publishers' auth grants by (secret, client IP, https), oldest first."""
         self._metrics_route: MetricsRoute | None = None
@@ -168,7 +170,7 @@ class NsqdHttpApi:
             "/topic/publish_limit": self._topic_publish_limit,
             "/channel/unpause": self._channel_unpause,
         }
-        self.routes: dict[str, dict[str, Callable[[Request], Awaitable[Response]]]] = {
+        self.routes: Routes = {
             "/ping": {"GET": self._ping},
             "/info": {"GET": self._info},
             "/channel/setoffset": {"POST": self._channel_setoffset},
@@ -185,8 +187,8 @@ class NsqdHttpApi:
             StreamContext(
                 broker,
                 dispatch=self.dispatch,
-                shared=admin,
-                scheme="https" if is_https else "http",
+                shared=self.admin,
+                scheme="https" if self.is_https else "http",
                 hello=self._hello_for_stream,
                 authenticate=self.auth_session if config.auth_http_addresses else None,
             )

@@ -12,6 +12,8 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING, Final
 
+import attrs
+
 from ..protocol.frames import FRAME_TYPE_MESSAGE, frame
 from ..protocol.message import (
     MESSAGE_FRAME_HEAD,
@@ -31,41 +33,22 @@ if TYPE_CHECKING:
 __all__ = ["OutboundBuffer"]
 
 
+@attrs.define(kw_only=True, eq=False)
 class OutboundBuffer:
     """Frames for one client, in order, with the flush policy it negotiated."""
 
-    __slots__ = (
-        "_buffer",
-        "_first_message_at",
-        "_urgent",
-        "binary_ids",
-        "buffer_size",
-        "buffer_timeout",
-        "detail",
-        "extended",
-    )
-
-    def __init__(
-        self,
-        *,
-        buffer_size: int,
-        buffer_timeout: float,
-        binary_ids: bool = False,
-        extended: bool = False,
-        detail: bool = False,
-    ) -> None:
-        """``buffer_timeout`` 0 means no timer (IDENTIFY ``output_buffer_timeout`` -1)."""
-        self.buffer_size = buffer_size
-        self.buffer_timeout = buffer_timeout
-        self.binary_ids = binary_ids
-        """Youzan ids ``[internal id][trace id]``; else nsqd's 16 hex characters."""
-        self.extended = extended
-        """Ext topic and ``extend_support``: ext version, length and header in each message."""
-        self.detail = detail
-        """SUB_ORDERED / SUB_ADVANCED: offset and raw size in each message."""
-        self._buffer = bytearray()
-        self._urgent = False
-        self._first_message_at: float | None = None
+    buffer_size: int
+    buffer_timeout: float
+    """0 means no timer (IDENTIFY ``output_buffer_timeout`` -1)."""
+    binary_ids: bool = False
+    """Youzan ids ``[internal id][trace id]``; else nsqd's 16 hex characters."""
+    extended: bool = False
+    """Ext topic and ``extend_support``: ext version, length and header in each message."""
+    detail: bool = False
+    """SUB_ORDERED / SUB_ADVANCED: offset and raw size in each message."""
+    _buffer: bytearray = attrs.field(init=False, factory=bytearray, repr=False)
+    _urgent: bool = attrs.field(init=False, default=False)
+    _first_message_at: float | None = attrs.field(init=False, default=None)
 
     def __len__(self) -> int:
         return len(self._buffer)

@@ -18,11 +18,14 @@ endpoint has no ``reader``).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import TYPE_CHECKING, Final
 
+import attrs
 import trio
 
+from ..broker.broker import Broker
 from ..broker.health import PERSIST, READ
 from ..broker.log_reads import (
     ReadError,
@@ -37,12 +40,9 @@ from ..broker.reader_holds import move_hold, release_hold
 from ..http.messages import Request, Response
 from ..protocol.record_batch import CONTENT_TYPE, encode_record_batch
 from ..protocol.strconv import go_atoi
-from .api_args import HttpError, name_arg, parsed_query
+from .api_args import HttpError, Routes, name_arg, parsed_query
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
-
-    from ..broker.broker import Broker
     from ..broker.log_reads import ReplayableLog
     from ..broker.topic import Partition, Topic
 
@@ -61,17 +61,19 @@ _NS_PER_MS: Final = 1_000_000
 _BATCH_HEADERS: Final = ((b"Content-Type", CONTENT_TYPE.encode()),)
 
 
+@attrs.define(eq=False)
 class PartitionApi:
     """The ``/partition/...`` handlers of one listener's :class:`NsqdHttpApi`."""
 
-    def __init__(
-        self, broker: Broker, authorize: Callable[[Request, str, str], Awaitable[None]]
-    ) -> None:
-        """``authorize(request, verb, channel)``: the listener's AUTH check (raises
-        :class:`HttpError`), a no-op without ``--auth-http-address``."""
-        self.broker = broker
-        self._authorize = authorize
-        self.routes: dict[str, dict[str, Callable[[Request], Awaitable[Response]]]] = {
+    broker: Broker
+    _authorize: Callable[[Request, str, str], Awaitable[None]] = attrs.field(alias="authorize")
+    """``authorize(request, verb, channel)``: the listener's AUTH check (raises
+    :class:`HttpError`), a no-op without ``--auth-http-address``."""
+    routes: Routes = attrs.field(init=False)
+
+    @routes.default
+    def _routes(self) -> Routes:
+        return {
             "/partition/read": {"GET": self._read},
             "/partition/offsets": {"GET": self._offsets},
             "/partition/hold": {"POST": self._hold},

@@ -14,26 +14,27 @@ import math
 import struct
 from typing import TYPE_CHECKING, Final, Protocol
 
+import attrs
 import orjson
 import trio
 
+from ..broker.broker import Broker
 from ..broker.rate_limits import PublishMode, batch_size
 from ..broker.rules import EXT_TOO_LONG_REASON, Refusal, ext_refusal, publish_target
+from ..config import NsqdConfig
 from ..http.messages import Request, Response, parse_bool
 from ..protocol.broker_errors import pub_failed
 from ..protocol.errors import ProtocolError
 from ..protocol.ext_header import TRACE_ID_KEY, ExtHeader, check_ext_header
 from ..protocol.message import EXT_VERSION_JSON
 from ..protocol.strconv import go_parse_uint64
-from .api_args import HttpError, name_arg, parsed_query, partition_arg
+from .api_args import HttpError, Routes, name_arg, parsed_query, partition_arg
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Sequence
+    from collections.abc import Awaitable, Sequence
 
-    from ..broker.broker import Broker
     from ..broker.idempotence import Stored
     from ..broker.topic import Record
-    from ..config import NsqdConfig
 
 __all__ = ["HTTP_THROTTLE_SECONDS", "AuthorizePublish", "PublishApi"]
 
@@ -55,14 +56,18 @@ class AuthorizePublish(Protocol):
     ) -> Awaitable[None]: ...
 
 
+@attrs.define(eq=False)
 class PublishApi:
     """The publishing handlers of one listener's :class:`~.nsqd_api.NsqdHttpApi`."""
 
-    def __init__(self, broker: Broker, config: NsqdConfig, authorize: AuthorizePublish) -> None:
-        self.broker = broker
-        self.config = config
-        self._authorize_publish = authorize
-        self.routes: dict[str, dict[str, Callable[[Request], Awaitable[Response]]]] = {
+    broker: Broker
+    config: NsqdConfig
+    _authorize_publish: AuthorizePublish = attrs.field(alias="authorize")
+    routes: Routes = attrs.field(init=False)
+
+    @routes.default
+    def _routes(self) -> Routes:
+        return {
             "/pub": {"POST": self._pub},
             "/mpub": {"POST": self._mpub},
             "/pubtrace": {"POST": self._pubtrace},

@@ -54,36 +54,18 @@ __all__ = [
 ]
 
 
-@attrs.frozen
-class ChannelSnapshot:
-    """One channel as /stats reports it (all partitions of the topic together)."""
+@attrs.frozen(kw_only=True)
+class ChannelSnapshot(ChannelStatistics):
+    """One channel as /stats reports it: its partitions' statistics as one (summed),
+    with what /stats adds to them."""
 
-    name: str
-    depth: int
     backend_depth: int
-    in_flight_count: int
-    deferred_count: int
-    message_count: int
-    requeue_count: int
-    timeout_count: int
-    client_count: int
     clients: tuple[ClientStatistics, ...] | None
     """None without ``include_clients``."""
-    paused: bool
     e2e: LatencyResult | None
     """None when latency tracking is off."""
-    max_attempts: int = 0
-    """Dead-letter bound in force (trionsq's extension; the JSON has it only when set)."""
-    dead_letter_count: int = 0
-    ttl_ns: int = 0
-    """The topic's TTL (trionsq's extension; the JSON has it only when set)."""
-    expired_count: int = 0
     group: GroupSnapshot | None = None
     """The channel's consumer group on this broker (the JSON has it only when one exists)."""
-    rate_limit_msgs: int = 0
-    """The channel's rate limit (trionsq's extension; the JSON has it only when set)."""
-    rate_limit_bytes: int = 0
-    throttled_count: int = 0
 
 
 @attrs.frozen

@@ -178,31 +178,53 @@ def _p99(document: Mapping[str, object]) -> float | None:
     return None
 
 
+_READERS: Final[dict[str, Callable[[Mapping[str, object], str], object]]] = {
+    "str": _str,
+    "int": _int,
+    "float": _float,
+    "bool": _bool,
+}
+"""The lenient reader of each plain field type, by its annotation."""
+_Read = TypeVar("_Read", ChannelRow, TopicRow, BrokerInfo)
+
+
+def _read(
+    cls: type[_Read], document: Mapping[str, object], keys: Mapping[str, str], **given: object
+) -> _Read:
+    """A ``cls`` whose plain fields are read leniently from ``document``, each under its
+    JSON key (its name unless ``keys`` names another); ``given`` sets the others."""
+    values = {
+        field.name: _READERS[field.type](document, keys.get(field.name, field.name))
+        for field in attrs.fields(cls)
+        if field.name not in given and isinstance(field.type, str) and field.type in _READERS
+    }
+    return cls(**values, **given)  # type: ignore[arg-type]  # each value read by its field's type
+
+
+_CHANNEL_KEYS: Final = {
+    "name": "channel_name",
+    "in_flight": "in_flight_count",
+    "deferred": "deferred_count",
+}
+
+
 def _channel_row(document: Mapping[str, object]) -> ChannelRow:
     clients = document.get("clients")
-    return ChannelRow(
-        name=_str(document, "channel_name"),
-        depth=_int(document, "depth"),
-        in_flight=_int(document, "in_flight_count"),
-        deferred=_int(document, "deferred_count"),
-        message_rate=_float(document, "message_rate"),
-        finish_rate=_float(document, "finish_rate"),
-        requeue_rate=_float(document, "requeue_rate"),
-        timeout_rate=_float(document, "timeout_rate"),
+    return _read(
+        ChannelRow,
+        document,
+        _CHANNEL_KEYS,
         clients=len(clients) if isinstance(clients, list) else _int(document, "client_count"),
-        paused=_bool(document, "paused"),
         e2e_p99_ns=_p99(document),
     )
 
 
 def _topic_row(document: Mapping[str, object]) -> TopicRow:
     partitions = document.get("partitions")
-    return TopicRow(
-        name=_str(document, "topic_name"),
-        depth=_int(document, "depth"),
-        message_count=_int(document, "message_count"),
-        message_rate=_float(document, "message_rate"),
-        paused=_bool(document, "paused"),
+    return _read(
+        TopicRow,
+        document,
+        {"name": "topic_name"},
         partitions=len(partitions) if isinstance(partitions, list) and partitions else 1,
         e2e_p99_ns=_p99(document),
         channels=tuple(_channel_row(channel) for channel in _objects(document, "channels")),
@@ -225,7 +247,7 @@ def apply(state: TopState, message: object) -> TopState:
     if kind == "hello":
         # a new connection: nothing from an earlier one still holds
         return TopState(
-            broker=_broker_info(document),
+            broker=_read(BrokerInfo, document, {}),
             start_time=_int(document, "start_time"),  # trionsq adds it; the snapshot has it too
             last_seq=seq,
             now_ms=ts,
@@ -250,18 +272,6 @@ def apply(state: TopState, message: object) -> TopState:
         patched = _EVENTS[kind](state, document)
         return _logged(patched, seq, ts, kind, _event_text(kind, document))
     return state
-
-
-def _broker_info(document: Mapping[str, object]) -> BrokerInfo:
-    return BrokerInfo(
-        hostname=_str(document, "hostname"),
-        broadcast_address=_str(document, "broadcast_address"),
-        tcp_port=_int(document, "tcp_port"),
-        http_port=_int(document, "http_port"),
-        version=_str(document, "version"),
-        trionsq_version=_str(document, "trionsq_version"),
-        auth_required=_bool(document, "auth_required"),
-    )
 
 
 def _sequenced(state: TopState, seq: int, ts: int) -> TopState:
