@@ -32,10 +32,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ListenError",
+    "bound_address",
     "connection_ended",
+    "open_listener_sets",
     "open_listeners",
     "open_started",
     "serve_connections",
+    "serve_on_listeners",
     "serve_started",
     "started_by",
 ]
@@ -100,6 +103,30 @@ async def open_listeners(host: str | None, port: int) -> list[trio.SocketListene
         raise ListenError(error.errno, f"{where}: {error.strerror or error}") from error
 
 
+async def open_listener_sets(
+    *addresses: tuple[str | None, int] | None,
+) -> list[list[trio.SocketListener]]:
+    """One list of listeners per ``(host, port)``, an empty one for ``None`` (a
+    listener turned off), all bound before a server starts (as nsqd binds before it
+    loads its data). If one cannot bind, those already bound are closed before its
+    :class:`ListenError` goes up."""
+    opened: list[list[trio.SocketListener]] = []
+    try:
+        for address in addresses:
+            # one at a time (not a comprehension): those bound so far are closed on failure
+            opened.append(await open_listeners(*address) if address is not None else [])  # noqa: PERF401
+    except BaseException:
+        _close_all(opened)
+        raise
+    return opened
+
+
+def bound_address(listeners: Sequence[trio.SocketListener]) -> tuple[str, int]:
+    """Where the first of ``listeners`` is bound: the real port, so port 0 works."""
+    name = listeners[0].socket.getsockname()
+    return name[0], name[1]
+
+
 @asynccontextmanager
 async def open_started(
     start: Callable[[trio.Nursery], Awaitable[StartedT]],
@@ -149,6 +176,26 @@ async def serve_started(
     async with open_started(start) as started:
         task_status.started(started)
         await trio.sleep_forever()
+
+
+async def serve_on_listeners(
+    listener_sets: Sequence[Sequence[trio.SocketListener]],
+    start: Callable[[trio.Nursery], Awaitable[StartedT]],
+    task_status: trio.TaskStatus[StartedT],
+) -> None:
+    """:func:`serve_started` for a server whose listeners ``start`` serves on (bound
+    before, by :func:`open_listener_sets`); they are closed when it ends, by their
+    tasks, or here if the start failed before those began."""
+    try:
+        await serve_started(start, task_status)
+    finally:
+        _close_all(listener_sets)
+
+
+def _close_all(listener_sets: Sequence[Sequence[trio.SocketListener]]) -> None:
+    for listeners in listener_sets:
+        for listener in listeners:
+            listener.socket.close()
 
 
 async def serve_connections(

@@ -77,10 +77,11 @@ from .config import NsqdConfig
 from .dispatch.router import ChannelRunner
 from .http.connection import FdTransport, StreamTransport, serve_http_connection
 from .listen import (
-    open_listeners,
+    bound_address,
+    open_listener_sets,
     open_started,
     serve_connections,
-    serve_started,
+    serve_on_listeners,
     started_by,
 )
 from .server.admin_gate import AdminGate, lookupd_origins
@@ -96,7 +97,7 @@ from .version import NSQD_RELEASE
 
 if TYPE_CHECKING:
     import ssl
-    from collections.abc import AsyncIterator, Awaitable, Callable
+    from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
     from .descriptors import DescriptorBudget
     from .http.connection import Transport
@@ -159,19 +160,15 @@ async def serve_nsqd(
     """
     config.validate()
     listeners = await _open_all_listeners(config)
-    try:
-        # the broker nursery: what fails before it serves (a TubeMQ or replication
-        # listener, the data directory) is raised as itself, not in its group
-        start = functools.partial(_start_serving, config, listeners, wall_clock)
-        await serve_started(start, task_status)
-    finally:  # closed by their tasks, unless the start failed before those began
-        for listener in itertools.chain(*listeners):
-            listener.socket.close()
+    # the broker nursery: what fails before it serves (a TubeMQ or replication
+    # listener, the data directory) is raised as itself, not in its group
+    start = functools.partial(_start_serving, config, listeners, wall_clock)
+    await serve_on_listeners(listeners, start, task_status)
 
 
 async def _start_serving(
     config: NsqdConfig,
-    listeners: tuple[list[trio.SocketListener], ...],
+    listeners: Sequence[list[trio.SocketListener]],
     wall_clock: Callable[[], int],
     broker_nursery: trio.Nursery,
 ) -> BoundAddresses:
@@ -181,9 +178,9 @@ async def _start_serving(
     started_at = time.time()
     tcp_listeners, http_listeners, https_listeners = listeners
     broker, gate = await _start_broker(config, broker_nursery, wall_clock)
-    tcp = _bound(tcp_listeners)
-    http = _bound(http_listeners) if http_listeners else None
-    https = _bound(https_listeners) if https_listeners else None
+    tcp = bound_address(tcp_listeners)
+    http = bound_address(http_listeners) if http_listeners else None
+    https = bound_address(https_listeners) if https_listeners else None
     client_ids = itertools.count(1)
     tls_context = _tls_context(config)
 
@@ -290,21 +287,11 @@ def _descriptor_budget(config: NsqdConfig) -> DescriptorBudget:
     return budget
 
 
-async def _open_all_listeners(
-    config: NsqdConfig,
-) -> tuple[list[trio.SocketListener], list[trio.SocketListener], list[trio.SocketListener]]:
+async def _open_all_listeners(config: NsqdConfig) -> list[list[trio.SocketListener]]:
     """TCP, HTTP (none when disabled) and HTTPS (none without a certificate)."""
-    host, port = config.tcp_host_port
-    tcp_listeners = await open_listeners(host, port)
-    http_listeners: list[trio.SocketListener] = []
-    if config.http_address:
-        http_host, http_port = config.http_host_port
-        http_listeners = await open_listeners(http_host, http_port)
-    https_listeners: list[trio.SocketListener] = []
-    if config.tls_enabled and config.https_address:
-        https_host, https_port = config.https_host_port
-        https_listeners = await open_listeners(https_host, https_port)
-    return tcp_listeners, http_listeners, https_listeners
+    http = config.http_host_port if config.http_address else None
+    https = config.https_host_port if config.tls_enabled and config.https_address else None
+    return await open_listener_sets(config.tcp_host_port, http, https)
 
 
 async def _start_http(
@@ -351,12 +338,6 @@ async def _start_http(
         await broker_nursery.start(
             functools.partial(serve_connections, handle_https, ssl_listeners, name=HTTPS_TASK)
         )
-
-
-# twin of lookupd/server._bound: the broker's tree does not import the lookupd
-def _bound(listeners: list[trio.SocketListener]) -> tuple[str, int]:
-    name = listeners[0].socket.getsockname()
-    return name[0], name[1]
 
 
 async def _serve_http(transport: Transport, stream: trio.abc.Stream, api: NsqdHttpApi) -> None:

@@ -33,10 +33,11 @@ import trio
 
 from ..http.connection import FdTransport, serve_http_connection
 from ..listen import (
-    open_listeners,
+    bound_address,
+    open_listener_sets,
     open_started,
     serve_connections,
-    serve_started,
+    serve_on_listeners,
     started_by,
 )
 from ..protocol.lookupd import LookupdInfo
@@ -49,7 +50,7 @@ from .tcp import LookupSession
 from .topics import TopicCatalog
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable
+    from collections.abc import AsyncIterator, Awaitable, Sequence
 
 __all__ = ["TREE", "LookupdAddresses", "open_lookupd", "serve_lookupd"]
 
@@ -91,24 +92,19 @@ async def serve_lookupd(
     """
     config.validate()  # a bad configuration is a ConfigError itself, before any task
     # bound before the nursery opens, as serve_nsqd binds its own
-    tcp_listeners = await open_listeners(*config.tcp_host_port)
-    http_listeners: list[trio.SocketListener] = []
-    try:
-        http_listeners = await open_listeners(*config.http_host_port)
-        start = functools.partial(_start_serving, config, tcp_listeners, http_listeners)
-        await serve_started(start, task_status)
-    finally:  # closed by their tasks, unless the start failed before those began
-        for listener in tcp_listeners + http_listeners:
-            listener.socket.close()
+    listeners = await open_listener_sets(config.tcp_host_port, config.http_host_port)
+    start = functools.partial(_start_serving, config, listeners)
+    await serve_on_listeners(listeners, start, task_status)
 
 
 async def _start_serving(
     config: LookupdConfig,
-    tcp_listeners: list[trio.SocketListener],
-    http_listeners: list[trio.SocketListener],
+    listeners: Sequence[list[trio.SocketListener]],
     nursery: trio.Nursery,
 ) -> LookupdAddresses:
-    """Every task of the lookupd nursery started; the addresses it serves at."""
+    """Every task of the lookupd nursery started, on its TCP and HTTP listeners
+    already bound; the addresses it serves at."""
+    tcp_listeners, http_listeners = listeners
     registry = RegistrationDB(
         inactive_producer_timeout=config.inactive_producer_timeout,
         tombstone_lifetime=config.tombstone_lifetime,
@@ -117,8 +113,8 @@ async def _start_serving(
     catalog = TopicCatalog()
     brokers = BrokerSync(catalog, registry, clock)
     brokers.nursery = nursery
-    tcp = _bound(tcp_listeners)
-    http = _bound(http_listeners)
+    tcp = bound_address(tcp_listeners)
+    http = bound_address(http_listeners)
     info = LookupdInfo(
         tcp_port=tcp[1],
         http_port=http[1],
@@ -163,12 +159,6 @@ async def _start_serving(
         functools.partial(serve_connections, handle_http, http_listeners, name=HTTP_TASK)
     )
     return LookupdAddresses(tcp=tcp, http=http, registry=registry, catalog=catalog)
-
-
-# twin of nursery_tree._bound: the lookupd does not import the broker's tree
-def _bound(listeners: list[trio.SocketListener]) -> tuple[str, int]:
-    name = listeners[0].socket.getsockname()
-    return name[0], name[1]
 
 
 @asynccontextmanager

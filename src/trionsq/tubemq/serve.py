@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Final
 
 import attrs
 
-from ..listen import open_listeners, serve_connections
+from ..listen import bound_address, open_listeners, serve_connections
 from ..protocol.tubemq import Request, encode_reply
 from .broker_service import BrokerService
 from .connection import TubeConnection
@@ -85,8 +85,8 @@ async def start_tubemq(
     broker_host, broker_port = config.tubemq_broker_host_port
     master_listeners = await open_listeners(master_host, master_port)
     broker_listeners = await open_listeners(broker_host, broker_port)
-    bound_master = master_listeners[0].socket.getsockname()[:2]
-    bound_broker = broker_listeners[0].socket.getsockname()[:2]
+    bound_master = bound_address(master_listeners)
+    bound_broker = bound_address(broker_listeners)
     identity = Identity(
         broker_id=config.node_id,
         host=_advertised_host(bound_broker[0], config),
