@@ -36,11 +36,11 @@ __all__ = [
     "connection_ended",
     "open_listener_sets",
     "open_listeners",
+    "open_server",
     "open_started",
     "serve_connections",
     "serve_on_listeners",
     "serve_started",
-    "started_by",
 ]
 
 log = logging.getLogger("trionsq.accept")  # logs.configure_logging limits its rate
@@ -156,16 +156,19 @@ async def open_started(
         raise failed
 
 
-def started_by(
+@asynccontextmanager
+async def open_server(
     serve: Server[ConfigT_contra, StartedT], config: ConfigT_contra
-) -> Callable[[trio.Nursery], Awaitable[StartedT]]:
-    """``open_started``'s ``start`` for ``nursery.start(serve, config)``."""
+) -> AsyncIterator[StartedT]:
+    """``async with open_server(serve_nsqd, config) as addresses:`` the server runs
+    in a nursery of its own (:func:`open_started`) until the block ends."""
 
     async def start(nursery: trio.Nursery) -> StartedT:
         started: StartedT = await nursery.start(serve, config)
         return started
 
-    return start
+    async with open_started(start) as started:
+        yield started
 
 
 async def serve_started(

@@ -79,10 +79,9 @@ from .http.connection import FdTransport, StreamTransport, serve_http_connection
 from .listen import (
     bound_address,
     open_listener_sets,
-    open_started,
+    open_server,
     serve_connections,
     serve_on_listeners,
-    started_by,
 )
 from .server.admin_gate import AdminGate, lookupd_origins
 from .server.admin_snapshots import SnapshotHub
@@ -360,7 +359,7 @@ async def open_nsqd(config: NsqdConfig | None = None) -> AsyncIterator[BoundAddr
             (not in a group).
     """
     chosen = config if config is not None else NsqdConfig.loopback()
-    async with open_started(started_by(serve_nsqd, chosen)) as addresses:
+    async with open_server(serve_nsqd, chosen) as addresses:
         yield addresses
 
 

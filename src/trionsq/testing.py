@@ -55,7 +55,7 @@ from .harness import (
     open_nsq_cluster,
     wait_until,
 )
-from .listen import open_started, started_by
+from .listen import open_server
 from .lookupd.config import LookupdConfig
 from .lookupd.server import LookupdAddresses, serve_lookupd
 from .nursery_tree import BoundAddresses, serve_nsqd
@@ -181,7 +181,7 @@ class ThreadedNsqd:
         with trio.CancelScope() as scope:
             self._scope = scope
             # a broker that cannot start raises its error itself, not in a group
-            async with open_started(started_by(serve_nsqd, self.config)) as addresses:
+            async with open_server(serve_nsqd, self.config) as addresses:
                 self._started.put(addresses)
                 await trio.sleep_forever()
 

@@ -35,10 +35,9 @@ from ..http.connection import FdTransport, serve_http_connection
 from ..listen import (
     bound_address,
     open_listener_sets,
-    open_started,
+    open_server,
     serve_connections,
     serve_on_listeners,
-    started_by,
 )
 from ..protocol.lookupd import LookupdInfo
 from ..version import NSQD_RELEASE
@@ -165,7 +164,7 @@ async def _start_serving(
 async def open_lookupd(config: LookupdConfig | None = None) -> AsyncIterator[LookupdAddresses]:
     """``async with open_lookupd() as addresses:`` a lookupd on 127.0.0.1, free ports."""
     chosen = config if config is not None else LookupdConfig.loopback()
-    async with open_started(started_by(serve_lookupd, chosen)) as addresses:
+    async with open_server(serve_lookupd, chosen) as addresses:
         yield addresses
 
 
