@@ -477,6 +477,48 @@ static PyObject *encoded_batch(PyObject *data, PyObject *const *bodies, PyObject
     return result;
 }
 
+/* The records of a batch with no ext (trace_ids[i] for each body). */
+static void plain_write(unsigned char *p, PyObject *const *bodies, const uint64_t *trace_ids,
+                        Py_ssize_t n, long long timestamp, uint64_t first_id)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t length = PyBytes_GET_SIZE(bodies[i]);
+        put_plain_record(p, PyBytes_AS_STRING(bodies[i]), length, timestamp,
+                         first_id + (uint64_t)i, trace_ids[i]);
+        p += FIXED_SIZE + length;
+    }
+}
+
+static void ext_write(unsigned char *p, PyObject *const *bodies, PyObject *const *exts,
+                      const uint64_t *trace_ids, Py_ssize_t n, long long timestamp,
+                      uint64_t first_id, unsigned ext_version); /* _speedups_publish.c */
+
+/* The one tail of encode_plain and encode_ext: the total bytes of a batch allocated
+ * and written with the GIL released (plain records when exts is NULL, else ext ones),
+ * then encoded_batch's (data, records, offsets). NULL with an exception set. */
+static PyObject *written_batch(Py_ssize_t total, PyObject *const *bodies,
+                               PyObject *const *exts, const uint64_t *trace_ids,
+                               PyObject *traces, Py_ssize_t n, long long timestamp,
+                               unsigned long long first_id, long long offset,
+                               long ext_version, PyObject *make)
+{
+    PyObject *data = PyBytes_FromStringAndSize(NULL, total);
+    if (data == NULL)
+        return NULL;
+    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(data);
+    Py_BEGIN_ALLOW_THREADS
+    if (exts == NULL)
+        plain_write(out, bodies, trace_ids, n, timestamp, (uint64_t)first_id);
+    else
+        ext_write(out, bodies, exts, trace_ids, n, timestamp, (uint64_t)first_id,
+                  (unsigned)ext_version);
+    Py_END_ALLOW_THREADS
+    PyObject *result = encoded_batch(data, bodies, exts, traces, n, timestamp, first_id,
+                                     offset, ext_version, make);
+    Py_DECREF(data);
+    return result;
+}
+
 /* ---- keyed publishing (issue 32), a replica's copies (issue 35): sections of this file */
 #include "_speedups_publish.c"
 #include "_speedups_replica.c"
@@ -497,7 +539,7 @@ static PyObject *encode_plain(PyObject *Py_UNUSED(self), PyObject *const *args, 
     PyObject *seq = PySequence_Fast(args[0], "bodies must be a sequence");
     if (seq == NULL)
         return NULL;
-    PyObject *result = NULL, *data = NULL, *traces = NULL;
+    PyObject *result = NULL, *traces = NULL;
     PyObject **bodies = NULL;
     uint64_t *trace_ids = NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), held = 0;
@@ -539,27 +581,14 @@ static PyObject *encode_plain(PyObject *Py_UNUSED(self), PyObject *const *args, 
                 goto done;
         }
     }
-    data = PyBytes_FromStringAndSize(NULL, total);
-    if (data == NULL)
-        goto done;
-    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(data);
-    Py_BEGIN_ALLOW_THREADS
-    unsigned char *p = out;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        Py_ssize_t length = PyBytes_GET_SIZE(bodies[i]);
-        put_plain_record(p, PyBytes_AS_STRING(bodies[i]), length, timestamp,
-                         first_id + (uint64_t)i, trace_ids[i]);
-        p += FIXED_SIZE + length;
-    }
-    Py_END_ALLOW_THREADS
-    result = encoded_batch(data, bodies, NULL, traces, n, timestamp, first_id, offset, 0, make);
+    result = written_batch(total, bodies, NULL, trace_ids, traces, n, timestamp, first_id,
+                           offset, 0, make);
 done:
     for (Py_ssize_t i = 0; i < held; i++)
         Py_DECREF(bodies[i]);
     PyMem_Free(bodies);
     PyMem_Free(trace_ids);
     Py_XDECREF(traces);
-    Py_XDECREF(data);
     Py_DECREF(seq);
     return result;
 }

@@ -406,7 +406,7 @@ static PyObject *encode_ext(PyObject *Py_UNUSED(self), PyObject *const *args, Py
     PyObject *body_seq = PySequence_Fast(args[0], "bodies must be a sequence");
     PyObject *ext_seq =
         body_seq == NULL ? NULL : PySequence_Fast(args[1], "exts must be a sequence");
-    PyObject *traces = NULL, *data = NULL, *result = NULL;
+    PyObject *traces = NULL, *result = NULL;
     PyObject **bodies = NULL, **exts = NULL;
     uint64_t *trace_ids = NULL;
     Py_ssize_t n = 0, held = 0, total = 0;
@@ -444,16 +444,8 @@ static PyObject *encode_ext(PyObject *Py_UNUSED(self), PyObject *const *args, Py
         }
         goto done;
     }
-    data = PyBytes_FromStringAndSize(NULL, total);
-    if (data == NULL)
-        goto done;
-    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(data);
-    Py_BEGIN_ALLOW_THREADS
-    ext_write(out, bodies, exts, trace_ids, n, timestamp, (uint64_t)first_id,
-              (unsigned)ext_version);
-    Py_END_ALLOW_THREADS
-    result = encoded_batch(data, bodies, exts, traces, n, timestamp, first_id, offset,
-                           ext_version, args[7]);
+    result = written_batch(total, bodies, exts, trace_ids, traces, n, timestamp, first_id,
+                           offset, ext_version, args[7]);
 done:
     for (Py_ssize_t i = 0; i < held; i++) {
         Py_DECREF(bodies[i]);
@@ -463,7 +455,6 @@ done:
     PyMem_Free(exts);
     PyMem_Free(trace_ids);
     Py_XDECREF(traces);
-    Py_XDECREF(data);
     Py_XDECREF(ext_seq);
     Py_XDECREF(body_seq);
     return result;
