@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Final, Protocol
 
 import trio
 
+from ..protocol.message import EXT_VERSION_JSON, EXT_VERSION_NONE
 from ..protocol.names import is_ephemeral
 from . import idempotence, keyed_publish, trace_log
 from .dead_letter_moves import DeadLetterMover
@@ -323,6 +324,30 @@ class Broker:
             self._defer_at_publish(partition, records, deliver_at)
         self._reach_channels(partition, topic_name, partition_index, records)
         return records
+
+    def publish_single(
+        self,
+        topic_name: str,
+        partition_index: int,
+        body: bytes,
+        trace_id: int | None,
+        header: bytes | None,
+        *,
+        source: str,
+    ) -> list[Record]:
+        """:meth:`publish` of one body now (PUB_TRACE, PUB_EXT, HTTP ``/pub_ext``):
+        with its trace id (None: 0) and its JSON ext header, if any. Raises as
+        :meth:`publish`."""
+        return self.publish(
+            topic_name,
+            [body],
+            self.wall_clock(),
+            partition_index=partition_index,
+            trace_ids=[trace_id or 0],
+            ext_version=EXT_VERSION_NONE if header is None else EXT_VERSION_JSON,
+            exts=None if header is None else [header],
+            source=source,
+        )
 
     def publish_plain(self, topic: Topic, body: bytes, timestamp: int) -> None:
         """:meth:`publish` of one body to the first partition of an existing topic

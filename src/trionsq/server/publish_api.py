@@ -26,7 +26,6 @@ from ..http.messages import Request, Response, parse_bool
 from ..protocol.broker_errors import pub_failed
 from ..protocol.errors import ProtocolError
 from ..protocol.ext_header import TRACE_ID_KEY, ExtHeader, check_ext_header
-from ..protocol.message import EXT_VERSION_JSON
 from ..protocol.strconv import go_parse_uint64
 from .api_args import HttpError, Routes, name_arg, parsed_query, partition_arg
 
@@ -230,15 +229,8 @@ class PublishApi:
             response = self._pub_ext_once(request, topic, partition, body, header, checked)
             await self._committed(topic, partition)
             return response
-        records = self.broker.publish(
-            topic,
-            [body],
-            self.broker.wall_clock(),
-            partition_index=partition,
-            trace_ids=[trace_id or 0],
-            ext_version=EXT_VERSION_JSON,
-            exts=[header],
-            source=request.remote_address,
+        records = self.broker.publish_single(
+            topic, partition, body, trace_id, header, source=request.remote_address
         )
         await self._committed(topic, partition)
         if trace_id is None:

@@ -21,7 +21,7 @@ from ..broker.replication import ReplicaRefusal
 from ..broker.rules import EXT_TOO_LONG_REASON, Refusal, ext_refusal, publish_target
 from ..protocol import broker_errors
 from ..protocol.frames import OK_FRAME, error_frame, traced_reply_frame
-from ..protocol.message import EXT_VERSION_JSON, EXT_VERSION_NONE
+from ..protocol.message import EXT_VERSION_JSON
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -336,15 +336,8 @@ class PublishCommands:
         """PUB_EXT's and PUB_TRACE's store, with the JSON header if any; answered OK
         when not traced or when an ephemeral topic dropped it (nothing to point at),
         else with the 30-byte reply naming its record (§8.4)."""
-        records = self.broker.publish(
-            topic,
-            [body],
-            self.broker.wall_clock(),
-            partition_index=index,
-            trace_ids=[trace_id or 0],
-            ext_version=EXT_VERSION_NONE if header is None else EXT_VERSION_JSON,
-            exts=None if header is None else [header],
-            source=self.remote_address,
+        records = self.broker.publish_single(
+            topic, index, body, trace_id, header, source=self.remote_address
         )
         self._count(topic, 1)
         if trace_id is None or not records:
