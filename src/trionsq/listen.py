@@ -17,6 +17,7 @@ failure (an ``accept`` error other than running out of descriptors or memory) en
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import os
 import ssl
@@ -34,12 +35,11 @@ __all__ = [
     "ListenError",
     "bound_address",
     "connection_ended",
-    "open_listener_sets",
     "open_listeners",
     "open_server",
     "open_started",
     "serve_connections",
-    "serve_on_listeners",
+    "serve_listening",
     "serve_started",
 ]
 
@@ -103,13 +103,11 @@ async def open_listeners(host: str | None, port: int) -> list[trio.SocketListene
         raise ListenError(error.errno, f"{where}: {error.strerror or error}") from error
 
 
-async def open_listener_sets(
-    *addresses: tuple[str | None, int] | None,
+async def _open_listener_sets(
+    addresses: Sequence[tuple[str | None, int] | None],
 ) -> list[list[trio.SocketListener]]:
-    """One list of listeners per ``(host, port)``, an empty one for ``None`` (a
-    listener turned off), all bound before a server starts (as nsqd binds before it
-    loads its data). If one cannot bind, those already bound are closed before its
-    :class:`ListenError` goes up."""
+    """One list of listeners per ``(host, port)``, an empty one for ``None``; if one
+    cannot bind, those already bound are closed before its :class:`ListenError` goes up."""
     opened: list[list[trio.SocketListener]] = []
     try:
         for address in addresses:
@@ -181,16 +179,19 @@ async def serve_started(
         await trio.sleep_forever()
 
 
-async def serve_on_listeners(
-    listener_sets: Sequence[Sequence[trio.SocketListener]],
-    start: Callable[[trio.Nursery], Awaitable[StartedT]],
+async def serve_listening(
+    addresses: Sequence[tuple[str | None, int] | None],
+    start: Callable[[list[list[trio.SocketListener]], trio.Nursery], Awaitable[StartedT]],
     task_status: trio.TaskStatus[StartedT],
 ) -> None:
-    """:func:`serve_started` for a server whose listeners ``start`` serves on (bound
-    before, by :func:`open_listener_sets`); they are closed when it ends, by their
-    tasks, or here if the start failed before those began."""
+    """:func:`serve_started` on listeners bound first, one list per address (an empty
+    one for ``None``: a listener turned off), as nsqd binds them before it loads its
+    data: ``start(listeners, nursery)`` serves on them. A listener that cannot bind
+    raises its :class:`ListenError` (those bound are closed); all are closed when the
+    server ends, by their tasks, or here if the start failed before those began."""
+    listener_sets = await _open_listener_sets(addresses)
     try:
-        await serve_started(start, task_status)
+        await serve_started(functools.partial(start, listener_sets), task_status)
     finally:
         _close_all(listener_sets)
 

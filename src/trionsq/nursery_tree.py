@@ -78,10 +78,9 @@ from .dispatch.router import ChannelRunner
 from .http.connection import FdTransport, StreamTransport, serve_http_connection
 from .listen import (
     bound_address,
-    open_listener_sets,
     open_server,
     serve_connections,
-    serve_on_listeners,
+    serve_listening,
 )
 from .server.admin_gate import AdminGate, lookupd_origins
 from .server.admin_snapshots import SnapshotHub
@@ -96,7 +95,7 @@ from .version import NSQD_RELEASE
 
 if TYPE_CHECKING:
     import ssl
-    from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+    from collections.abc import AsyncIterator, Awaitable, Callable
 
     from .descriptors import DescriptorBudget
     from .http.connection import Transport
@@ -158,17 +157,16 @@ async def serve_nsqd(
         StorageFormatError: a data directory the broker cannot read.
     """
     config.validate()
-    listeners = await _open_all_listeners(config)
     # the broker nursery: what fails before it serves (a TubeMQ or replication
     # listener, the data directory) is raised as itself, not in its group
-    start = functools.partial(_start_serving, config, listeners, wall_clock)
-    await serve_on_listeners(listeners, start, task_status)
+    start = functools.partial(_start_serving, config, wall_clock)
+    await serve_listening(_listen_addresses(config), start, task_status)
 
 
 async def _start_serving(
     config: NsqdConfig,
-    listeners: Sequence[list[trio.SocketListener]],
     wall_clock: Callable[[], int],
+    listeners: list[list[trio.SocketListener]],
     broker_nursery: trio.Nursery,
 ) -> BoundAddresses:
     """Every task of the broker nursery started, on listeners already bound; the
@@ -286,11 +284,11 @@ def _descriptor_budget(config: NsqdConfig) -> DescriptorBudget:
     return budget
 
 
-async def _open_all_listeners(config: NsqdConfig) -> list[list[trio.SocketListener]]:
-    """TCP, HTTP (none when disabled) and HTTPS (none without a certificate)."""
+def _listen_addresses(config: NsqdConfig) -> tuple[tuple[str, int] | None, ...]:
+    """TCP, HTTP (None when disabled) and HTTPS (None without a certificate)."""
     http = config.http_host_port if config.http_address else None
     https = config.https_host_port if config.tls_enabled and config.https_address else None
-    return await open_listener_sets(config.tcp_host_port, http, https)
+    return config.tcp_host_port, http, https
 
 
 async def _start_http(

@@ -34,10 +34,9 @@ import trio
 from ..http.connection import FdTransport, serve_http_connection
 from ..listen import (
     bound_address,
-    open_listener_sets,
     open_server,
     serve_connections,
-    serve_on_listeners,
+    serve_listening,
 )
 from ..protocol.lookupd import LookupdInfo
 from ..version import NSQD_RELEASE
@@ -49,7 +48,7 @@ from .tcp import LookupSession
 from .topics import TopicCatalog
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Sequence
+    from collections.abc import AsyncIterator, Awaitable
 
 __all__ = ["TREE", "LookupdAddresses", "open_lookupd", "serve_lookupd"]
 
@@ -91,14 +90,13 @@ async def serve_lookupd(
     """
     config.validate()  # a bad configuration is a ConfigError itself, before any task
     # bound before the nursery opens, as serve_nsqd binds its own
-    listeners = await open_listener_sets(config.tcp_host_port, config.http_host_port)
-    start = functools.partial(_start_serving, config, listeners)
-    await serve_on_listeners(listeners, start, task_status)
+    start = functools.partial(_start_serving, config)
+    await serve_listening((config.tcp_host_port, config.http_host_port), start, task_status)
 
 
 async def _start_serving(
     config: LookupdConfig,
-    listeners: Sequence[list[trio.SocketListener]],
+    listeners: list[list[trio.SocketListener]],
     nursery: trio.Nursery,
 ) -> LookupdAddresses:
     """Every task of the lookupd nursery started, on its TCP and HTTP listeners
