@@ -28,7 +28,7 @@ from __future__ import annotations
 import functools
 import queue
 import threading
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Unpack
 
 import trio
 import trio.testing
@@ -63,14 +63,14 @@ from .protocol import MAGIC_V2
 from .protocol.client import ClientConnection, encode_commands
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Iterator, Sequence
+    from collections.abc import AsyncIterator, Iterator
     from contextlib import AbstractAsyncContextManager
 
     from .addresses import Address
-    from .client import ClientMessage, ConnectionOptions, Consumer, ConsumerSettings, Producer
+    from .client import ClientMessage, Consumer, Producer
+    from .client.consumer_settings import ConsumerKeywords
     from .protocol import Command
     from .protocol.client import Frame
-    from .protocol.commands import OffsetSpec
 
 __all__ = [
     "POLL_INTERVAL_AUTOJUMP",
@@ -234,36 +234,13 @@ class ClientKit:
         """The broker's ``host:port`` for TCP clients."""
         self.producer = producer
 
-    # a twin on purpose: open_consumer's keywords, forwarded by name, so that mypy
-    # names ClientKit.consumer in a typo's error (tests/unit/test_typed_options.py)
     def consumer(
-        self,
-        topic: str,
-        channel: str,
-        *,
-        partitions: Sequence[int] | None = None,
-        options: ConnectionOptions | None = None,
-        settings: ConsumerSettings | None = None,
-        max_in_flight: int | None = None,
-        ordered: bool | None = None,
-        start_at: OffsetSpec | None = None,
-        trace: bool | None = None,
+        self, topic: str, channel: str, **options: Unpack[ConsumerKeywords]
     ) -> AbstractAsyncContextManager[Consumer]:
         """``async with client.consumer("t", "c") as consumer:`` on the broker, with
         ``open_consumer``'s keyword options (``settings=ConsumerSettings(...)`` for
-        the rest)."""
-        return open_consumer(
-            topic,
-            channel,
-            self.address,
-            partitions=partitions,
-            options=options,
-            settings=settings,
-            max_in_flight=max_in_flight,
-            ordered=ordered,
-            start_at=start_at,
-            trace=trace,
-        )
+        the rest), typed (:class:`~trionsq.client.consumer_settings.ConsumerKeywords`)."""
+        return open_consumer(topic, channel, self.address, **options)
 
     async def publish(self, topic: str, *bodies: bytes) -> None:
         """Store ``bodies`` in ``topic`` (one MPUB)."""

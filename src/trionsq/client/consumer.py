@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING, Final
 import attrs
 import trio
 
-from ..config_values import checked_fields, seconds
 from ..protocol.client import encode_req
 from ..protocol.commands import Cls, OffsetSpec, Sub, SubAdvanced, SubOrdered
 from ..protocol.identify import (
@@ -44,6 +43,7 @@ from ..protocol.identify import (
 )
 from .backoff import Backoff
 from .connection import client_addresses, open_connection
+from .consumer_settings import ConsumerSettings
 from .discovery import Discovery, Placement, Target
 from .errors import ConnectionClosedError, NsqConfigError, NsqError
 from .groups import single_errors
@@ -80,71 +80,6 @@ RETRIED: Final[tuple[type[Exception], ...]] = (*LOST_OR_CLOSED, NsqError)
 """...and a refused SUB (logged): the consumer keeps trying."""
 CLOSE_WAIT_TIMEOUT: Final = 2.0
 """Seconds a stopping consumer waits for the brokers' ``CLOSE_WAIT`` answers to CLS."""
-
-
-@attrs.frozen(field_transformer=checked_fields)
-class ConsumerSettings:
-    """How a consumer behaves; the defaults are go-nsq's where it has one."""
-
-    max_in_flight: int = 200
-    ordered: bool = False
-    """SUB_ORDERED: one message in flight per partition, offsets checked."""
-    ordered_window: int = 1
-    """With ``ordered``: messages of a partition held at once, in order (IDENTIFY
-    ``ordered_window``, trionsq's extension; a broker without it keeps 1). After a
-    requeue the consumer drops what it holds of that partition past the message and
-    waits for the broker to send it again, so handling stays in order."""
-    start_at: OffsetSpec | None = None
-    """SUB_ADVANCED from here (first subscription only; reconnects go on)."""
-    max_attempts: int = 5
-    """Handler mode: past this many deliveries the give-up hook gets the message (0: never)."""
-    dead_letter: bool = False
-    """Ask the broker to keep ``max_attempts`` instead (IDENTIFY ``max_attempts``,
-    trionsq's extension): a message delivered that many times and put back again goes
-    to the channel's dead-letter topic (``<topic>.dead``), in any mode, even when this
-    consumer is gone before it handles it."""
-    group_member: str = ""
-    """Join the channel's consumer group under this name (IDENTIFY ``group_member``,
-    trionsq's extension): the broker gives each partition to one member and moves a
-    departed member's partitions to the others. Connect to every partition (through
-    lookupd, or ``partitions=``); give each consumer process its own name (1-64 of
-    ``[.a-zA-Z0-9_-]``, e.g. host and pid). Empty: an ordinary NSQ consumer."""
-    group_session_timeout: float = attrs.field(default=0.0, converter=seconds)
-    """A group member's session timeout in seconds (IDENTIFY ``group_session_timeout``;
-    3 to 1800, 0: the broker's default, 10): a member the broker hears nothing from
-    for that long is gone and its connections closed. Heartbeats come every third
-    of it and are answered, so only a stopped process goes; one that resumes drops
-    what it held unhandled (another member has it)."""
-    max_msgs_per_sec: int = 0
-    """Ask the broker to deliver at most this many messages a second to each of this
-    consumer's connections (IDENTIFY ``max_msgs_per_sec``, trionsq's extension; 0: no
-    limit). Unlike ``max_in_flight`` it bounds the rate, not what is held at once."""
-    max_bytes_per_sec: int = 0
-    """The same in bytes a second (bodies plus 34 bytes of frame each; 0: no limit)."""
-    pull: bool = False
-    """Pull consumption (PULL, trionsq's extension; TubeMQ's pull model): no RDY is
-    sent, messages come only as :meth:`Consumer.fetch` asks for them."""
-    requeue_delay: float = attrs.field(default=90.0, converter=seconds)
-    """Handler mode: a failed message comes back after this times its attempts..."""
-    max_requeue_delay: float = attrs.field(default=900.0, converter=seconds)
-    """...but not later than this."""
-    backoff_unit: float = attrs.field(default=1.0, converter=seconds)
-    max_backoff: float = attrs.field(default=120.0, converter=seconds)
-    redistribute_interval: float = attrs.field(default=5.0, converter=seconds)
-    """With more connections than ``max_in_flight``: how often RDY moves on."""
-    idle_before_redistribute: float = attrs.field(default=10.0, converter=seconds)
-    lookup_interval: float = attrs.field(default=60.0, converter=seconds)
-    trace: bool = False
-    """Log each message's ids, offsets, time and addresses (logger ``trionsq.client.trace``)."""
-    drain_timeout: float = attrs.field(default=5.0, converter=seconds)
-    """Handler mode, once the consumer stops (:meth:`Consumer.handle` cancelled, or
-    its block left): seconds the running handlers get to finish the messages they
-    hold; then they are cancelled and those messages given back (REQ 0)."""
-
-    @property
-    def detail(self) -> bool:
-        """Messages carry their offset and size."""
-        return self.ordered or self.start_at is not None
 
 
 def _identified(settings: ConsumerSettings, options: ConnectionOptions) -> ConnectionOptions:
