@@ -666,6 +666,8 @@ class Channel(ChannelTtl):
             **self._rate_limit_statistics(),
         )
 
+    # shaped as server/stats._publish_limit_fields (a topic's publish limit), not one
+    # helper: other keys, and that limit has a mode and refusals this one has not
     def _rate_limit_statistics(self) -> dict[str, int]:
         limit = self.rate_limit
         if limit is None:

@@ -456,6 +456,8 @@ class _PublishLimitFields(TypedDict, total=False):
     publish_throttled_count: int
 
 
+# shaped as broker/channel.Channel._rate_limit_statistics (a channel's limit), not one
+# helper: other keys, and this limit has a mode and refusals that one has not
 def _publish_limit_fields(topic: Topic) -> _PublishLimitFields:
     limit = topic.publish_limit
     if limit is None:
