@@ -35,6 +35,8 @@ def is_plain_key(key: bytes) -> bool:
     return 0 < len(key) <= MAX_IDEMPOTENCY_KEY_BYTES and not key.translate(None, _PLAIN_KEY_BYTES)
 
 
+# a twin on purpose: _speedups.pyi's read_keyed_parts stub repeats this signature (a C
+# function has none to import)
 def _read_keyed_parts_py(
     data: bytes,
     at: int,

@@ -311,6 +311,8 @@ class FrameReader:
         return frame
 
 
+# a twin on purpose: _speedups.pyi's tubemq_frames stub repeats this signature (a C
+# function has none to import)
 def _split_frames_py(
     buffer: bytes,
     pos: int,

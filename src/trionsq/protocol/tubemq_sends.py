@@ -132,6 +132,8 @@ def take_sends(
     return end, SendCalls(serials, [call.request for call in calls.call])
 
 
+# a twin on purpose: _speedups.pyi's tubemq_send_run stub repeats this signature (a C
+# function has none to import)
 def _send_run_py(
     frames: list[Frame | FrameError],
     start: int,

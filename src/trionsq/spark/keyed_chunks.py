@@ -48,6 +48,8 @@ def idempotency_key(
     return (f"{text}.{repeat}" if repeat else text), int.from_bytes(fingerprint[:4], "big")
 
 
+# a twin on purpose: _speedups.pyi's keyed_chunks stub repeats this signature (a C
+# function has none to import)
 def _keyed_chunks_py(
     offsets: Buffer,
     data: Buffer,
