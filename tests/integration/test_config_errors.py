@@ -149,6 +149,21 @@ def test_threaded_nsqd_raises_a_listener_in_use_itself(taken: str) -> None:
         broker.start()
 
 
+async def test_a_listener_bound_before_one_in_use_is_closed_at_once(taken: str) -> None:
+    """nsqd binds TCP, then HTTP: when HTTP's port is taken, TCP's is free again at
+    once, while the error (and the frames its traceback holds) is still alive."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = NsqdConfig.loopback(tcp_address=f"127.0.0.1:{port}", http_address=taken)
+    with pytest.raises(ListenError, match="Address already in use") as raised:
+        async with open_nsqd(config):
+            pytest.fail("the broker started")
+    assert raised.value.__traceback__ is not None
+    with socket.socket() as again:
+        again.bind(("127.0.0.1", port))  # OSError (in use) while the TCP listener is open
+
+
 async def test_serve_lookupd_raises_a_listener_in_use_itself(
     taken: str, nursery: trio.Nursery
 ) -> None:
