@@ -325,6 +325,7 @@ class LookupdHttpApi:
         def unix_ns(at: float) -> int:
             return wall_ns - round((now - at) * 1_000_000_000)
 
+        # not Producer._address_fields (registry.py): Go's sorted map keys, other fields
         def entry(producer: Producer) -> dict[str, object]:
             peer = producer.peer
             info = peer.info

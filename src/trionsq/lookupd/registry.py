@@ -111,6 +111,7 @@ class Peer:
             "distributed_id": self.info.distributed_id,
         }
 
+    # not shared with /debug's entry (http_api.py): that one has Go's sorted map keys
     def _address_fields(self) -> dict[str, str | int]:
         """Where and what the producer is, in the order both answers give it."""
         info = self.info
