@@ -22,8 +22,8 @@ IP := /sbin/ip
 # speedups, and TubeMQ's messages (docs/tubemq.md), whose *_pb2 modules setup.py
 # generates from the .proto files; editing either reinstalls.
 BUILT_FROM := pyproject.toml setup.py \
-	src/trionsq/_speedups.c src/trionsq/_speedups_publish.c src/trionsq/_speedups_replica.c \
-	src/trionsq/_speedups_append.c $(wildcard src/trionsq/protocol/tubemq_proto/*.proto)
+	src/trionsq/_speedups.c src/trionsq/_speedups_encode.c src/trionsq/_speedups_publish.c \
+	src/trionsq/_speedups_replica.c src/trionsq/_speedups_append.c $(wildcard src/trionsq/protocol/tubemq_proto/*.proto)
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)

@@ -62,6 +62,7 @@ setup(
             "trionsq._speedups",
             ["src/trionsq/_speedups.c"],
             depends=[  # included by _speedups.c
+                "src/trionsq/_speedups_encode.c",
                 "src/trionsq/_speedups_publish.c",
                 "src/trionsq/_speedups_replica.c",
                 "src/trionsq/_speedups_append.c",

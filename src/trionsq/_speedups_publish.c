@@ -376,29 +376,6 @@ static int ext_parts(PyObject *body_seq, PyObject *ext_seq, PyObject *traces, Py
     return 0;
 }
 
-static void ext_write(unsigned char *p, PyObject *const *bodies, PyObject *const *exts,
-                      const uint64_t *trace_ids, Py_ssize_t n, long long timestamp,
-                      uint64_t first_id, unsigned ext_version)
-{
-    for (Py_ssize_t i = 0; i < n; i++) {
-        Py_ssize_t body_length = PyBytes_GET_SIZE(bodies[i]);
-        Py_ssize_t ext_length = PyBytes_GET_SIZE(exts[i]);
-        Py_ssize_t size = FIXED_SIZE + 2 + ext_length + body_length;
-        put_be32(p, (uint32_t)(size - 4));
-        put_be64(p + 8, (uint64_t)timestamp);
-        put_be64(p + 16, first_id + (uint64_t)i);
-        put_be64(p + 24, trace_ids[i]);
-        p[32] = 0;
-        p[33] = (unsigned char)ext_version;
-        p[34] = (unsigned char)(ext_length >> 8);
-        p[35] = (unsigned char)ext_length;
-        memcpy(p + 36, PyBytes_AS_STRING(exts[i]), (size_t)ext_length);
-        memcpy(p + 36 + ext_length, PyBytes_AS_STRING(bodies[i]), (size_t)body_length);
-        put_be32(p + 4, crc32_of(p + FIELDS_AT, (size_t)(size - FIELDS_AT)));
-        p += size;
-    }
-}
-
 static PyObject *encode_ext(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
 {
     if (check_nargs("encode_ext", nargs, 8) < 0)
