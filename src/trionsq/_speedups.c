@@ -7,6 +7,8 @@
  *                    (twin: trionsq.queues.record_codec._decode_run)
  *   hex_id_frames  - NSQ message frames with hex ids for a batch of deliveries
  *                    (twin: trionsq.server.outbound._hex_id_frames_py)
+ *   encode_plain   - an MPUB batch (no ext, no delay) into log bytes and Records
+ *                    (twin: trionsq.queues.record_codec._encode_plain_py)
  *   tubemq_frames  - TubeMQ's whole one-block frames of a read into Frame tuples
  *                    (twin: trionsq.protocol.tubemq._split_frames_py)
  *   tubemq_send_run - the frames of a run of SendMessage calls: serialNos and bodies
@@ -17,13 +19,12 @@
  * deliver-at i64 if flags & DEFERRED, then ext length u16 + ext if ext version,
  * then the body; all big-endian.
  *
- * The batch encoder (encode_plain, and the tail encode_ext shares) is in
- * _speedups_encode.c, keyed publishing's loops (issue 32: key_digests,
- * read_keyed_parts, encode_ext, keyed_chunks) in _speedups_publish.c, a replica's
- * scan_copies (issue 35) in _speedups_replica.c, a plain PUB's one-call append
- * (issue 37: append_record) in _speedups_append.c, all included below as sections
- * of this file (one translation unit: they share crc32_of, layout_of and the byte
- * helpers).
+ * What encode_plain and encode_ext share (written_batch) is in _speedups_encode.c,
+ * keyed publishing's loops (issue 32: key_digests, read_keyed_parts, encode_ext,
+ * keyed_chunks) in _speedups_publish.c, a replica's scan_copies (issue 35) in
+ * _speedups_replica.c, a plain PUB's one-call append (issue 37: append_record) in
+ * _speedups_append.c, all included below as sections of this file (one
+ * translation unit: they share crc32_of, layout_of and the byte helpers).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -408,6 +409,75 @@ static void put_plain_record(unsigned char *p, const char *body, Py_ssize_t leng
 #include "_speedups_publish.c"
 #include "_speedups_replica.c"
 #include "_speedups_append.c"
+
+PyDoc_STRVAR(encode_plain_doc,
+"encode_plain(bodies, timestamp, first_id, offset, trace_ids, make)\n"
+"-> (data, records, offsets) | None\n\n"
+"The log bytes of a batch with no ext and no delay, its records (make(...) with\n"
+"each body object itself) and the offsets of its records and end; None when a\n"
+"body is not exactly bytes (the caller encodes it in Python). Bytes are written\n"
+"and checksummed with the GIL released.");
+
+static PyObject *encode_plain(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_nargs("encode_plain", nargs, 6) < 0)
+        return NULL;
+    PyObject *seq = PySequence_Fast(args[0], "bodies must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    PyObject *result = NULL, *traces = NULL;
+    PyObject **bodies = NULL;
+    uint64_t *trace_ids = NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), held = 0;
+    long long timestamp = PyLong_AsLongLong(args[1]);
+    unsigned long long first_id = PyLong_AsUnsignedLongLong(args[2]);
+    long long offset = PyLong_AsLongLong(args[3]);
+    PyObject *make = args[5];
+    if (PyErr_Occurred())
+        goto done;
+    bodies = PyMem_Malloc(sizeof(PyObject *) * (size_t)(n ? n : 1));
+    trace_ids = PyMem_Calloc((size_t)(n ? n : 1), sizeof(uint64_t));
+    if (bodies == NULL || trace_ids == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t total = 0;
+    for (; held < n; held++) {
+        PyObject *body = PySequence_Fast_GET_ITEM(seq, held);
+        if (!PyBytes_CheckExact(body)) {
+            result = Py_None; /* not bytes: the Python twin handles the batch */
+            Py_INCREF(result);
+            goto done;
+        }
+        if (PyBytes_GET_SIZE(body) > (Py_ssize_t)UINT32_MAX - (FIXED_SIZE - 4)) {
+            PyErr_SetString(PyExc_OverflowError, "body too large for a record");
+            goto done;
+        }
+        Py_INCREF(body); /* kept alive while the GIL is released */
+        bodies[held] = body;
+        total += FIXED_SIZE + PyBytes_GET_SIZE(body);
+    }
+    if (args[4] != Py_None) {
+        traces = trace_seq(args[4], n);
+        if (traces == NULL)
+            goto done;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            trace_ids[i] = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(traces, i));
+            if (PyErr_Occurred())
+                goto done;
+        }
+    }
+    result = written_batch(total, bodies, NULL, trace_ids, traces, n, timestamp, first_id,
+                           offset, 0, make);
+done:
+    for (Py_ssize_t i = 0; i < held; i++)
+        Py_DECREF(bodies[i]);
+    PyMem_Free(bodies);
+    PyMem_Free(trace_ids);
+    Py_XDECREF(traces);
+    Py_DECREF(seq);
+    return result;
+}
 
 /* ---- TubeMQ (issue 36): [token u32][serialNo u32][listSize u32] then [len i32][bytes] */
 

@@ -1,13 +1,13 @@
-/* trionsq._speedups, the batch encoder: a batch's log bytes and its Records (an
- * MPUB's, issue 19; an MPUB_EXT's, issue 32), included by _speedups.c (one
- * translation unit: it shares crc32_of and the byte helpers). encode_plain's
- * pure-Python twin has the same contract, and the tests hold the two equal on the
- * same inputs.
+/* trionsq._speedups, the batch encoder's parts: what encode_plain (_speedups.c, an
+ * MPUB's batch, issue 19) and encode_ext (_speedups_publish.c, an MPUB_EXT's, issue
+ * 32) share, included by _speedups.c before both (one translation unit: it shares
+ * crc32_of and the byte helpers).
  *
- *   encode_plain   - an MPUB batch (no ext, no delay) into log bytes and Records
- *                    (twin: trionsq.queues.record_codec._encode_plain_py)
- *   written_batch  - the tail encode_plain and encode_ext (_speedups_publish.c)
- *                    share: the bytes written with the GIL released, the Records made
+ *   trace_seq      - their check of the trace ids
+ *   plain_write,   - the records of a batch into its log bytes, with no ext or with
+ *   ext_write        ext headers (no delay)
+ *   written_batch  - their one tail: the bytes allocated and written with the GIL
+ *                    released, then encoded_batch's Records and offsets
  */
 
 /* trace_ids (not None) as a fast sequence of at least n items, or NULL with an
@@ -144,74 +144,5 @@ static PyObject *written_batch(Py_ssize_t total, PyObject *const *bodies,
     PyObject *result = encoded_batch(data, bodies, exts, traces, n, timestamp, first_id,
                                      offset, ext_version, make);
     Py_DECREF(data);
-    return result;
-}
-
-PyDoc_STRVAR(encode_plain_doc,
-"encode_plain(bodies, timestamp, first_id, offset, trace_ids, make)\n"
-"-> (data, records, offsets) | None\n\n"
-"The log bytes of a batch with no ext and no delay, its records (make(...) with\n"
-"each body object itself) and the offsets of its records and end; None when a\n"
-"body is not exactly bytes (the caller encodes it in Python). Bytes are written\n"
-"and checksummed with the GIL released.");
-
-static PyObject *encode_plain(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
-{
-    if (check_nargs("encode_plain", nargs, 6) < 0)
-        return NULL;
-    PyObject *seq = PySequence_Fast(args[0], "bodies must be a sequence");
-    if (seq == NULL)
-        return NULL;
-    PyObject *result = NULL, *traces = NULL;
-    PyObject **bodies = NULL;
-    uint64_t *trace_ids = NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), held = 0;
-    long long timestamp = PyLong_AsLongLong(args[1]);
-    unsigned long long first_id = PyLong_AsUnsignedLongLong(args[2]);
-    long long offset = PyLong_AsLongLong(args[3]);
-    PyObject *make = args[5];
-    if (PyErr_Occurred())
-        goto done;
-    bodies = PyMem_Malloc(sizeof(PyObject *) * (size_t)(n ? n : 1));
-    trace_ids = PyMem_Calloc((size_t)(n ? n : 1), sizeof(uint64_t));
-    if (bodies == NULL || trace_ids == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    Py_ssize_t total = 0;
-    for (; held < n; held++) {
-        PyObject *body = PySequence_Fast_GET_ITEM(seq, held);
-        if (!PyBytes_CheckExact(body)) {
-            result = Py_None; /* not bytes: the Python twin handles the batch */
-            Py_INCREF(result);
-            goto done;
-        }
-        if (PyBytes_GET_SIZE(body) > (Py_ssize_t)UINT32_MAX - (FIXED_SIZE - 4)) {
-            PyErr_SetString(PyExc_OverflowError, "body too large for a record");
-            goto done;
-        }
-        Py_INCREF(body); /* kept alive while the GIL is released */
-        bodies[held] = body;
-        total += FIXED_SIZE + PyBytes_GET_SIZE(body);
-    }
-    if (args[4] != Py_None) {
-        traces = trace_seq(args[4], n);
-        if (traces == NULL)
-            goto done;
-        for (Py_ssize_t i = 0; i < n; i++) {
-            trace_ids[i] = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(traces, i));
-            if (PyErr_Occurred())
-                goto done;
-        }
-    }
-    result = written_batch(total, bodies, NULL, trace_ids, traces, n, timestamp, first_id,
-                           offset, 0, make);
-done:
-    for (Py_ssize_t i = 0; i < held; i++)
-        Py_DECREF(bodies[i]);
-    PyMem_Free(bodies);
-    PyMem_Free(trace_ids);
-    Py_XDECREF(traces);
-    Py_DECREF(seq);
     return result;
 }
