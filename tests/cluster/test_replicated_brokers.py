@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import shutil
+import signal
 from typing import TYPE_CHECKING
 
 import httpx
@@ -417,5 +418,52 @@ async def test_plain_clients_publish_and_consume_through_every_leading_broker(
         assert ok(await next_frame(consumer))
         bodies = sorted([(await next_message(consumer)).body for _ in range(2)])
         assert bodies == sorted([broker_id.encode(), b"http"])
+    await clients.close_all()
+    cluster.stop()
+
+
+async def test_a_lone_leader_answers_at_the_append_and_keeps_every_rule(
+    etcd: EtcdServer, cluster_id: str, nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """replicas=1: the leader has no follower to wait for, so a PUB is committed (and
+    readable) at its append and answered at once; but a PUB to the broker that does
+    not lead the partition gets E_FAILED_ON_NOT_LEADER, and one to the leader whose
+    lease went unrenewed for a TTL (another leader may be elected: fencing) gets
+    E_FAILED_ON_NOT_WRITABLE, neither of them stored."""
+    cluster = Cluster(etcd, cluster_id, nursery, tmp_path)
+    await cluster.with_topic("lone", TopicMeta(2, 1), ("a", "b"))
+    leader = cluster.leader_of("lone", 0)
+    other = next(b for b in cluster.brokers if b != leader)
+    pub = b"PUB lone 0\n\x00\x00\x00\x01x"
+    partition = cluster.brokers[leader][0].broker.topics["lone"].partitions[0]
+    other_log = cluster.brokers[other][0].broker.topics["lone"].partitions[0].log
+    assert await _raw_reply(cluster.brokers[other][0].tcp, pub) == (
+        b"\x00\x00\x00\x1b\x00\x00\x00\x01E_FAILED_ON_NOT_LEADER "
+    )
+    assert other_log.next_id == 1  # not stored where it is not led
+    clients = Clients()
+    consumer = await clients.connect(cluster.brokers[leader][0].tcp)
+    await consumer.send(Sub("lone", "c", partition=0), Rdy(10))
+    assert ok(await next_frame(consumer))
+    assert (
+        await _raw_reply(cluster.brokers[leader][0].tcp, pub)
+        == b"\x00\x00\x00\x06\x00\x00\x00\x00OK"
+    )
+    assert partition.commit_end == partition.log.next_id == 2  # committed at the append
+    assert (await next_message(consumer)).body == b"x"
+    stopped = [m.process for m in etcd.members if m.process is not None]
+    for process in stopped:  # etcd unreachable: the lease cannot be renewed
+        process.send_signal(signal.SIGSTOP)
+    try:
+        manager = cluster.manager(leader)
+        await cluster.until(manager.registration.fenced)
+        assert isinstance(manager.roles["lone", 0], LeaderRole)  # still leads, fenced
+        assert await _raw_reply(cluster.brokers[leader][0].tcp, pub) == (
+            b"\x00\x00\x00\x1d\x00\x00\x00\x01E_FAILED_ON_NOT_WRITABLE "
+        )
+        assert partition.log.next_id == 2
+    finally:
+        for process in stopped:
+            process.send_signal(signal.SIGCONT)
     await clients.close_all()
     cluster.stop()
