@@ -349,19 +349,26 @@ class Broker:
             source=source,
         )
 
-    def publish_plain(self, topic: Topic, body: bytes, timestamp: int) -> None:
-        """:meth:`publish` of one body to the first partition of an existing topic
-        of a broker without replication (the callers check those: a plain PUB, an
-        HTTP /pub without a delay), without the steps a trace id, an ext header or
-        a delay need (issue 37). Raises StorageFault as :meth:`publish`."""
-        partition = topic.partitions[0]
+    def publish_plain(self, topic: Topic, body: bytes, timestamp: int, index: int = 0) -> None:
+        """:meth:`publish` of one body to partition ``index`` of an existing topic
+        (the callers check it: a plain PUB, an HTTP /pub without a delay), without
+        the steps a trace id, an ext header or a delay need (issue 37). With
+        replication it keeps every rule of :meth:`publish` (checked before the
+        append, told after it). Raises StorageFault and ReplicaRefusal as
+        :meth:`publish`."""
+        partition = topic.partitions[index]
+        replication = self.replication
+        if replication is not None:
+            replication.check_write(topic.name, index)
         try:
             records = partition.publish_one(body, timestamp)
         except OSError as error:
             raise self.storage_fault(APPEND, error) from error
         if self.storage is not None and records:
             self.storage.appended(partition.log, 1)
-        self._reach_channels(partition, topic.name, 0, records)
+        if replication is not None and records:
+            replication.appended(topic.name, index)
+        self._reach_channels(partition, topic.name, index, records)
 
     def _reach_channels(
         self, partition: Partition, topic_name: str, partition_index: int, records: list[Record]

@@ -86,7 +86,11 @@ class PublishCommands:
             self._reply(frame_bytes)
             return
         end = self.broker.topics[topic].partitions[index].log.next_id
-        self.held_replies.append((frame_bytes, (topic, index, end)))
+        held = self.held_replies
+        if not held and replication.reached(topic, index, end):
+            self._reply(frame_bytes)  # committed at its append: no follower counts
+            return
+        held.append((frame_bytes, (topic, index, end)))
 
     def release_replies(self) -> None:
         """Answer, in order, every held reply whose records are committed (a lost
@@ -214,18 +218,21 @@ class PublishCommands:
         return True
 
     def _plain_topic(self, event: Pub) -> Topic | None:
-        """The topic of a PUB that takes the short way (issue 37), else None: it names
-        no partition, its topic exists, is not ordered and has no publish limit, and
-        the broker has no replication, so :meth:`_target`, :meth:`_over_limit` and
-        :meth:`_answer` would have nothing to do."""
+        """The topic of a PUB that takes the short way (issue 37), else None: its
+        topic exists, is not ordered and has no publish limit, so :meth:`_over_limit`
+        would have nothing to do. Without replication it names no partition
+        (:meth:`_target` would have nothing to do either); with it, a partition the
+        topic has, and the connection holds fewer than :data:`MAX_HELD` answers, so
+        no wait for a commit is due in this turn (:meth:`_pub_led`)."""
         broker = self.broker
         topic = broker.topics.get(event.topic)
-        if (
-            topic is None
-            or event.partition is not None
-            or broker.replication is not None
-            or topic.publish_limit is not None
-            or topic.ordered
+        if topic is None or topic.publish_limit is not None or topic.ordered:
+            return None
+        partition = event.partition
+        if broker.replication is None:
+            return topic if partition is None else None
+        if len(self.held_replies) >= MAX_HELD or (
+            partition is not None and partition >= len(topic.partitions)
         ):
             return None
         return topic
@@ -233,9 +240,31 @@ class PublishCommands:
     def _pub_plain(self, topic: Topic, event: Pub) -> None:
         """A PUB :meth:`_plain_topic` let through: stored, counted, answered."""
         broker = self.broker
+        if broker.replication is not None:
+            self._pub_led(topic, event)
+            return
         broker.publish_plain(topic, event.body, broker.wall_clock())
         self._count(event.topic, 1)
         self._reply(OK_FRAME)
+
+    def _pub_led(self, topic: Topic, event: Pub) -> None:
+        """The short way of a broker in a cluster: every rule of the long one (the
+        hook refuses a write to a partition this broker does not lead, or may not
+        commit now: Youzan's non-fatal errors), answered at once where the append
+        committed it (no follower counts), else once committed (:meth:`_answer`)."""
+        broker = self.broker
+        index = event.partition
+        if index is None:
+            index = broker.default_partition(topic.name, 0)
+        try:
+            broker.publish_plain(topic, event.body, broker.wall_clock(), index)
+        except ReplicaRefusal as refusal:
+            self._reply(error_frame(refusal.error(fatal=False)))
+            return
+        self._count(topic.name, 1)
+        self._answer(OK_FRAME, topic.name, index)  # it leads: reached() cannot refuse now
+        if self.held_replies:
+            self.release_replies()
 
     def _pub(self, event: Pub) -> None:
         topic = self._plain_topic(event)
