@@ -29,7 +29,17 @@ __all__ = ["FollowerProgress"]
 class FollowerProgress:
     """The leader's record of each follower's end, and the commit end it implies."""
 
-    __slots__ = ("_committed", "_since", "acked", "end", "isr", "joining", "leader", "max_lag")
+    __slots__ = (
+        "_committed",
+        "_since",
+        "acked",
+        "counted",
+        "end",
+        "isr",
+        "joining",
+        "leader",
+        "max_lag",
+    )
 
     def __init__(
         self,
@@ -54,11 +64,13 @@ class FollowerProgress:
         self._since: dict[str, float] = {f: now for f in self.isr if f != leader}
         self.max_lag = max_lag
         self._committed = min(committed, end)
+        self.counted: frozenset[str] = self.isr - {leader}
+        """The followers whose acknowledgements commit records (the ISR and those
+        joining it): kept as they change, as every append and ACK reads it."""
 
-    @property
-    def counted(self) -> frozenset[str]:
-        """The followers whose acknowledgements commit records."""
-        return (self.isr | self.joining) - {self.leader}
+    def _count_with(self, isr: frozenset[str], joining: frozenset[str]) -> None:
+        self.isr, self.joining = isr, joining
+        self.counted = (isr | joining) - {self.leader}
 
     @property
     def committed(self) -> int:
@@ -66,9 +78,12 @@ class FollowerProgress:
         return self._committed
 
     def _recompute(self) -> int:
-        ends = [self.acked.get(f, 0) for f in self.counted]
-        candidate = min([self.end, *ends])
-        self._committed = max(self._committed, candidate)
+        candidate = self.end
+        if self.counted:  # none (replicas=1): everything appended is committed
+            acked = self.acked
+            candidate = min(candidate, *[acked.get(f, 0) for f in self.counted])
+        if candidate > self._committed:
+            self._committed = candidate
         return self._committed
 
     def appended(self, end: int, now: float) -> int:
@@ -114,12 +129,11 @@ class FollowerProgress:
 
     def propose_join(self, follower: str) -> None:
         """Count ``follower`` from now on (asked etcd to add it)."""
-        self.joining |= {follower}
+        self._count_with(self.isr, self.joining | {follower})
 
     def confirm(self, isr: Iterable[str], now: float) -> int:
         """etcd holds ``isr`` now: count exactly it; returns the commit end."""
-        self.isr = frozenset(isr) | {self.leader}
-        self.joining = frozenset()
+        self._count_with(frozenset(isr) | {self.leader}, frozenset())
         for follower in self.isr:
             self._since.setdefault(follower, now)
         return self._recompute()

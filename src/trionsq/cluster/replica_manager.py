@@ -69,6 +69,8 @@ class ReplicaManager:
         self._nursery: trio.Nursery | None = None
         self._upkeep_now = trio.Event()
         """Set when a follower caught up: the ISR upkeep need not wait for its period."""
+        self._lowest_led: dict[str, int | None] = {}
+        """:meth:`default_partition` of each topic asked, until the roles change."""
 
     # ------------------------------------------------------------------ the hook
 
@@ -94,12 +96,17 @@ class ReplicaManager:
     def default_partition(self, topic: str) -> int | None:
         if topic not in self.view.topics:
             return None
-        led = [
-            index
-            for (name, index), role in self.roles.items()
-            if name == topic and isinstance(role, LeaderRole) and not role.lost
-        ]
-        return min(led, default=None)
+        led = self._lowest_led.get(topic, -1)
+        if led == -1:  # found again after each change of the roles (_changed)
+            led = self._lowest_led[topic] = min(
+                (
+                    index
+                    for (name, index), role in self.roles.items()
+                    if name == topic and isinstance(role, LeaderRole) and not role.lost
+                ),
+                default=None,
+            )
+        return led
 
     def check_read(self, topic: str, partition: int) -> None:
         if topic not in self.view.topics:
@@ -189,6 +196,7 @@ class ReplicaManager:
                 for role in self.roles.values():
                     role.end()
                 self.roles.clear()
+                self._lowest_led.clear()
 
     async def serve_replication(self, stream: trio.SocketStream) -> None:
         """One follower's connection to this broker's replication listener."""
@@ -200,6 +208,7 @@ class ReplicaManager:
 
     def _changed(self) -> None:
         """The view changed: bring every role in step (no await: runs in the watch)."""
+        self._lowest_led.clear()
         wanted = {
             where: state
             for where, state in self.view.partitions.items()
@@ -284,6 +293,7 @@ class ReplicaManager:
         follower delivers nothing: the leader's shipped state would rewind it)."""
         role = self.roles.pop(where)
         role.end()
+        self._lowest_led.clear()
         if not isinstance(role, LeaderRole):
             return
         topic = self.broker.topics.get(where[0])
@@ -355,11 +365,13 @@ class ReplicaManager:
 
     async def _ship_state_forever(self) -> None:
         """Every :data:`STATE_INTERVAL`: each led partition's consumer state, which the
-        follower streams send when it changed (broker/replica_state.py)."""
+        follower streams send when it changed (broker/replica_state.py); not of one
+        with no follower (replicas=1), where capturing it would cost the consumers
+        for nothing (a follower added later gets it at the next capture)."""
         while True:
             await trio.sleep(STATE_INTERVAL)
             for (topic, index), role in list(self.roles.items()):
-                if isinstance(role, LeaderRole) and not role.lost:
+                if isinstance(role, LeaderRole) and not role.lost and role.state.followers:
                     role.ship_state(capture_consumer_state(self.broker, topic, index))
 
     # ------------------------------------------------------------------ ISR upkeep
