@@ -169,7 +169,7 @@ async def _send(
     sent_state = 0
     commit_due: float | None = None
     while not role.lost:
-        grown = role.grown
+        grown = role.grown_event()
         partition_log = role.partition.log
         if position < partition_log.next_id:
             records = await _read(role, position)

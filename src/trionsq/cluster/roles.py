@@ -79,11 +79,13 @@ class LeaderRole:
         )
         self.lost = False
         """Leadership went (a newer epoch, or this broker stopped): waiters are refused."""
-        self.grown = trio.Event()
-        """Set (and replaced) when the log grows or the commit end moves: the follower
-        streams look again."""
-        self.committed_event = trio.Event()
-        """Set (and replaced) when the commit end moves or leadership is lost."""
+        self._grown: trio.Event | None = None
+        """Set (and dropped) when the log grows or the commit end moves: the follower
+        streams look again. Made only when one waits (:meth:`grown_event`): with no
+        follower (replicas=1), an append makes no Event."""
+        self._committed_event: trio.Event | None = None
+        """Set (and dropped) when the commit end moves or leadership is lost; made
+        only when a publisher waits (:meth:`wait_committed`)."""
         self.scope = trio.CancelScope()
         """Around the role's tasks (ISR upkeep): cancelled when the role ends."""
         self.state_bytes = b""
@@ -116,16 +118,27 @@ class LeaderRole:
             self.state_version += 1
             self._wake()
 
+    def grown_event(self) -> trio.Event:
+        """What the next growth of the log (or move of the commit end) sets."""
+        event = self._grown
+        if event is None:
+            event = self._grown = trio.Event()
+        return event
+
     def _wake(self) -> None:
-        self.grown.set()
-        self.grown = trio.Event()
+        event = self._grown
+        if event is not None:
+            self._grown = None
+            event.set()
 
     def _publish_commit(self, committed: int) -> None:
         self.files.committed = committed
         self.partition.set_commit_end(committed)
         self._wake_readers()
-        self.committed_event.set()
-        self.committed_event = trio.Event()
+        event = self._committed_event
+        if event is not None:
+            self._committed_event = None
+            event.set()
         self._call_back()
 
     def _call_back(self) -> None:
@@ -175,7 +188,8 @@ class LeaderRole:
         """Leadership is over: refuse whoever waits, stop the role's tasks."""
         self.lost = True
         self.scope.cancel()
-        self.committed_event.set()
+        if self._committed_event is not None:
+            self._committed_event.set()
         self._wake()
         self._call_back()
 
@@ -188,7 +202,10 @@ class LeaderRole:
         while self.progress.committed < end:
             if self.lost:
                 raise not_leader(f"lost the leadership of epoch {self.epoch}")
-            await self.committed_event.wait()
+            event = self._committed_event
+            if event is None:
+                event = self._committed_event = trio.Event()
+            await event.wait()
 
 
 def log_bytes(partition_log: PartitionLog, records: list[Record]) -> tuple[list[Record], bytes]:
