@@ -29,7 +29,9 @@ Workloads, each in fresh client processes (``multiprocessing`` spawn):
   idle for 1 s); aggregate messages/s from the first message to the last.
 
 The machine is shared (2 cores here: brokers, etcd, lookupd and clients together),
-so the rounds alternate nsqd and trionsq and print every round. Go nsqd is not in the
+so the rounds alternate nsqd and trionsq and print every round, with the servers'
+CPU a message in each workload (every broker's, or nsqd's, from /proc): rates move
+with what else runs, that figure much less. Go nsqd is not in the
 repo: build it as benchmarks/vs_nsqd.py's docstring says (steps 1-3, ``apps/nsqd``
 and ``apps/nsqlookupd``). Prints numbers; not a test::
 
@@ -44,6 +46,7 @@ import contextlib
 import functools
 import json
 import multiprocessing
+import os
 import statistics
 import subprocess
 import tempfile
@@ -56,7 +59,7 @@ from trionsq.cluster.etcd_process import free_port, start_etcd
 from trionsq.cluster.local_cluster import LocalCluster, _wait_http
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Iterator
+    from collections.abc import Awaitable, Callable, Iterator, Sequence
     from multiprocessing.queues import Queue
 
     import nsq
@@ -91,6 +94,12 @@ class Figures(TypedDict):
     consume: float
     consumed: int
     stored: int
+    cpu_us: list[float]
+    """The servers' CPU (every broker's, or nsqd's) a message in MPUB, PUB, consume."""
+
+
+System = tuple[str, list[int]]
+"""A running system: its lookupd's HTTP address, and the pids of the servers."""
 
 
 def _post(url: str) -> None:
@@ -292,6 +301,17 @@ def pynsq_worker(phase: str, lookupd: str, topic: str, seconds: float, out: Queu
     out.put(asyncio.run(run()))
 
 
+def server_cpu(pids: Sequence[int]) -> float:
+    """CPU seconds (user and system) the servers used so far: on a shared machine the
+    figure that holds still when the rates move with the load."""
+    ticks = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 def run_workers(client: str, phase: str, lookupd: str, topic: str, seconds: float) -> list[Result]:
     context = multiprocessing.get_context("spawn")
     out: Queue[Result] = context.Queue()
@@ -308,12 +328,18 @@ def run_workers(client: str, phase: str, lookupd: str, topic: str, seconds: floa
     return results
 
 
-def measure(client: str, lookupd: str, topic: str, seconds: float) -> Figures:
-    """The three workloads of one client on one system."""
+def measure(client: str, system: System, topic: str, seconds: float) -> Figures:
+    """The three workloads of one client on one system, and the servers' CPU in each."""
+    lookupd, pids = system
+    cpu = [server_cpu(pids)]
     mpub = run_workers(client, "mpub", lookupd, topic, seconds)
+    cpu.append(server_cpu(pids))
     pub = run_workers(client, "pub", lookupd, topic, seconds)
+    cpu.append(server_cpu(pids))
     stored = sum(r["count"] for r in mpub) + sum(r["count"] for r in pub)
     consume = [r for r in run_workers(client, "consume", lookupd, topic, seconds) if r["count"]]
+    cpu.append(server_cpu(pids))
+    published = [sum(r["count"] for r in mpub), sum(r["count"] for r in pub)]
     times = sorted(t for r in pub for t in r.get("times", []))
     consumed = sum(r["count"] for r in consume)
     span = max(r["last"] for r in consume) - min(r["first"] for r in consume) if consume else 0
@@ -325,6 +351,10 @@ def measure(client: str, lookupd: str, topic: str, seconds: float) -> Figures:
         "consume": consumed / span if span else 0.0,
         "consumed": consumed,
         "stored": stored,
+        "cpu_us": [
+            (after - before) * 1e6 / max(count, 1)
+            for before, after, count in zip(cpu[:-1], cpu[1:], [*published, consumed], strict=True)
+        ],
     }
 
 
@@ -332,7 +362,7 @@ def measure(client: str, lookupd: str, topic: str, seconds: float) -> Figures:
 
 
 @contextlib.contextmanager
-def go_nsqd(directory: Path, nsqd: str, nsqlookupd: str) -> Iterator[str]:
+def go_nsqd(directory: Path, nsqd: str, nsqlookupd: str) -> Iterator[System]:
     """Go nsqlookupd and one Go nsqd registered with it; yields the lookupd address."""
     lookup_tcp, lookup_http, tcp, http = free_port(), free_port(), free_port(), free_port()
     processes: list[subprocess.Popen[bytes]] = []
@@ -370,7 +400,7 @@ def go_nsqd(directory: Path, nsqd: str, nsqlookupd: str) -> Iterator[str]:
             _post(f"http://127.0.0.1:{http}/topic/create?topic=so_{client}")
             _post(f"http://127.0.0.1:{http}/channel/create?topic=so_{client}&channel=bench")
         _until(lambda: all(_producers(f"127.0.0.1:{lookup_http}", f"so_{c}") for c in CLIENTS))
-        yield f"127.0.0.1:{lookup_http}"
+        yield f"127.0.0.1:{lookup_http}", [processes[1].pid]
     finally:
         for process in reversed(processes):
             process.terminate()
@@ -379,7 +409,7 @@ def go_nsqd(directory: Path, nsqd: str, nsqlookupd: str) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def two_trionsq(directory: Path, replicas: int) -> Iterator[str]:
+def two_trionsq(directory: Path, replicas: int) -> Iterator[System]:
     """etcd, a trionsq lookupd and two brokers sharing each client's 4-partition topic."""
     etcd = start_etcd(directory / "etcd")
     cluster = LocalCluster(directory, etcd)
@@ -399,7 +429,7 @@ def two_trionsq(directory: Path, replicas: int) -> Iterator[str]:
                     f"?topic=so_{client}&channel=bench"
                 )
         time.sleep(1.0)  # followers connected
-        yield lookupd
+        yield lookupd, [b.process.pid for b in cluster.brokers if b.process is not None]
     finally:
         cluster.stop()
         etcd.stop()
@@ -430,7 +460,7 @@ def _until(condition: Callable[[], bool], within: float = 30) -> None:
 
 
 def one_round(base: Path, arguments: argparse.Namespace) -> dict[str, dict[str, Figures]]:
-    systems: dict[str, Callable[[Path], contextlib.AbstractContextManager[str]]] = {
+    systems: dict[str, Callable[[Path], contextlib.AbstractContextManager[System]]] = {
         "nsqd": lambda d: go_nsqd(d, arguments.nsqd, arguments.nsqlookupd),
         "trionsq x2 r1": lambda d: two_trionsq(d, 1),
         "trionsq x2 r2": lambda d: two_trionsq(d, 2),
@@ -438,9 +468,9 @@ def one_round(base: Path, arguments: argparse.Namespace) -> dict[str, dict[str, 
     results: dict[str, dict[str, Figures]] = {}
     for name, start in systems.items():
         directory = Path(tempfile.mkdtemp(prefix=name.replace(" ", "_"), dir=base))
-        with start(directory) as lookupd:
+        with start(directory) as system:
             results[name] = {
-                client: measure(client, lookupd, f"so_{client}", arguments.seconds)
+                client: measure(client, system, f"so_{client}", arguments.seconds)
                 for client in CLIENTS
             }
     return results
@@ -456,7 +486,8 @@ def report(results: dict[str, dict[str, Figures]]) -> None:
                 f"  {name:14} {client:8} MPUB {r['mpub']:9,.0f}/s {r['mpub'] / base['mpub']:.2f}x"
                 f" | PUB x16 {r['pub']:7,.0f}/s {r['pub'] / base['pub']:.2f}x"
                 f" p50 {r['pub_p50_ms']:.2f} p99 {r['pub_p99_ms']:.2f} ms"
-                f" | consume {r['consume']:9,.0f}/s {r['consume'] / base['consume']:.2f}x{note}",
+                f" | consume {r['consume']:9,.0f}/s {r['consume'] / base['consume']:.2f}x{note}"
+                " | server CPU us/msg {:.1f} {:.1f} {:.1f}".format(*r["cpu_us"]),
                 flush=True,
             )
 
