@@ -474,10 +474,10 @@ class ClientConnection:
     """Messages carry Youzan's ext version/header (``extend_support`` on an ext topic)."""
     detail: bool = False
     """Messages carry offset and raw size (SUB_ORDERED or SUB_ADVANCED)."""
-    max_frame_size: int = attrs.field(
-        default=DEFAULT_MAX_FRAME_SIZE, on_setattr=attrs.setters.frozen
-    )
-    """Largest accepted ``size`` field (frame type plus data)."""
+    max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
+    """Largest accepted ``size`` field (frame type plus data). Not frozen with an
+    ``on_setattr`` hook: any hook gives the class a Python ``__setattr__``, which every
+    frame's state update would then pay."""
     closed: bool = attrs.field(default=False, init=False)
     """Set by EOF; later data is ignored."""
     _buffer: bytearray = attrs.field(factory=bytearray, init=False, repr=False)
