@@ -258,16 +258,12 @@ class Chaos:
     async def stop_etcd(self, fault: Fault) -> None:
         async with self._etcd_lock:
             self.log("etcd stopped")
-            for member in self.cluster.etcd.members:
-                await trio.to_thread.run_sync(member.stop)
+            await trio.to_thread.run_sync(self.cluster.etcd.stop)
             await trio.sleep(fault.seconds)
             await self.start_etcd()
 
     async def start_etcd(self) -> None:
-        for member in self.cluster.etcd.members:
-            if member.process is None:
-                await trio.to_thread.run_sync(member.start)
-        await trio.to_thread.run_sync(self.cluster.etcd.wait_healthy)
+        await trio.to_thread.run_sync(self.cluster.etcd.start)
         self.log("etcd started")
 
     async def move(self, fault: Fault) -> None:

@@ -388,8 +388,7 @@ async def run_etcd_outage(
 
     async def disrupt(lookup: Lookup, history: History) -> None:
         await trio.sleep(1.0)
-        for member in cluster.etcd.members:
-            await trio.to_thread.run_sync(member.stop)
+        await trio.to_thread.run_sync(cluster.etcd.stop)
         outage.stopped_at = time.monotonic()
         end = outage.stopped_at + seconds
         while True:  # a last round at the end, however slow the rounds before
@@ -398,9 +397,7 @@ async def run_etcd_outage(
             if time.monotonic() >= end:
                 break
             await trio.sleep(0.5)
-        for member in cluster.etcd.members:
-            await trio.to_thread.run_sync(member.start)
-        await trio.to_thread.run_sync(cluster.etcd.wait_healthy)
+        await trio.to_thread.run_sync(cluster.etcd.start)
         outage.started_at = time.monotonic()
         await _acknowledged_after(history, outage.started_at, RESUMED, within=max(10.0, seconds))
 

@@ -13,12 +13,11 @@ from typing import TYPE_CHECKING
 import orjson
 import trio
 
+from tests.cluster.failover_run import cluster_of_its_own
 from tests.cluster.test_replicated_deferrals import create_and_find_leader, until_acknowledged
 from tests.integration.raw import Clients, next_frame, ok
 from trionsq.cluster.etcd import EtcdClient
-from trionsq.cluster.etcd_process import EtcdServer, start_etcd
 from trionsq.cluster.keys import ClusterKeys, PartitionState, decode
-from trionsq.cluster.local_cluster import BrokerProcess, LocalCluster
 from trionsq.http.client import http_get
 from trionsq.protocol import Pub
 
@@ -26,6 +25,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
     from pathlib import Path
 
+    from trionsq.cluster.local_cluster import BrokerProcess, LocalCluster
     from trionsq.testing import ProtocolClient
 
 TOPIC = "rejoin"
@@ -63,7 +63,7 @@ async def _until(check: Callable[[], Awaitable[bool]], within: float) -> bool:
 
 
 async def _caught_up_while_etcd_was_down(
-    cluster: LocalCluster, etcd: EtcdServer, producer_of: Clients
+    cluster: LocalCluster, producer_of: Clients
 ) -> tuple[str, BrokerProcess, ProtocolClient]:
     """Leader, follower and a producer to the leader, once the follower left the ISR
     (frozen), then caught up while etcd was stopped (the leader's proposal to add it
@@ -86,8 +86,7 @@ async def _caught_up_while_etcd_was_down(
     assert await _until(follower_out, 10), await _isr(cluster)
 
     # etcd down; the follower thaws and catches up: the leader cannot tell etcd
-    for member in etcd.members:
-        await trio.to_thread.run_sync(member.stop)
+    await trio.to_thread.run_sync(cluster.etcd.stop)
     follower.process.send_signal(signal.SIGCONT)
 
     async def caught_up() -> bool:
@@ -98,48 +97,34 @@ async def _caught_up_while_etcd_was_down(
     return leader, follower, producer
 
 
-async def _start_etcd_again(etcd: EtcdServer) -> None:
-    for member in etcd.members:
-        await trio.to_thread.run_sync(member.start)
-    await trio.to_thread.run_sync(etcd.wait_healthy)
-
-
 async def test_a_follower_caught_up_while_etcd_was_down_rejoins_the_isr(tmp_path: Path) -> None:
-    etcd = start_etcd(tmp_path / "etcd")  # its own: this test stops it
-    cluster = LocalCluster(tmp_path, etcd, cluster_id="rejoin")
     clients = Clients()
-    try:
-        cluster.start(2)
-        leader, follower, _ = await _caught_up_while_etcd_was_down(cluster, etcd, clients)
-        await _start_etcd_again(etcd)
-        whole = tuple(sorted((leader, follower.broker_id)))
+    with cluster_of_its_own(tmp_path, "rejoin", 2) as cluster:  # this test stops its etcd
+        try:
+            leader, follower, _ = await _caught_up_while_etcd_was_down(cluster, clients)
+            await trio.to_thread.run_sync(cluster.etcd.start)
+            whole = tuple(sorted((leader, follower.broker_id)))
 
-        async def rejoined() -> bool:
-            return await _isr(cluster) == whole
+            async def rejoined() -> bool:
+                return await _isr(cluster) == whole
 
-        assert await _until(rejoined, 10), "the caught-up follower never rejoined the ISR"
-    finally:
-        await clients.close_all()
-        cluster.stop()
-        etcd.stop()
+            assert await _until(rejoined, 10), "the caught-up follower never rejoined the ISR"
+        finally:
+            await clients.close_all()
 
 
 async def test_a_joiner_etcd_never_took_that_dies_does_not_hold_commits(tmp_path: Path) -> None:
     """The leader counts a follower it proposed to join from the proposal on; if etcd
     never took the proposal and the follower then dies, it must stop counting it (it
     held every later publish unacknowledged for good)."""
-    etcd = start_etcd(tmp_path / "etcd")  # its own: this test stops it
-    cluster = LocalCluster(tmp_path, etcd, cluster_id="deadjoiner")
     clients = Clients()
-    try:
-        cluster.start(2)
-        leader, follower, producer = await _caught_up_while_etcd_was_down(cluster, etcd, clients)
-        follower.kill()
-        await _start_etcd_again(etcd)
-        # refused (not writable) until the broker has its lease again, then acknowledged
-        await until_acknowledged(producer, Pub(TOPIC, b"after the joiner died"))
-        assert await _isr(cluster) == (leader,)
-    finally:
-        await clients.close_all()
-        cluster.stop()
-        etcd.stop()
+    with cluster_of_its_own(tmp_path, "deadjoiner", 2) as cluster:  # this test stops its etcd
+        try:
+            leader, follower, producer = await _caught_up_while_etcd_was_down(cluster, clients)
+            follower.kill()
+            await trio.to_thread.run_sync(cluster.etcd.start)
+            # refused (not writable) until the broker has its lease again, then acknowledged
+            await until_acknowledged(producer, Pub(TOPIC, b"after the joiner died"))
+            assert await _isr(cluster) == (leader,)
+        finally:
+            await clients.close_all()

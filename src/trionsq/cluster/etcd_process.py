@@ -153,6 +153,17 @@ class EtcdServer:
         for member in self.members:
             member.stop()
 
+    def start(self) -> None:
+        """Start every stopped member again (keeping its data), and wait until healthy.
+
+        Raises:
+            RuntimeError: as :meth:`wait_healthy`.
+        """
+        for member in self.members:
+            if member.process is None:
+                member.start()
+        self.wait_healthy()
+
 
 def start_etcd(
     directory: Path, *, members: int = 1, host: str = "127.0.0.1", prefix: tuple[str, ...] = ()
