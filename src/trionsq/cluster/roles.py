@@ -34,6 +34,31 @@ ENCODED_BATCHES = 16
 """Shipped batches whose bytes a leader keeps for the followers still to read them."""
 
 
+class _WaitedEvent:
+    """A trio Event made only when someone waits for it, and dropped when set (the
+    next wait makes a new one): a leader with no follower (replicas=1) makes none
+    per append."""
+
+    __slots__ = ("_event",)
+
+    def __init__(self) -> None:
+        self._event: trio.Event | None = None
+
+    def event(self) -> trio.Event:
+        """What the next :meth:`set` sets."""
+        event = self._event
+        if event is None:
+            event = self._event = trio.Event()
+        return event
+
+    def set(self) -> None:
+        """Wake whoever waits."""
+        event = self._event
+        if event is not None:
+            self._event = None
+            event.set()
+
+
 class PartitionFiles:
     """What a replica keeps beside the partition's log: its epoch history (saved by
     the manager, which knows where)."""
@@ -79,13 +104,12 @@ class LeaderRole:
         )
         self.lost = False
         """Leadership went (a newer epoch, or this broker stopped): waiters are refused."""
-        self._grown: trio.Event | None = None
-        """Set (and dropped) when the log grows or the commit end moves: the follower
-        streams look again. Made only when one waits (:meth:`grown_event`): with no
-        follower (replicas=1), an append makes no Event."""
-        self._committed_event: trio.Event | None = None
-        """Set (and dropped) when the commit end moves or leadership is lost; made
-        only when a publisher waits (:meth:`wait_committed`)."""
+        self._grown = _WaitedEvent()
+        """Set when the log grows or the commit end moves: the follower streams look
+        again (:meth:`grown_event`)."""
+        self._committed = _WaitedEvent()
+        """Set when the commit end moves or leadership is lost: publishers waiting
+        for a commit look again (:meth:`wait_committed`)."""
         self.scope = trio.CancelScope()
         """Around the role's tasks (ISR upkeep): cancelled when the role ends."""
         self.state_bytes = b""
@@ -120,25 +144,16 @@ class LeaderRole:
 
     def grown_event(self) -> trio.Event:
         """What the next growth of the log (or move of the commit end) sets."""
-        event = self._grown
-        if event is None:
-            event = self._grown = trio.Event()
-        return event
+        return self._grown.event()
 
     def _wake(self) -> None:
-        event = self._grown
-        if event is not None:
-            self._grown = None
-            event.set()
+        self._grown.set()
 
     def _publish_commit(self, committed: int) -> None:
         self.files.committed = committed
         self.partition.set_commit_end(committed)
         self._wake_readers()
-        event = self._committed_event
-        if event is not None:
-            self._committed_event = None
-            event.set()
+        self._committed.set()
         self._call_back()
 
     def _call_back(self) -> None:
@@ -188,8 +203,7 @@ class LeaderRole:
         """Leadership is over: refuse whoever waits, stop the role's tasks."""
         self.lost = True
         self.scope.cancel()
-        if self._committed_event is not None:
-            self._committed_event.set()
+        self._committed.set()
         self._wake()
         self._call_back()
 
@@ -202,10 +216,7 @@ class LeaderRole:
         while self.progress.committed < end:
             if self.lost:
                 raise not_leader(f"lost the leadership of epoch {self.epoch}")
-            event = self._committed_event
-            if event is None:
-                event = self._committed_event = trio.Event()
-            await event.wait()
+            await self._committed.event().wait()
 
 
 def log_bytes(partition_log: PartitionLog, records: list[Record]) -> tuple[list[Record], bytes]:
