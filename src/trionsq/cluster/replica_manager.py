@@ -96,16 +96,16 @@ class ReplicaManager:
     def default_partition(self, topic: str) -> int | None:
         if topic not in self.view.topics:
             return None
-        led = self._lowest_led.get(topic, -1)
-        if led == -1:  # found again after each change of the roles (_changed)
-            led = self._lowest_led[topic] = min(
-                (
-                    index
-                    for (name, index), role in self.roles.items()
-                    if name == topic and isinstance(role, LeaderRole) and not role.lost
-                ),
-                default=None,
-            )
+        if topic in self._lowest_led:  # found again after each change of the roles
+            return self._lowest_led[topic]
+        led = self._lowest_led[topic] = min(
+            (
+                index
+                for (name, index), role in self.roles.items()
+                if name == topic and isinstance(role, LeaderRole) and not role.lost
+            ),
+            default=None,
+        )
         return led
 
     def check_read(self, topic: str, partition: int) -> None:
