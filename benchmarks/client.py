@@ -37,7 +37,12 @@ Everything else stays at each library's defaults (output buffering, heartbeats).
 each publish phase the broker's ``message_count`` is checked against the count, and
 every topic is deleted after its phase so later phases meet an empty broker. MB/s is
 body bytes (10^6) per second. Peak RSS is the largest ``VmHWM`` of the client's three
-processes (its interpreter and library included). Usage::
+processes (its interpreter and library included). A second table gives each phase's
+CPU time per message, the runner's (from parsing its job, after its imports, to its
+result) and, when the benchmark started
+the broker, the broker's (from /proc): the rates move with whatever else the two cores
+run, CPU per message much less, so it is the figure to compare old and new code by on
+a shared machine. Usage::
 
     .venv/bin/python benchmarks/client.py                        # all five, 200,000
     .venv/bin/python benchmarks/client.py --count 50000 --clients trionsq,ansq
@@ -91,6 +96,12 @@ class Phase:
     p50_ms: float | None
     p99_ms: float | None
     peak_rss_kib: int
+    cpu_seconds: float
+    broker_cpu_us: float | None = None
+
+    @property
+    def client_cpu_us(self) -> float:
+        return self.cpu_seconds / self.messages * 1e6
 
     @property
     def rate(self) -> float:
@@ -106,9 +117,10 @@ class ClientResult:
 
 
 @contextmanager
-def own_broker(pin: list[str]) -> Iterator[tuple[str, str]]:
+def own_broker(pin: list[str]) -> Iterator[tuple[str, str, int | None]]:
     """An in-memory ``trionsq serve`` on ports the kernel picks, read back from its
-    log; its stderr goes to a file so a chatty broker never blocks on a pipe."""
+    log (and its pid, for its CPU time); its stderr goes to a file so a chatty broker
+    never blocks on a pipe."""
     with tempfile.TemporaryDirectory(prefix="trionsq-client-bench-") as data:
         log_path = Path(data) / "broker.log"
         with log_path.open("wb") as log:
@@ -128,7 +140,7 @@ def own_broker(pin: list[str]) -> Iterator[tuple[str, str]]:
                 stderr=log,
             )
             try:
-                yield _listening(process, log_path)
+                yield (*_listening(process, log_path), process.pid)
             finally:
                 process.terminate()
                 try:
@@ -194,6 +206,17 @@ async def fill(address: str, topic: str, count: int, size: int, batch: int) -> N
             await producer.publish_many(topic, bodies[:rest])
 
 
+def cpu_seconds(pid: int | None) -> float | None:
+    """A process's user+system CPU time so far, from /proc (None where it is not ours)."""
+    if pid is None:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def run_phase(
     client: str, phase: str, topic: str, arguments: argparse.Namespace, pin: list[str]
 ) -> Phase:
@@ -210,6 +233,7 @@ def run_phase(
         f"--batch={arguments.batch}",
         f"--max-in-flight={arguments.max_in_flight}",
     ]
+    broker_before = cpu_seconds(arguments.broker_pid)
     try:
         done = subprocess.run(  # noqa: S603 - our own runner scripts
             command, capture_output=True, text=True, timeout=arguments.phase_timeout, check=False
@@ -220,7 +244,10 @@ def run_phase(
     if done.returncode or not lines:
         tail = " | ".join(done.stderr.strip().splitlines()[-5:])
         raise BenchError(f"runner exited {done.returncode}: {tail}")
-    return Phase(**json.loads(lines[-1]))
+    outcome = Phase(**json.loads(lines[-1]))
+    if broker_before is not None and (broker_after := cpu_seconds(arguments.broker_pid)):
+        outcome.broker_cpu_us = (broker_after - broker_before) / outcome.messages * 1e6
+    return outcome
 
 
 def measure(client: str, arguments: argparse.Namespace, pin: list[str]) -> ClientResult:
@@ -274,6 +301,17 @@ def _row(result: ClientResult, size: int) -> str:
     )
 
 
+def _cpu_row(result: ClientResult) -> str:
+    """CPU time per message of the runner and of the broker (our own broker only):
+    a figure a shared machine moves less than the rates."""
+    cells = [f"{result.client:16}"]
+    for name, width in (("pub", 11), ("mpub", 12), ("consume", 15)):
+        phase = result.phases.get(name)
+        cells.append(_cell(phase.client_cpu_us if phase else None, ".2f", width))
+        cells.append(_cell(phase.broker_cpu_us if phase else None, ".2f", 7))
+    return " ".join(cells)
+
+
 def print_table(results: list[ClientResult], size: int) -> None:
     print(
         f"\n{'client':16} {'pub msg/s':>10} {'p50 ms':>7} {'p99 ms':>7} {'MPUB msg/s':>11}"
@@ -281,6 +319,12 @@ def print_table(results: list[ClientResult], size: int) -> None:
     )
     for result in results:
         print(_row(result, size))
+    print(
+        f"\n{'CPU us/msg':16} {'pub client':>11} {'broker':>7} {'MPUB client':>12} {'broker':>7}"
+        f" {'consume client':>15} {'broker':>7}"
+    )
+    for result in results:
+        print(_cpu_row(result))
     for result in results:
         for error in result.errors:
             print(f"{result.client}: {error}")
@@ -295,7 +339,7 @@ def main(arguments: argparse.Namespace) -> None:
     own = arguments.nsqd_tcp_address is None
     broker = own_broker(broker_pin) if own else _given(arguments)
     started, load_before = time.perf_counter(), os.getloadavg()
-    with broker as (tcp_address, http_address):
+    with broker as (tcp_address, http_address, arguments.broker_pid):
         arguments.nsqd_tcp_address, arguments.nsqd_http_address = tcp_address, http_address
         print(
             f"{arguments.count:,} messages of {arguments.size} bytes per phase;"
@@ -359,10 +403,11 @@ def median_result(results: tuple[ClientResult, ...]) -> ClientResult:
 
 
 @contextmanager
-def _given(arguments: argparse.Namespace) -> Iterator[tuple[str, str]]:
-    """A running broker: its HTTP address defaults to the TCP host on port 4151."""
+def _given(arguments: argparse.Namespace) -> Iterator[tuple[str, str, int | None]]:
+    """A running broker: its HTTP address defaults to the TCP host on port 4151 (its
+    CPU time is not read: it may not be this machine's)."""
     host = arguments.nsqd_tcp_address.rpartition(":")[0]
-    yield arguments.nsqd_tcp_address, arguments.nsqd_http_address or f"{host}:4151"
+    yield arguments.nsqd_tcp_address, arguments.nsqd_http_address or f"{host}:4151", None
 
 
 if __name__ == "__main__":
