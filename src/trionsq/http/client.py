@@ -10,6 +10,7 @@ whole exchange, and a body over ``max_reply_bytes`` is refused.
 
 from __future__ import annotations
 
+import ssl
 from typing import TYPE_CHECKING, Final
 
 import attrs
@@ -20,10 +21,17 @@ from .. import __version__
 from ..config import split_host_port
 
 if TYPE_CHECKING:
-    import ssl
     from collections.abc import Iterable
 
-__all__ = ["DEFAULT_MAX_REPLY_BYTES", "HttpClientError", "HttpReply", "http_get", "http_request"]
+__all__ = [
+    "DEFAULT_MAX_REPLY_BYTES",
+    "HttpClientError",
+    "HttpReply",
+    "connection_failure",
+    "http_get",
+    "http_request",
+    "open_http_stream",
+]
 
 DEFAULT_MAX_REPLY_BYTES: Final = 1 << 20
 MAX_HEADER_BYTES: Final = 64 * 1024
@@ -34,10 +42,25 @@ USER_AGENT: Final = f"trionsq/{__version__}"
 class HttpClientError(Exception):
     """No usable reply from ``address``: refused, timed out, closed, malformed, too large."""
 
-    def __init__(self, address: str, reason: str) -> None:
+    def __init__(self, address: str, reason: str, *, tls: bool = False) -> None:
         super().__init__(f"{address}: {reason}")
         self.address = address
         self.reason = reason
+        self.tls = tls
+        """The TLS handshake or session failed (a certificate refused by either side,
+        TLS spoken to a plain listener): no retry will fix it."""
+
+
+def connection_failure(address: str, error: Exception) -> HttpClientError:
+    """A broken connection as an :class:`HttpClientError`, naming the TLS failure
+    behind it (trio's ``BrokenResourceError`` carries the ``ssl.SSLError`` as its
+    cause) so that a refused certificate reads as one."""
+    cause = error.__cause__
+    if isinstance(cause, ssl.SSLError):
+        detail = getattr(cause, "verify_message", "") or ""
+        reason = f"{cause.reason}: {detail}" if detail else str(cause.reason or cause)
+        return HttpClientError(address, f"TLS failed: {reason}", tls=True)
+    return HttpClientError(address, f"connection failed: {type(error).__name__}: {error}")
 
 
 @attrs.frozen
@@ -96,7 +119,7 @@ async def http_request(
         HttpClientError: whatever kept a complete reply from arriving in time.
     """
     try:
-        host, port = split_host_port(address)
+        host = split_host_port(address)[0]
     except ValueError as error:
         raise HttpClientError(address, str(error)) from None
     defaults = [("Host", host), ("User-Agent", USER_AGENT), ("Connection", "close")]
@@ -106,27 +129,41 @@ async def http_request(
     names = {name.lower() for name, _ in given}
     merged = [(n, v) for n, v in defaults if n.lower() not in names] + given
     with trio.move_on_after(request_timeout) as whole:
-        with trio.move_on_after(connect_timeout) as connecting:
-            try:
-                tcp = await trio.open_tcp_stream(host, port)
-            except OSError as error:
-                raise HttpClientError(address, f"connect failed: {error}") from None
-        if connecting.cancelled_caught:
-            raise HttpClientError(address, f"connect timed out after {connect_timeout}s")
-        stream: trio.abc.Stream = tcp
-        if ssl_context is not None:
-            stream = trio.SSLStream(tcp, ssl_context, server_hostname=host, https_compatible=True)
+        stream = await open_http_stream(address, connect_timeout, ssl_context)
         try:
             return await _exchange(stream, address, (method, target, body), merged, max_reply_bytes)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as error:
-            reason = f"connection failed: {type(error).__name__}: {error}"
-            raise HttpClientError(address, reason) from None
+            raise connection_failure(address, error) from None
         except h11.ProtocolError as error:
             raise HttpClientError(address, f"bad HTTP reply: {error}") from None
         finally:
             await trio.aclose_forcefully(stream)
     assert whole.cancelled_caught  # noqa: S101 - the body returns or raises otherwise
     raise HttpClientError(address, f"no reply within {request_timeout}s")
+
+
+async def open_http_stream(
+    address: str, connect_timeout: float, ssl_context: ssl.SSLContext | None = None
+) -> trio.abc.Stream:
+    """A TCP connection to ``address`` (``host:port``), wrapped in TLS (its handshake
+    made on the first send) when ``ssl_context`` is given.
+
+    Raises:
+        HttpClientError: a bad address, or no connection within ``connect_timeout``.
+    """
+    try:
+        host, port = split_host_port(address)
+    except ValueError as error:
+        raise HttpClientError(address, str(error)) from None
+    with trio.move_on_after(connect_timeout):
+        try:
+            tcp = await trio.open_tcp_stream(host, port)
+        except OSError as error:
+            raise HttpClientError(address, f"connect failed: {error}") from None
+        if ssl_context is None:
+            return tcp
+        return trio.SSLStream(tcp, ssl_context, server_hostname=host, https_compatible=True)
+    raise HttpClientError(address, f"connect timed out after {connect_timeout}s")
 
 
 async def _exchange(
