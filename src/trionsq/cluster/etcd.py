@@ -14,7 +14,10 @@ every member of a 3-node etcd goes on when one member dies.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
+import ssl
 from typing import TYPE_CHECKING, Final
 
 import attrs
@@ -23,37 +26,53 @@ import orjson
 import trio
 
 from ..config import split_host_port
-from ..http.client import HttpClientError, http_request
+from ..http.client import HttpClientError, connection_failure, http_request, open_http_stream
 from . import etcd_json
+from .etcd_access import EtcdAccess
 from .etcd_json import Compare, EtcdReplyError, KeyValue, Op, TxnReply, WatchBatch
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Sequence
+    from collections.abc import Awaitable, Callable, Iterable, Sequence
 
-__all__ = ["EtcdClient", "EtcdUnavailable", "LeaseExpired", "endpoint_address"]
+__all__ = ["EtcdClient", "EtcdRefused", "EtcdUnavailable", "LeaseExpired", "endpoint_address"]
+
+log = logging.getLogger("trionsq.cluster")
 
 WATCH_READ: Final = 65536
 MAX_WATCH_LINE: Final = 16 << 20
+PLAIN_TO_TLS: Final = ("bad HTTP reply", "connection closed before a complete reply")
+"""How a TLS listener answers plain HTTP, as ``http_request`` words it."""
 
 
 class EtcdUnavailable(Exception):
     """No endpoint gave a usable answer in time."""
 
 
+class EtcdRefused(EtcdUnavailable):
+    """etcd was reached but refused this client: wrong user or password, a
+    certificate one side does not trust, TLS spoken on one side only. At start it
+    stops the broker (:meth:`EtcdClient.check`); later it counts as etcd being
+    unavailable (the broker keeps its leaderships and says so on ``/ping``)."""
+
+
 class LeaseExpired(Exception):
     """etcd no longer knows the lease: whatever it held is gone."""
 
 
+STALE_TOKEN: Final = ("invalid auth token", "auth store is old")
+"""etcd's words for a token it no longer takes (expired simple token, or users and
+roles changed since it was issued): authenticate again."""
+REFUSED: Final = ("authentication failed", "user name is empty", "permission denied")
+"""etcd's words for credentials it does not take, or none where it needs some."""
+
+
 def endpoint_address(url: str) -> str:
-    """``http://host:port`` (or ``host:port``) as ``host:port``.
+    """``http(s)://host:port`` (or ``host:port``) as ``host:port``.
 
     Raises:
-        ValueError: https (not supported) or no port.
+        ValueError: no port.
     """
-    text = url.strip()
-    if text.startswith("https://"):
-        raise ValueError(f"{url!r}: https endpoints are not supported, use http://")
-    text = text.removeprefix("http://").rstrip("/")
+    text = url.strip().removeprefix("https://").removeprefix("http://").rstrip("/")
     split_host_port(text)  # raises ValueError on a bad address
     return text
 
@@ -62,28 +81,132 @@ def _addresses(urls: Iterable[str]) -> tuple[str, ...]:
     return tuple(endpoint_address(url) for url in urls)
 
 
+def _urls(urls: Iterable[str]) -> tuple[str, ...]:
+    return tuple(urls)
+
+
 @attrs.define
 class EtcdClient:
-    """Calls on an etcd cluster through any of its ``endpoints``."""
+    """Calls on an etcd cluster through any of its ``endpoints`` (``http://`` or, all
+    of them, ``https://`` URLs), with the TLS files and user of ``access``."""
 
-    endpoints: tuple[str, ...] = attrs.field(converter=_addresses)
+    urls: tuple[str, ...] = attrs.field(converter=_urls)
     timeout: float = 2.0
     """Per call and endpoint (connect and whole exchange)."""
-    _current: int = 0
+    access: EtcdAccess = attrs.field(factory=EtcdAccess)
+    endpoints: tuple[str, ...] = attrs.field(init=False)
+    """``host:port`` of each URL."""
+    refused: str = attrs.field(default="", init=False)
+    """Why etcd refused the latest call ("": it did not), for ``/ping``."""
+    authentications: int = attrs.field(default=0, init=False)
+    """Tokens obtained so far (one at the start, one more each time etcd dropped it)."""
+    _ssl: ssl.SSLContext | None = attrs.field(default=None, init=False)
+    _token: str = attrs.field(default="", init=False, repr=False)
+    _authenticating: trio.Lock = attrs.field(factory=trio.Lock, init=False, repr=False)
+    _current: int = attrs.field(default=0, init=False)
 
     def __attrs_post_init__(self) -> None:
-        if not self.endpoints:
+        if not self.urls:
             raise ValueError("no etcd endpoint given")
+        self.endpoints = _addresses(self.urls)
+        if any(url.strip().startswith("https://") for url in self.urls):
+            self._ssl = self.access.ssl_context()
 
-    async def call(self, path: str, request: etcd_json.Json) -> etcd_json.Json:
-        """POST ``request`` to ``path`` on the first endpoint that answers.
+    async def check(self) -> None:
+        """One authenticated read (at start, and with a user after each lease renewal):
+        etcd reachable or not, but not refusing.
 
         Raises:
-            EtcdUnavailable: every endpoint failed.
+            EtcdRefused: etcd refused (credentials, certificates, TLS on one side).
+        """
+        try:
+            await self.call("/v3/kv/range", {**etcd_json.range_json(b"\0"), "count_only": True})
+        except EtcdRefused:
+            raise
+        except EtcdUnavailable:
+            return  # down for now: the broker waits for it, as without TLS or users
+
+    async def call(
+        self, path: str, request: etcd_json.Json, *, vouches: bool = True
+    ) -> etcd_json.Json:
+        """POST ``request`` to ``path`` on the first endpoint that answers, with a
+        token when ``access`` names a user (a new one if etcd dropped the last).
+        ``vouches``: a success shows etcd took the token (clears ``refused``).
+
+        Raises:
+            EtcdUnavailable: every endpoint failed;
+            EtcdRefused: etcd refused the credentials or certificates.
             EtcdReplyError: etcd refused the request (a gRPC error).
         """
         body = orjson.dumps(request)
+        try:
+            token = await self._get_token()
+            try:
+                reply = await self._authorized(path, body, token)
+            except EtcdReplyError as error:
+                if not token or not _stale(str(error)):
+                    raise
+                self._drop(token)  # expired or outdated: once more with a new one
+                reply = await self._authorized(path, body, await self._get_token())
+        except EtcdReplyError as error:
+            if any(word in str(error) for word in (*REFUSED, *STALE_TOKEN)):
+                raise self._refusal(f"etcd refused {self._who()}: {error}") from None
+            raise
+        except EtcdRefused as error:
+            self.refused = str(error)
+            raise
+        if vouches:
+            self.refused = ""
+        return reply
+
+    def _refusal(self, reason: str) -> EtcdRefused:
+        self.refused = reason
+        return EtcdRefused(reason)
+
+    def _who(self) -> str:
+        if self.access.username:
+            return f"user {self.access.username!r}"
+        return "a client without user (--etcd-username, --etcd-password)"
+
+    async def _authorized(self, path: str, body: bytes, token: str) -> etcd_json.Json:
+        headers = _json_headers(token)
+        return etcd_json.decode_reply(await self._post(path, body, headers))
+
+    def _drop(self, token: str) -> None:
+        """Forget ``token`` (unless another task has already replaced it)."""
+        if self._token == token:
+            self._token = ""
+
+    async def _get_token(self) -> str:
+        """The current token ("" without a user), or a new one from
+        ``/v3/auth/authenticate``: one task asks while the others wait for it
+        (etcd spends a bcrypt on each)."""
+        if not self.access.username:
+            return ""
+        async with self._authenticating:
+            if not self._token:
+                request = {"name": self.access.username, "password": self.access.password}
+                body = orjson.dumps(request)
+                reply = etcd_json.decode_reply(
+                    await self._post("/v3/auth/authenticate", body, _json_headers())
+                )
+                token = reply.get("token")
+                if not isinstance(token, str) or not token:
+                    raise EtcdReplyError("authenticate answered no token")
+                self._token = token
+                self.authentications += 1
+                if self.authentications > 1:
+                    log.info("etcd: new token for user %r", self.access.username)
+            return self._token
+
+    async def _post(self, path: str, body: bytes, headers: list[tuple[str, str]]) -> bytes:
+        """The body of the first endpoint's answer that is not "unavailable".
+
+        Raises:
+            EtcdUnavailable: every endpoint failed; EtcdRefused if one refused TLS.
+        """
         failures: list[str] = []
+        refusals: list[str] = []
         count = len(self.endpoints)
         for step in range(count):
             index = (self._current + step) % count
@@ -94,19 +217,26 @@ class EtcdClient:
                     address,
                     path,
                     body=body,
-                    headers=[("Content-Type", "application/json")],
+                    headers=headers,
                     connect_timeout=self.timeout,
                     request_timeout=self.timeout,
                     max_reply_bytes=64 << 20,
+                    ssl_context=self._ssl,
                 )
             except HttpClientError as error:
                 failures.append(str(error))
+                if error.tls:
+                    refusals.append(f"{error}{_tls_hint(error.reason)}")
+                elif self._ssl is None and error.reason.startswith(PLAIN_TO_TLS):
+                    refusals.append(f"{address}: no HTTP answer: is etcd serving TLS? use https://")
                 continue
             if reply.status == 503 or (reply.status >= 500 and b'"code":14' in reply.body):
                 failures.append(f"{address}: unavailable ({reply.status})")
                 continue
             self._current = index
-            return etcd_json.decode_reply(reply.body)
+            return reply.body
+        if refusals:
+            raise self._refusal("; ".join(refusals))
         raise EtcdUnavailable("; ".join(failures))
 
     # ------------------------------------------------------------------ keys
@@ -150,10 +280,21 @@ class EtcdClient:
     async def keep_alive_once(self, lease: int) -> int:
         """Renew ``lease``; returns its TTL.
 
+        etcd 3.4 renews a lease without looking at the token: when etcd refuses this
+        client's user (its password changed), the renewal goes without one, so the
+        broker keeps its lease and leaderships while ``refused`` says why.
+
         Raises:
             LeaseExpired: etcd no longer has it.
         """
-        reply = await self.call("/v3/lease/keepalive", {"ID": str(lease)})
+        request: etcd_json.Json = {"ID": str(lease)}
+        try:
+            reply = await self.call("/v3/lease/keepalive", request, vouches=False)
+        except EtcdRefused:
+            if not self.access.username:
+                raise
+            body = await self._post("/v3/lease/keepalive", orjson.dumps(request), _json_headers())
+            reply = etcd_json.decode_reply(body)
         result = reply.get("result")
         ttl = etcd_json.as_int(result.get("TTL") if isinstance(result, dict) else None)
         if ttl <= 0:
@@ -173,7 +314,9 @@ class EtcdClient:
 
         A failed renewal is retried at once and then every tenth of the TTL; the
         lease lives on in etcd meanwhile, and ``on_renewed`` (each success) lets the
-        caller see how long it has gone without one.
+        caller see how long it has gone without one. With a user, each renewal is
+        followed by :meth:`check`, so ``refused`` follows a password changed in etcd
+        within a third of the TTL.
 
         Raises:
             LeaseExpired: etcd dropped the lease (renewals came too late).
@@ -185,6 +328,9 @@ class EtcdClient:
                 await trio.sleep(ttl / 10)
                 continue
             on_renewed()
+            if self.access.username:  # the renewal did not test the token: this does
+                with contextlib.suppress(EtcdUnavailable, EtcdReplyError):
+                    await self.check()
             await trio.sleep(ttl / 3)
 
     # ----------------------------------------------------------------- watch
@@ -193,41 +339,94 @@ class EtcdClient:
         self, prefix: bytes, start_revision: int, on_batch: Callable[[WatchBatch], None]
     ) -> None:
         """Hand every change under ``prefix`` from ``start_revision`` on to ``on_batch``
-        until cancelled.
+        until cancelled. etcd checks the token when the watch is created (a watch
+        outlives its token): one refused as stale is created again with a new token.
 
         Raises:
             EtcdUnavailable: the stream broke or no endpoint took it (the caller
-                reads the keys again and watches from there).
+                reads the keys again and watches from there); EtcdRefused: etcd
+                refused the credentials or certificates.
             EtcdReplyError: etcd cancelled the watch (compacted past the revision).
         """
         create: etcd_json.Json = etcd_json.range_json(prefix, prefix=True)
         if start_revision:
             create["start_revision"] = str(start_revision)
         body = orjson.dumps({"create_request": create})
-        address = self.endpoints[self._current]
+        token = await self._refused_as_such(self._get_token())
         try:
-            host, port = split_host_port(address)
-            with trio.fail_after(self.timeout):
-                stream = await trio.open_tcp_stream(host, port)
-        except (OSError, trio.TooSlowError) as error:
-            raise EtcdUnavailable(f"{address}: watch connect failed: {error}") from None
+            await self._watch(body, on_batch, token)
+        except _StaleToken:
+            self._drop(token)
+            token = await self._refused_as_such(self._get_token())
+            try:
+                await self._watch(body, on_batch, token)
+            except _StaleToken as error:
+                raise self._refusal(f"etcd refused {self._who()}: {error}") from None
+
+    async def _refused_as_such(self, getting: Awaitable[str]) -> str:
+        """The token, with a refused password raised as :class:`EtcdRefused`."""
+        try:
+            return await getting
+        except EtcdReplyError as error:
+            if any(word in str(error) for word in REFUSED):
+                raise self._refusal(f"etcd refused {self._who()}: {error}") from None
+            raise
+
+    async def _watch(self, body: bytes, on_batch: Callable[[WatchBatch], None], token: str) -> None:
+        address = self.endpoints[self._current]
+        headers = _json_headers(token)
+        try:
+            stream = await open_http_stream(address, self.timeout, self._ssl)
+        except HttpClientError as error:
+            raise EtcdUnavailable(f"watch: {error}") from None
         async with stream:
             try:
-                await _watch_stream(stream, host, body, on_batch)
+                await _watch_stream(stream, address, headers, body, on_batch)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as error:
-                raise EtcdUnavailable(f"{address}: watch broke: {error}") from None
+                failure = connection_failure(address, error)
+                if failure.tls:
+                    raise self._refusal(f"watch: {failure}") from None
+                raise EtcdUnavailable(f"watch broke: {failure}") from None
             except h11.ProtocolError as error:
                 raise EtcdUnavailable(f"{address}: bad watch reply: {error}") from None
         self._current = (self._current + 1) % len(self.endpoints)
         raise EtcdUnavailable(f"{address}: watch stream ended")
 
 
+class _StaleToken(Exception):
+    """The watch was refused for its token (expired, or users changed since)."""
+
+
+def _json_headers(token: str = "") -> list[tuple[str, str]]:
+    headers = [("Content-Type", "application/json")]
+    if token:
+        headers.append(("Authorization", token))
+    return headers
+
+
+def _tls_hint(reason: str) -> str:
+    """Which flag a TLS failure points at."""
+    if "CERTIFICATE_VERIFY_FAILED" in reason:
+        return " (is --etcd-cacert the CA that signed etcd's certificate?)"
+    if "CERTIFICATE" in reason:
+        return " (etcd wants a client certificate it trusts: --etcd-cert, --etcd-key)"
+    return ""
+
+
+def _stale(reason: str) -> bool:
+    return any(word in reason for word in STALE_TOKEN)
+
+
 async def _watch_stream(
-    stream: trio.SocketStream, host: str, body: bytes, on_batch: Callable[[WatchBatch], None]
+    stream: trio.abc.Stream,
+    address: str,
+    headers: list[tuple[str, str]],
+    body: bytes,
+    on_batch: Callable[[WatchBatch], None],
 ) -> None:
     """Send the watch request and hand on each newline-delimited message until EOF."""
     connection = h11.Connection(h11.CLIENT)
-    headers = [("Host", host), ("Content-Type", "application/json")]
+    headers = [("Host", split_host_port(address)[0]), *headers]
     headers.append(("Content-Length", str(len(body))))
     request = h11.Request(method="POST", target="/v3/watch", headers=headers)
     await stream.send_all(
@@ -263,5 +462,9 @@ async def _watch_stream(
 def _deliver(line: bytes, on_batch: Callable[[WatchBatch], None]) -> None:
     batch = etcd_json.parse_watch(etcd_json.decode_reply(line))
     if batch.canceled:
+        if _stale(batch.cancel_reason):
+            raise _StaleToken(batch.cancel_reason)
+        if any(word in batch.cancel_reason for word in REFUSED):
+            raise EtcdRefused(f"etcd refused the watch: {batch.cancel_reason}")
         raise EtcdReplyError(f"watch cancelled (compacted to {batch.compact_revision})")
     on_batch(batch)

@@ -274,6 +274,7 @@ class WatchBatch:
     created: bool = False
     canceled: bool = False
     compact_revision: int = 0
+    cancel_reason: str = ""
 
 
 def parse_watch(message: Json) -> WatchBatch:
@@ -292,4 +293,5 @@ def parse_watch(message: Json) -> WatchBatch:
         created=bool(result.get("created", False)),
         canceled=bool(result.get("canceled", False)),
         compact_revision=as_int(result.get("compact_revision")),
+        cancel_reason=str(result.get("cancel_reason", "")),
     )
