@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Final, Self, TypedDict, Unpack
 import attrs
 
 from .addresses import parse_origin, split_host_port
+from .cluster.etcd_access import EtcdAccess, check_etcd_endpoints
 from .config_values import ConfigError, address_text, address_texts, checked_fields, seconds
 from .protocol.settings import ServerSettings
 
@@ -204,6 +205,17 @@ class NsqdConfig(Listeners):
     """trionsq's own (Youzan's ``cluster-leadership-addresses``): etcd client URLs
     (``http://host:port``); set, the broker joins a replicated cluster
     (docs/replication.md). Empty: a single broker, exactly as without the option."""
+    etcd_cacert: str = ""
+    """CA bundle (PEM) verifying etcd's certificate with ``https://`` endpoints (""
+    : the system store); etcdctl's ``--cacert``. docs/replication.md, "Securing etcd"."""
+    etcd_cert: str = ""
+    """Client certificate (PEM) for an etcd run with ``--client-cert-auth``."""
+    etcd_key: str = ""
+    """Its private key (PEM)."""
+    etcd_username: str = ""
+    """etcd user (Youzan's ``cluster-leadership-username``); "": none."""
+    etcd_password: str = attrs.field(default="", repr=False)
+    """Its password (Youzan's ``cluster-leadership-password``): never shown."""
     cluster_id: str = "trionsq"
     """The cluster's name: its keys live under ``/trionsq/<cluster-id>/`` in etcd."""
     replication_address: str = attrs.field(default="", converter=address_text)
@@ -348,6 +360,13 @@ class NsqdConfig(Listeners):
         return tuple(url for given in self.etcd_endpoints for url in given.split(",") if url)
 
     @property
+    def etcd_access(self) -> EtcdAccess:
+        """The TLS files and user for etcd."""
+        return EtcdAccess(
+            self.etcd_cacert, self.etcd_cert, self.etcd_key, self.etcd_username, self.etcd_password
+        )
+
+    @property
     def cluster_enabled(self) -> bool:
         """Whether the broker replicates through etcd (``--etcd-endpoints``)."""
         return bool(self.etcd_endpoints)
@@ -420,10 +439,7 @@ class NsqdConfig(Listeners):
     def _validate_cluster(self) -> None:
         if not self.etcd_endpoints:
             return
-        for url in self.etcd_urls:
-            text = url.removeprefix("http://").rstrip("/")
-            if url.startswith("https://") or ":" not in text:
-                raise ConfigError(f"--etcd-endpoints takes http://<host>:<port> URLs, got {url!r}")
+        check_etcd_endpoints(self.etcd_urls, self.etcd_access)
         if not self.cluster_id or "/" in self.cluster_id:
             raise ConfigError(f"--cluster-id must be a name without '/', got {self.cluster_id!r}")
         if self.replication_address:
@@ -553,6 +569,11 @@ class NsqdOptions(TypedDict, total=False):
     tubemq_master_address: Address
     tubemq_broker_address: Address
     etcd_endpoints: tuple[str, ...]
+    etcd_cacert: str
+    etcd_cert: str
+    etcd_key: str
+    etcd_username: str
+    etcd_password: str
     cluster_id: str
     replication_address: Address
     cluster_lease_ttl: float | str

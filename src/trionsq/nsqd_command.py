@@ -217,6 +217,10 @@ def _run_process(run: Callable[[_Config], Awaitable[None]], config: _Config) -> 
         if fault is not None:
             log.critical("cannot start: %s", fault.reason)
             return 1
+        etcd_refused = _first(error, ConfigError)  # raised by a check against etcd
+        if etcd_refused is not None:
+            log.critical("cannot start: %s", etcd_refused)
+            return 1
         failure = _first(error, OSError)
         if failure is None:
             raise

@@ -96,6 +96,47 @@ def _flag(
 STR, BOOL, INT, DUR = Kind.STRING, Kind.BOOL, Kind.INT, Kind.DURATION
 
 
+def _etcd_security_flags() -> tuple[FlagSpec, ...]:
+    """TLS and user for etcd, etcdctl's meanings; the same on nsqd and nsqlookupd
+    (docs/replication.md, "Securing etcd"). All default to empty on both."""
+    return (
+        FlagSpec(
+            "etcd-cacert",
+            STR,
+            default="",
+            help="CA bundle (PEM) verifying etcd's certificate, with https:// endpoints (default: the system's)",
+        ),
+        FlagSpec(
+            "etcd-cert",
+            STR,
+            default="",
+            help="client certificate (PEM) for an etcd with --client-cert-auth (with -etcd-key)",
+        ),
+        FlagSpec("etcd-key", STR, default="", help="private key (PEM) of -etcd-cert"),
+        FlagSpec("etcd-username", STR, default="", help="etcd user (with -etcd-password)"),
+        FlagSpec(
+            "cluster-leadership-username",
+            STR,
+            default="",
+            help="Youzan's name of -etcd-username",
+            dest="etcd_username",
+        ),
+        FlagSpec(
+            "etcd-password",
+            STR,
+            default="",
+            help="password of -etcd-username (never shown by /config, /stats or logs)",
+        ),
+        FlagSpec(
+            "cluster-leadership-password",
+            STR,
+            default="",
+            help="Youzan's name of -etcd-password",
+            dest="etcd_password",
+        ),
+    )
+
+
 def _logging_flags(defaults: NsqdConfig | LookupdConfig) -> tuple[FlagSpec, ...]:
     """The logging flags nsqd and nsqlookupd share, with one command's defaults."""
     return (
@@ -196,9 +237,10 @@ NSQD_FLAGS: Final[tuple[FlagSpec, ...]] = (
     _flag("trace-log", BOOL, "log each traced message at publish and at each delivery (Youzan's trace log)"),
     _flag("tubemq-master-address", STR, "<addr>[:<port>] for TubeMQ SDKs' master calls (port 8715 if none; empty: off; needs -tubemq-broker-address)"),
     _flag("tubemq-broker-address", STR, "<addr>[:<port>] for TubeMQ SDKs' broker calls (port 8123 if none; empty: off)"),
-    _flag("etcd-endpoints", Kind.STRING_LIST, "etcd client URL http://<host>:<port> (repeatable or comma-separated): join a replicated cluster (docs/replication.md)"),
+    _flag("etcd-endpoints", Kind.STRING_LIST, "etcd client URL http(s)://<host>:<port> (repeatable or comma-separated): join a replicated cluster (docs/replication.md)"),
     _flag("cluster-leadership-addresses", Kind.STRING_LIST, "Youzan's name of -etcd-endpoints",
           dest="etcd_endpoints", cfg_key="cluster_leadership_addresses"),
+    *_etcd_security_flags(),
     _flag("cluster-id", STR, "the cluster's name in etcd (with -etcd-endpoints)"),
     _flag("replication-address", STR, "<addr>:<port> followers fetch from (empty: the TCP host, a free port)"),
     _flag("cluster-lease-ttl", DUR, "etcd lease of the broker: a dead broker is replaced within it"),
@@ -236,9 +278,10 @@ NSQLOOKUPD_FLAGS: Final[tuple[FlagSpec, ...]] = (
              help="duration of time a producer will remain tombstoned if registration remains"),
     # trionsq's own, after nsqlookupd's
     FlagSpec("etcd-endpoints", Kind.STRING_LIST, default=_L.etcd_endpoints,
-             help="etcd client URL http://<host>:<port> (repeatable or comma-separated): coordinate a replicated cluster"),
+             help="etcd client URL http(s)://<host>:<port> (repeatable or comma-separated): coordinate a replicated cluster"),
     FlagSpec("cluster-leadership-addresses", Kind.STRING_LIST, default=_L.etcd_endpoints,
              help="Youzan's name of -etcd-endpoints", dest="etcd_endpoints"),
+    *_etcd_security_flags(),
     FlagSpec("cluster-id", STR, default=_L.cluster_id, help="the cluster's name in etcd"),
     FlagSpec("cluster-lease-ttl", DUR, default=_L.cluster_lease_ttl,
              help="etcd lease of the coordinator: a dead one is replaced within it"),

@@ -58,9 +58,9 @@ class ClusterLookup:
     """The coordinator of this lookupd and the views it answers from."""
 
     def __init__(
-        self, endpoints: tuple[str, ...], cluster_id: str, me: CoordinatorInfo, ttl: float
+        self, client: EtcdClient, cluster_id: str, me: CoordinatorInfo, ttl: float
     ) -> None:
-        self.coordinator = Coordinator(EtcdClient(endpoints), ClusterKeys(cluster_id), me, ttl)
+        self.coordinator = Coordinator(client, ClusterKeys(cluster_id), me, ttl)
 
     async def run(self, *, task_status: trio.TaskStatus[None]) -> None:
         """Campaign and follow etcd until cancelled."""

@@ -61,7 +61,11 @@ class ReplicaManager:
         self.config = config
         self.me = info.id
         self.keys = ClusterKeys(config.cluster_id)
-        self.client = EtcdClient(config.etcd_urls, timeout=min(2.0, config.cluster_lease_ttl / 2))
+        self.client = EtcdClient(
+            config.etcd_urls,
+            timeout=min(2.0, config.cluster_lease_ttl / 2),
+            access=config.etcd_access,
+        )
         self.registration = Registration(self.client, self.keys, info, config.cluster_lease_ttl)
         self.view = ClusterView(self.keys)
         self.roles: dict[tuple[str, int], Role] = {}
@@ -176,6 +180,8 @@ class ReplicaManager:
             return "etcd unreachable: serving with the leadership last known"
         if self.registration.fenced():
             return "etcd lease not renewed: leaderships may have moved"
+        if self.client.refused:
+            return f"etcd refuses this broker, serving with the leadership it has: {self.client.refused}"
         return None
 
     # ------------------------------------------------------------------ tasks

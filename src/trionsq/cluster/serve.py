@@ -6,9 +6,10 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Final
 
-from ..config import split_host_port
+from ..config import ConfigError, split_host_port
 from ..listen import open_listeners, serve_connections
 from ..version import NSQD_RELEASE
+from .etcd import EtcdRefused
 from .keys import BrokerInfo
 from .replica_manager import ReplicaManager
 
@@ -17,8 +18,9 @@ if TYPE_CHECKING:
 
     from ..broker.broker import Broker
     from ..config import NsqdConfig
+    from .etcd import EtcdClient
 
-__all__ = ["REPLICATION_TASK", "start_cluster"]
+__all__ = ["REPLICATION_TASK", "refuse_start_if_etcd_refuses", "start_cluster"]
 
 REPLICATION_TASK: Final = "trionsq.cluster.replication"
 
@@ -49,6 +51,7 @@ async def start_cluster(
         version=NSQD_RELEASE,
     )
     manager = ReplicaManager(broker, config, info)
+    await refuse_start_if_etcd_refuses(manager.client)
     broker.replication = manager  # refuses replicated writes until its roles are known
     await nursery.start(
         functools.partial(
@@ -57,3 +60,16 @@ async def start_cluster(
     )
     await nursery.start(manager.run)  # registered, and the cluster's keys read
     return manager
+
+
+async def refuse_start_if_etcd_refuses(client: EtcdClient) -> None:
+    """One call to etcd before serving: a wrong password or certificate stops the
+    start with one line (etcd merely down does not: the broker waits for it).
+
+    Raises:
+        ConfigError: etcd refused the credentials, the certificates or the scheme.
+    """
+    try:
+        await client.check()
+    except EtcdRefused as error:
+        raise ConfigError(f"etcd refused: {error}") from None

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, TypedDict, Unpack
 
 import attrs
 
+from ..cluster.etcd_access import EtcdAccess, check_etcd_endpoints
 from ..config import LOG_LEVELS, ConfigError, Listeners, check_addresses
 from ..config_values import address_text, checked_fields, seconds
 
@@ -39,6 +40,12 @@ class LookupdConfig(Listeners):
     etcd_endpoints: tuple[str, ...] = ()
     """trionsq's own: etcd client URLs; set, this lookupd campaigns to coordinate the
     replicated cluster ``cluster_id`` (docs/replication.md). Empty: as nsqlookupd."""
+    etcd_cacert: str = ""
+    """As the broker's (``NsqdConfig``): the TLS files and user for etcd."""
+    etcd_cert: str = ""
+    etcd_key: str = ""
+    etcd_username: str = ""
+    etcd_password: str = attrs.field(default="", repr=False)
     cluster_id: str = "trionsq"
     cluster_lease_ttl: float = attrs.field(default=2.0, converter=seconds)
     """The coordinator's etcd lease: a dead coordinator is replaced within it."""
@@ -50,6 +57,13 @@ class LookupdConfig(Listeners):
     def etcd_urls(self) -> tuple[str, ...]:
         """``etcd_endpoints`` with comma-separated values split."""
         return tuple(url for given in self.etcd_endpoints for url in given.split(",") if url)
+
+    @property
+    def etcd_access(self) -> EtcdAccess:
+        """The TLS files and user for etcd."""
+        return EtcdAccess(
+            self.etcd_cacert, self.etcd_cert, self.etcd_key, self.etcd_username, self.etcd_password
+        )
 
     @classmethod
     def loopback(cls, **changes: Unpack[LookupdOptions]) -> LookupdConfig:
@@ -80,6 +94,8 @@ class LookupdConfig(Listeners):
             )
         if self.min_isr < 1:
             raise ConfigError(f"--min-isr must be at least 1, got {self.min_isr}")
+        if self.etcd_endpoints:
+            check_etcd_endpoints(self.etcd_urls, self.etcd_access)
         if self.etcd_endpoints and self.cluster_lease_ttl < 1:
             raise ConfigError(
                 f"--cluster-lease-ttl must be 1s or more, got {self.cluster_lease_ttl}s"
@@ -105,6 +121,11 @@ class LookupdOptions(TypedDict, total=False):
     log_level: str
     log_prefix: str
     etcd_endpoints: tuple[str, ...]
+    etcd_cacert: str
+    etcd_cert: str
+    etcd_key: str
+    etcd_username: str
+    etcd_password: str
     cluster_id: str
     cluster_lease_ttl: float | str
     min_isr: int

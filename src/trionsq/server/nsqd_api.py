@@ -105,6 +105,7 @@ _NOT_CFG_NAMES: Final = frozenset(
         "ttl_dead_letter",
         "admin_stream",
         "admin_secret",
+        "etcd_password",
         "admin_allowed_origins",
         "admin_max_subscribers",
     }
