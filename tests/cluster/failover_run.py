@@ -355,7 +355,7 @@ class Outage:
     """(time, /ping body) of the brokers, sampled through the outage."""
 
 
-async def _ping(host: str, port: int) -> str:
+async def ping(host: str, port: int) -> str:
     try:
         reply = await http_get(f"{host}:{port}", "/ping", connect_timeout=1, request_timeout=2)
     except HttpClientError as error:
@@ -393,7 +393,7 @@ async def run_etcd_outage(
         end = outage.stopped_at + seconds
         while True:  # a last round at the end, however slow the rounds before
             for broker in cluster.brokers:
-                outage.pings.append((time.monotonic(), await _ping(broker.host, broker.http_port)))
+                outage.pings.append((time.monotonic(), await ping(broker.host, broker.http_port)))
             if time.monotonic() >= end:
                 break
             await trio.sleep(0.5)

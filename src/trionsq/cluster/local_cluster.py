@@ -103,6 +103,8 @@ class LocalCluster:
     lease_ttl: str = "2s"
     lookupd_host: str = "127.0.0.1"
     """Where the lookupd listens (it runs in this process's network namespace)."""
+    etcd_flags: tuple[str, ...] = ()
+    """More flags for etcd, the lookupd's and each broker's (TLS files, user)."""
 
     def start(
         self,
@@ -130,6 +132,7 @@ class LocalCluster:
                 f"--cluster-lease-ttl={self.lease_ttl}",
                 f"--lookupd-tcp-address={self.lookupd_host}:{self.lookupd_tcp}",
                 "--log-level=info",
+                *self.etcd_flags,
                 *extra,
             ]
             broker = BrokerProcess(f"broker{number}", tcp, http, directory, arguments, host, prefix)
@@ -152,6 +155,7 @@ class LocalCluster:
                     f"--etcd-endpoints={endpoints}",
                     f"--cluster-id={self.cluster_id}",
                     f"--cluster-lease-ttl={self.lease_ttl}",
+                    *self.etcd_flags,
                 ],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
