@@ -94,6 +94,8 @@ class EtcdClient:
     timeout: float = 2.0
     """Per call and endpoint (connect and whole exchange)."""
     access: EtcdAccess = attrs.field(factory=EtcdAccess)
+    probe_key: bytes = b"/trionsq/"
+    """What :meth:`check` reads: a key a role limited to the cluster's keys may read."""
     endpoints: tuple[str, ...] = attrs.field(init=False)
     """``host:port`` of each URL."""
     refused: str = attrs.field(default="", init=False)
@@ -120,7 +122,9 @@ class EtcdClient:
             EtcdRefused: etcd refused (credentials, certificates, TLS on one side).
         """
         try:
-            await self.call("/v3/kv/range", {**etcd_json.range_json(b"\0"), "count_only": True})
+            await self.call(
+                "/v3/kv/range", {**etcd_json.range_json(self.probe_key), "count_only": True}
+            )
         except EtcdRefused:
             raise
         except EtcdUnavailable:

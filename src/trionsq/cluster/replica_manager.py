@@ -65,6 +65,7 @@ class ReplicaManager:
             config.etcd_urls,
             timeout=min(2.0, config.cluster_lease_ttl / 2),
             access=config.etcd_access,
+            probe_key=self.keys.root,
         )
         self.registration = Registration(self.client, self.keys, info, config.cluster_lease_ttl)
         self.view = ClusterView(self.keys)

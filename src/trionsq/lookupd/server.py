@@ -126,14 +126,18 @@ async def _start_serving(
     replicated = None
     if config.etcd_endpoints:  # the cluster's coordinator campaign (docs/replication.md)
         from ..cluster.etcd import EtcdClient
-        from ..cluster.keys import CoordinatorInfo
+        from ..cluster.keys import ClusterKeys, CoordinatorInfo
         from ..cluster.lookupd_side import ClusterLookup
         from ..cluster.serve import refuse_start_if_etcd_refuses
 
         me = CoordinatorInfo(
             f"{config.broadcast_address}:{http[1]}", f"{config.broadcast_address}:{http[1]}"
         )
-        client = EtcdClient(config.etcd_urls, access=config.etcd_access)
+        client = EtcdClient(
+            config.etcd_urls,
+            access=config.etcd_access,
+            probe_key=ClusterKeys(config.cluster_id).root,
+        )
         await refuse_start_if_etcd_refuses(client)
         replicated = ClusterLookup(client, config.cluster_id, me, config.cluster_lease_ttl)
         await nursery.start(replicated.run)
