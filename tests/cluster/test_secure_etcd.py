@@ -8,6 +8,7 @@ simple tokens that expire after one second unused: every test here crosses expir
 
 from __future__ import annotations
 
+import base64
 import subprocess
 import time
 import urllib.error
@@ -22,7 +23,9 @@ from tests.cluster.failover_run import History, Lookup, ping, run_failover, run_
 from trionsq import NsqdConfig, serve_nsqd
 from trionsq.cluster.etcd import EtcdClient, EtcdRefused
 from trionsq.cluster.etcd_access import EtcdAccess
+from trionsq.cluster.etcd_json import Compare
 from trionsq.cluster.etcd_process import EtcdTls, etcd_available, free_port, start_etcd
+from trionsq.cluster.keys import ClusterKeys
 from trionsq.cluster.local_cluster import TRIONSQ, LocalCluster
 from trionsq.testing import wait_until
 
@@ -142,6 +145,43 @@ async def test_calls_leases_and_watches_go_on_past_token_expiry(
     assert [event.kv.value for batch in seen for event in batch.events] == [b"1"]
     assert client.authentications == 4
     assert client.refused == ""
+
+
+async def test_a_role_limited_to_the_clusters_keys_is_enough(
+    secured: tuple[EtcdServer, Path], cluster_id: str
+) -> None:
+    """What the docs promise an operator: readwrite on ``/trionsq/<cluster-id>/``."""
+    etcd, _ = secured
+    root = ClusterKeys(cluster_id).root
+    member, token = etcd.members[0], await trio.to_thread.run_sync(etcd.token, PASSWORD)
+    end = root[:-1] + bytes([root[-1] + 1])
+    permission = {"permType": "READWRITE", "key": _b64(root), "range_end": _b64(end)}
+    requests: tuple[tuple[str, dict[str, object]], ...] = (
+        ("/v3/auth/user/add", {"name": cluster_id, "password": "pw2"}),
+        ("/v3/auth/role/add", {"name": cluster_id}),
+        ("/v3/auth/role/grant", {"name": cluster_id, "perm": permission}),
+        ("/v3/auth/user/grant", {"user": cluster_id, "role": cluster_id}),
+    )
+    for path, request in requests:
+        await trio.to_thread.run_sync(member.gateway, path, request, token)
+    access = _access(etcd, username=cluster_id, password="pw2")  # noqa: S106 - the test user's
+    client = EtcdClient(etcd.endpoints, access=access, probe_key=root)
+    await client.check()
+    lease = await client.grant(10)
+    revision = await client.put(root + b"brokers/b", b"1", lease=lease)
+    assert await client.keep_alive_once(lease) >= 1
+    assert (await client.txn([Compare(root + b"k", "CREATE", "EQUAL", 0)], [])).succeeded
+    seen: list[WatchBatch] = []
+    with trio.move_on_after(1):
+        await client.watch_prefix(root, revision, seen.append)
+    assert [event.kv.key for batch in seen for event in batch.events] == [root + b"brokers/b"]
+    await client.revoke(lease)
+    with pytest.raises(EtcdRefused, match="permission denied"):
+        await client.get(b"/elsewhere")
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
 
 
 @pytest.mark.parametrize(
