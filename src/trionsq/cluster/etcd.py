@@ -386,6 +386,8 @@ class EtcdClient:
         async with stream:
             try:
                 await _watch_stream(stream, address, headers, body, on_batch)
+            except EtcdRefused as error:
+                raise self._refusal(str(error)) from None
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as error:
                 failure = connection_failure(address, error)
                 if failure.tls:

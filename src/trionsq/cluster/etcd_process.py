@@ -72,7 +72,7 @@ def end_process(process: subprocess.Popen[bytes], sig: int, *, timeout: float) -
 @attrs.frozen
 class EtcdTls:
     """PEM files for an etcd that serves TLS and wants client certificates: the CA
-    that signed both sides, the server's pair, and a client pair (user ``root``)."""
+    that signed both sides, the server's pair, and a client pair."""
 
     ca: Path
     server_cert: Path
