@@ -227,6 +227,25 @@ async def test_the_client_names_what_etcd_refused(
     assert PASSWORD not in str(refused.value)
 
 
+async def test_a_refused_password_is_not_tried_again_at_once(
+    secured: tuple[EtcdServer, Path],
+) -> None:
+    """Each try costs etcd a bcrypt: brokers left with an old password must not
+    spend its CPU. Ten calls within the back-off cost etcd one authentication."""
+    etcd, _ = secured
+    log = etcd.members[0].directory / "etcd.log"
+
+    def failures() -> int:
+        return log.read_text().count("authentication failed, invalid password")
+
+    before = failures()
+    client = EtcdClient(etcd.endpoints, access=_access(etcd, password="wrong"))  # noqa: S106 - wrong on purpose
+    for _ in range(10):
+        with pytest.raises(EtcdRefused, match="authentication failed"):
+            await client.check()
+    assert failures() == before + 1
+
+
 def _serve_arguments(etcd: EtcdServer, tmp_path: Path, *etcd_flags: str) -> list[str]:
     return [
         TRIONSQ,

@@ -40,6 +40,8 @@ log = logging.getLogger("trionsq.cluster")
 
 WATCH_READ: Final = 65536
 MAX_WATCH_LINE: Final = 16 << 20
+AUTHENTICATION_RETRY: Final = 5.0
+"""Seconds after a refused authentication before the client tries again."""
 PLAIN_TO_TLS: Final = ("bad HTTP reply", "connection closed before a complete reply")
 """How a TLS listener answers plain HTTP, as ``http_request`` words it."""
 
@@ -105,6 +107,8 @@ class EtcdClient:
     _ssl: ssl.SSLContext | None = attrs.field(default=None, init=False)
     _token: str = attrs.field(default="", init=False, repr=False)
     _authenticating: trio.Lock = attrs.field(factory=trio.Lock, init=False, repr=False)
+    _authentication_refused: str = attrs.field(default="", init=False)
+    _retry_authentication_at: float = attrs.field(default=-math.inf, init=False)
     _current: int = attrs.field(default=0, init=False)
 
     def __attrs_post_init__(self) -> None:
@@ -183,17 +187,25 @@ class EtcdClient:
 
     async def _get_token(self) -> str:
         """The current token ("" without a user), or a new one from
-        ``/v3/auth/authenticate``: one task asks while the others wait for it
-        (etcd spends a bcrypt on each)."""
+        ``/v3/auth/authenticate``: one task asks while the others wait for it, and
+        after a refusal nobody asks again for :data:`AUTHENTICATION_RETRY` (etcd
+        spends a bcrypt on each: many brokers with an old password would load it)."""
         if not self.access.username:
             return ""
         async with self._authenticating:
             if not self._token:
+                if trio.current_time() < self._retry_authentication_at:
+                    raise EtcdReplyError(self._authentication_refused)
                 request = {"name": self.access.username, "password": self.access.password}
                 body = orjson.dumps(request)
-                reply = etcd_json.decode_reply(
-                    await self._post("/v3/auth/authenticate", body, _json_headers())
-                )
+                try:
+                    reply = etcd_json.decode_reply(
+                        await self._post("/v3/auth/authenticate", body, _json_headers())
+                    )
+                except EtcdReplyError as error:
+                    self._authentication_refused = str(error)
+                    self._retry_authentication_at = trio.current_time() + AUTHENTICATION_RETRY
+                    raise
                 token = reply.get("token")
                 if not isinstance(token, str) or not token:
                     raise EtcdReplyError("authenticate answered no token")
