@@ -41,6 +41,10 @@ class ChannelDriver(Protocol):
     def deadline_changed(self) -> None:
         """A deadline may now be earlier (REQ with delay, TOUCH, DPUB)."""
 
+    def wake_soon(self) -> None:
+        """Make a routing pass within a short delay, not at once (FINs that freed
+        little of a consumer's window: the room gathers into one batch)."""
+
     def route_now(self) -> None:
         """Route from the caller's task instead of waking the router (an ordered
         channel's FIN: the next message goes out with the FIN's other answers)."""

@@ -1,0 +1,95 @@
+"""FINs that free little of a wide RDY window refill it in one batch, not one by one."""
+
+from __future__ import annotations
+
+import trio
+import trio.testing
+
+from trionsq.broker.channel import Channel, Consumer
+from trionsq.broker.subscription import LAZY_REFILL_MIN_RDY, Subscription
+from trionsq.dispatch.router import REFILL_DELAY, ChannelRunner
+from trionsq.queues.memory_log import MemoryLog
+
+from .test_router import WALL, RecordingOutbox
+
+
+def subscribed(rdy: int) -> tuple[MemoryLog, ChannelRunner, Subscription, RecordingOutbox]:
+    log = MemoryLog()
+    channel = Channel("c", log, log.start_id, max_msg_timeout=900.0)
+    outbox = RecordingOutbox()
+    consumer = Consumer(1, msg_timeout=60.0, outbox=outbox)
+    consumer.rdy = rdy
+    channel.subscribe(consumer)
+    runner = ChannelRunner(channel, wall_clock=lambda: WALL)
+    return log, runner, Subscription(runner, consumer, lambda *_: None), outbox
+
+
+async def test_a_fin_into_a_full_window_is_refilled_after_the_delay_not_at_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The hostile case: a consumer that FINs one message and then waits for more (a
+    batching consumer) must still get the next one, REFILL_DELAY later."""
+    log, runner, subscription, outbox = subscribed(rdy=100)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(runner.run)
+        log.append([b"%d" % i for i in range(300)], WALL)
+        runner.wake()
+        await trio.testing.wait_all_tasks_blocked()
+        assert [len(batch) for _, batch in outbox.batches] == [100]
+        fin_at = trio.current_time()
+        subscription.finish(1)
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(outbox.batches) == 1  # held back: 99 of 100 are still in flight
+        await trio.sleep(1)
+        assert [(at - fin_at, len(batch)) for at, batch in outbox.batches[1:]] == [
+            (REFILL_DELAY, 1)
+        ]
+        runner.cancel_scope.cancel()
+
+
+async def test_fins_within_the_delay_are_refilled_in_one_batch(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    log, runner, subscription, outbox = subscribed(rdy=100)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(runner.run)
+        log.append([b"%d" % i for i in range(300)], WALL)
+        runner.wake()
+        await trio.testing.wait_all_tasks_blocked()
+        for internal_id in range(1, 11):  # one FIN per read, as pynsq writes them
+            subscription.finish(internal_id)
+            await trio.sleep(REFILL_DELAY / 20)
+        subscription.finish_many(list(range(11, 21)))
+        await trio.sleep(1)
+        assert [len(batch) for _, batch in outbox.batches] == [100, 20]
+        runner.cancel_scope.cancel()
+
+
+async def test_fins_that_free_a_quarter_refill_in_the_same_turn(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    log, runner, subscription, outbox = subscribed(rdy=100)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(runner.run)
+        log.append([b"%d" % i for i in range(300)], WALL)
+        runner.wake()
+        await trio.testing.wait_all_tasks_blocked()
+        subscription.finish_many(list(range(1, 26)))  # 75 left in flight: 3/4 of 100
+        assert [len(batch) for _, batch in outbox.batches] == [100, 25]  # no await between
+        runner.cancel_scope.cancel()
+
+
+async def test_below_the_minimum_rdy_each_fin_refills_at_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    log, runner, subscription, outbox = subscribed(rdy=LAZY_REFILL_MIN_RDY - 1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(runner.run)
+        log.append([b"%d" % i for i in range(10)], WALL)
+        runner.wake()
+        await trio.testing.wait_all_tasks_blocked()
+        fin_at = trio.current_time()
+        subscription.finish(1)
+        await trio.testing.wait_all_tasks_blocked()
+        assert [(at - fin_at, len(batch)) for at, batch in outbox.batches[1:]] == [(0, 1)]
+        runner.cancel_scope.cancel()
