@@ -224,6 +224,10 @@ async def test_stats_metrics_ping_and_admin_events(
         assert led["followers"] == [
             {"id": follower, "in_sync": True, "acked_count": 2, "lag_count": 0}
         ]
+        # the follower learns the commit end from the next RECORDS frame, or a COMMIT
+        # within COMMIT_DELAY: the publisher's OK may come first
+        role = cluster.manager(follower).roles["s", 0]
+        await cluster.until(lambda: role.files.committed == 3)
         followed = follower_status = await stats(follower)
         assert (followed["role"], followed["connected"], followed["commit_count"]) == (
             "follower",
