@@ -224,6 +224,10 @@ async def test_stats_metrics_ping_and_admin_events(
         assert led["followers"] == [
             {"id": follower, "in_sync": True, "acked_count": 2, "lag_count": 0}
         ]
+        # the follower learns the commit end from the next RECORDS frame, or a COMMIT
+        # within COMMIT_DELAY: the publisher's OK may come first
+        role = cluster.manager(follower).roles["s", 0]
+        await cluster.until(lambda: role.files.committed == 3)
         followed = follower_status = await stats(follower)
         assert (followed["role"], followed["connected"], followed["commit_count"]) == (
             "follower",
@@ -419,6 +423,62 @@ async def test_plain_clients_publish_and_consume_through_every_leading_broker(
         bodies = sorted([(await next_message(consumer)).body for _ in range(2)])
         assert bodies == sorted([broker_id.encode(), b"http"])
     await clients.close_all()
+    cluster.stop()
+
+
+async def test_http_pub_takes_the_short_way_with_every_rule_of_a_cluster(
+    etcd: EtcdServer, cluster_id: str, nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """HTTP /pub goes TCP's short way in a cluster too, with its rules: refused with
+    Youzan's E_FAILED_ON_NOT_LEADER off the leader and E_FAILED_ON_NOT_WRITABLE below
+    min_isr, nothing stored either time, and answered by the leader only once every
+    in-sync replica holds the message (committed); /mpub is refused off the leader
+    alike."""
+    cluster = Cluster(etcd, cluster_id, nursery, tmp_path)
+    await cluster.with_topic("h", TopicMeta(1, 2, min_isr=2), ("a", "b"))
+    leader = cluster.leader_of("h", 0)
+    follower = next(b for b in cluster.brokers if b != leader)
+    leader_log = cluster.brokers[leader][0].broker.topics["h"].partitions[0].log
+    follower_log = cluster.brokers[follower][0].broker.topics["h"].partitions[0].log
+
+    def url(broker_id: str, path: str) -> str:
+        http_address = cluster.brokers[broker_id][0].http
+        assert http_address is not None
+        return f"http://127.0.0.1:{http_address[1]}{path}?topic=h"
+
+    async with httpx.AsyncClient() as http:
+        for path in ("/pub", "/mpub"):
+            refused = await http.post(url(follower, path), content=b"no")
+            assert (refused.status_code, refused.json()["message"]) == (
+                400,
+                "E_FAILED_ON_NOT_LEADER",
+            )
+        assert (leader_log.next_id, follower_log.next_id) == (1, 1)  # stored nowhere
+        reply = await http.post(url(leader, "/pub"), content=b"yes")
+        assert (reply.status_code, reply.text) == (200, "OK")
+        assert follower_log.next_id == 2
+        # the follower stops copying but stays in the ISR for replica_lag_time: the
+        # next /pub is stored on the leader alone, so it is not answered meanwhile
+        cluster.manager(follower).roles["h", 0].end()
+        answers: list[httpx.Response] = []
+
+        async def publish() -> None:
+            answers.append(await http.post(url(leader, "/pub"), content=b"held"))
+
+        nursery.start_soon(publish)
+        await trio.sleep(0.5)
+        assert (answers, leader_log.next_id) == ([], 3)  # unfixed: answered at its append
+        await cluster.until(lambda: bool(answers))  # once the ISR shrank (or it caught up)
+        assert answers[0].text == "OK"
+        cluster.brokers[follower][1].cancel()  # one in-sync replica left: not writable
+        del cluster.brokers[follower]
+        await cluster.until(lambda: len(cluster.manager(leader).roles["h", 0].state.isr) == 1)
+        refused = await http.post(url(leader, "/pub"), content=b"no")
+        assert (refused.status_code, refused.json()["message"]) == (
+            400,
+            "E_FAILED_ON_NOT_WRITABLE",
+        )
+        assert leader_log.next_id == 3
     cluster.stop()
 
 

@@ -20,6 +20,7 @@ from ..broker.replica_state import apply_consumer_state
 from ..config import split_host_port
 from ..protocol import replication as wire
 from ..queues.record import RecordError
+from .raw_stream import RawStream
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -77,7 +78,7 @@ async def _session(
         link = _Link(broker, role, stream, wire.FrameReader(), saved)
         await _handshake(link, me)
         role.connected = True
-        await _copy(link)
+        await _copy(link, RawStream(stream))
 
 
 class _Link(NamedTuple):
@@ -134,15 +135,13 @@ async def _handshake(link: _Link, me: str) -> None:
     await stream.send_all(wire.encode(wire.Ack(partition.log.next_id)))
 
 
-async def _copy(link: _Link) -> None:
+async def _copy(link: _Link, stream: RawStream) -> None:
     """Append what the leader sends; one ACK per read."""
-    broker, role, stream, reader, saved = link
+    broker, role, _, reader, saved = link
     partition = role.partition
     history = role.files.history
     while True:
-        data = await stream.receive_some(READ)
-        if not data:
-            raise trio.BrokenResourceError("leader closed the connection")
+        data = await stream.receive(READ)
         appended = False
         for frame in reader.feed(data):
             if isinstance(frame, wire.Records):
@@ -183,4 +182,4 @@ async def _copy(link: _Link) -> None:
             else:
                 raise wire.ReplicationError(f"unexpected {type(frame).__name__} from the leader")
         if appended:
-            await stream.send_all(wire.encode(wire.Ack(partition.log.next_id)))
+            await stream.send(wire.encode(wire.Ack(partition.log.next_id)))

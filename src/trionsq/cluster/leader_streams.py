@@ -31,6 +31,7 @@ from ..protocol.replication import (
     State,
     encode,
 )
+from .raw_stream import RawStream
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -86,8 +87,9 @@ async def serve_follower(
     )
     try:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_read_acks, stream, reader, role, follower, nursery.cancel_scope)
-            await _send(stream, role, position, heartbeat)
+            raw = RawStream(stream)
+            nursery.start_soon(_read_acks, raw, reader, role, follower, nursery.cancel_scope)
+            await _send(raw, role, position, heartbeat)
     except* (
         ReplicationError,
         trio.BrokenResourceError,
@@ -140,7 +142,7 @@ async def _handshake(
 
 
 async def _read_acks(
-    stream: trio.SocketStream,
+    stream: RawStream,
     reader: FrameReader,
     role: LeaderRole,
     follower: str,
@@ -149,7 +151,7 @@ async def _read_acks(
     """The follower's ACKs, until it closes (which ends the stream's nursery)."""
     try:
         while True:
-            for frame in await _receive(stream, reader):
+            for frame in reader.feed(await stream.receive(READ)):
                 if isinstance(frame, Ack):
                     role.acked(follower, frame.end)
                 elif isinstance(frame, Refuse):
@@ -160,9 +162,7 @@ async def _read_acks(
         done.cancel()
 
 
-async def _send(
-    stream: trio.SocketStream, role: LeaderRole, position: int, heartbeat: float
-) -> None:
+async def _send(stream: RawStream, role: LeaderRole, position: int, heartbeat: float) -> None:
     """RECORDS from ``position`` on as the log grows; COMMIT when only that moved and
     no RECORDS (which carry it) went for :data:`COMMIT_DELAY`."""
     sent_commit = -1
@@ -179,9 +179,11 @@ async def _send(
                 epoch = role.files.history.epoch_at(first.internal_id)
                 sent_commit = role.progress.committed
                 frame = Records(epoch, sent_commit, first.internal_id, first.offset, data)
-                await stream.send_all(encode(frame))
+                await stream.send(encode(frame))
                 position = records[-1].internal_id + 1
                 commit_due = None
+                if position < partition_log.next_id:  # catching up: the others run between
+                    await trio.lowlevel.checkpoint()
                 continue
         if role.progress.committed != sent_commit:
             now = trio.current_time()
@@ -193,17 +195,17 @@ async def _send(
                 continue
             sent_commit = role.progress.committed
             commit_due = None
-            await stream.send_all(encode(Commit(sent_commit)))
+            await stream.send(encode(Commit(sent_commit)))
             continue
         if role.state_version != sent_state:  # caught up: the consumer state too
             sent_state = role.state_version
-            await stream.send_all(encode(State(role.state_bytes)))
+            await stream.send(encode(State(role.state_bytes)))
             continue
         with trio.move_on_after(heartbeat):
             await grown.wait()
             continue
-        await stream.send_all(encode(Commit(sent_commit)))  # heartbeat
-    await stream.send_all(encode(Refuse(f"leadership of epoch {role.epoch} is over")))
+        await stream.send(encode(Commit(sent_commit)))  # heartbeat
+    await stream.send(encode(Refuse(f"leadership of epoch {role.epoch} is over")))
 
 
 async def _read(role: LeaderRole, position: int) -> list[Record]:

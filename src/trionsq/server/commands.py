@@ -239,6 +239,11 @@ class CommandLayer(PublishCommands):
     def _wake(self) -> None:
         """Something to write or a setting changed (the pump looks again)."""
 
+    def _write_now(self) -> None:
+        """Answers outside the reader's turn: write them now if the I/O side can, else
+        :meth:`_wake` the pump."""
+        self._wake()
+
     def _cancel(self) -> None:
         """End the connection."""
 

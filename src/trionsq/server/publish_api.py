@@ -115,8 +115,8 @@ class PublishApi:
         await self._admit(topic, partition, (body,))
         now = self.broker.wall_clock()
         deliver_at = now + defer_ms * 1_000_000 if defer_ms else 0
-        if not deliver_at and partition == 0 and self.broker.replication is None:
-            self.broker.publish_plain(self.broker.topics[topic], body, now)  # TCP's short way
+        if not deliver_at:  # TCP's short way, to any partition (a cluster's rules kept)
+            self.broker.publish_plain(self.broker.topics[topic], body, now, partition)
         else:
             self.broker.publish(
                 topic, [body], now, deliver_at=deliver_at, partition_index=partition

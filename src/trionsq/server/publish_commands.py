@@ -62,6 +62,8 @@ class PublishCommands:
 
         def _wake(self) -> None: ...
 
+        def _write_now(self) -> None: ...
+
         def _fail(self, error: ProtocolError) -> None: ...
 
     def __init__(self) -> None:
@@ -92,10 +94,12 @@ class PublishCommands:
             return
         held.append((frame_bytes, (topic, index, end)))
 
-    def release_replies(self) -> None:
+    def release_replies(self, *, write: bool = False) -> None:
         """Answer, in order, every held reply whose records are committed (a lost
         leadership answers Youzan's error: the client retries, with an idempotency
-        key to store once); the first still waiting asks to be called back."""
+        key to store once); the first still waiting asks to be called back.
+        ``write``: outside the reader's turn (a commit moved), written at once if
+        the socket takes them, not in one more pass by the pump."""
         replication = self.broker.replication
         assert replication is not None  # noqa: S101 - only replicated answers are held
         held = self.held_replies
@@ -117,11 +121,14 @@ class PublishCommands:
             add(frame_bytes)
             released = True
         if released:
-            self._wake()
+            if write:
+                self._write_now()
+            else:
+                self._wake()
 
     def _commit_moved(self) -> None:
         self._commit_watched = False
-        self.release_replies()
+        self.release_replies(write=True)
 
     async def _settle_replies(self) -> None:
         """Too many answers held: wait until the oldest is committed (or refused)."""

@@ -167,6 +167,26 @@ class ClientSession(CommandLayer):
         else:
             self._woken = True
 
+    def _write_now(self) -> None:
+        """Answers released by a commit (a replicated publish's OK): written from here
+        when nobody writes and the socket takes them all, a scheduler pass sooner
+        than the pump would; what does not fit, or a layered connection's, is the
+        pump's (:meth:`_wake`)."""
+        if self._writing or self._transport is not None:
+            self._wake()
+            return
+        data = self.outbound.take()
+        try:
+            sent = os.write(self.stream.socket.fileno(), data)
+        except BlockingIOError:
+            sent = 0
+        except OSError as error:  # reset, broken pipe
+            self._gone(error)
+            return
+        if sent < len(data):
+            self.outbound.add_response(data[sent:])
+            self._wake()
+
     def alarm(self) -> None:
         """The alarm clock: the pump's idle deadline (heartbeat, read deadline) came."""
         self._alarm = None
