@@ -12,12 +12,12 @@ import enum
 import hashlib
 import socket
 import zlib
-from typing import TYPE_CHECKING, Final, Self, TypedDict, Unpack
+from typing import TYPE_CHECKING, Final, Self, Unpack
 
 import attrs
 
 from .addresses import parse_origin, split_host_port
-from .cluster.etcd_access import EtcdAccess, check_etcd_endpoints
+from .cluster.etcd_access import EtcdOptions, EtcdSettings, check_etcd_endpoints
 from .config_values import ConfigError, address_text, address_texts, checked_fields, seconds
 from .protocol.settings import ServerSettings
 
@@ -148,7 +148,7 @@ class Listeners:
 
 
 @attrs.frozen(field_transformer=checked_fields)
-class NsqdConfig(Listeners):
+class NsqdConfig(Listeners, EtcdSettings):
     """Options of ``nsqd`` / ``trionsq serve`` / ``serve_nsqd``; field = flag with ``_``.
 
     Three fields are named after their flag, not their config-file key:
@@ -201,21 +201,6 @@ class NsqdConfig(Listeners):
     tubemq_broker_address: str = attrs.field(default="", converter=address_text)
     """trionsq's own: ``<addr>[:<port>]`` of TubeMQ's broker service (port 8123 when
     none is given); empty: off. Set both or neither."""
-    etcd_endpoints: tuple[str, ...] = ()
-    """trionsq's own (Youzan's ``cluster-leadership-addresses``): etcd client URLs
-    (``http://host:port``); set, the broker joins a replicated cluster
-    (docs/replication.md). Empty: a single broker, exactly as without the option."""
-    etcd_cacert: str = ""
-    """CA bundle (PEM) verifying etcd's certificate with ``https://`` endpoints (""
-    : the system store); etcdctl's ``--cacert``. docs/replication.md, "Securing etcd"."""
-    etcd_cert: str = ""
-    """Client certificate (PEM) for an etcd run with ``--client-cert-auth``."""
-    etcd_key: str = ""
-    """Its private key (PEM)."""
-    etcd_username: str = ""
-    """etcd user (Youzan's ``cluster-leadership-username``); "": none."""
-    etcd_password: str = attrs.field(default="", repr=False)
-    """Its password (Youzan's ``cluster-leadership-password``): never shown."""
     cluster_id: str = "trionsq"
     """The cluster's name: its keys live under ``/trionsq/<cluster-id>/`` in etcd."""
     replication_address: str = attrs.field(default="", converter=address_text)
@@ -352,19 +337,6 @@ class NsqdConfig(Listeners):
     def tubemq_broker_host_port(self) -> tuple[str, int]:
         """``tubemq_broker_address`` split, TubeMQ's broker port when it has none."""
         return with_default_port(self.tubemq_broker_address, TUBEMQ_BROKER_PORT)
-
-    @property
-    def etcd_urls(self) -> tuple[str, ...]:
-        """``etcd_endpoints`` with comma-separated values split (``--etcd-endpoints
-        URL[,URL]``, or the option repeated)."""
-        return tuple(url for given in self.etcd_endpoints for url in given.split(",") if url)
-
-    @property
-    def etcd_access(self) -> EtcdAccess:
-        """The TLS files and user for etcd."""
-        return EtcdAccess(
-            self.etcd_cacert, self.etcd_cert, self.etcd_key, self.etcd_username, self.etcd_password
-        )
 
     @property
     def cluster_enabled(self) -> bool:
@@ -540,7 +512,7 @@ class NsqdConfig(Listeners):
         )
 
 
-class NsqdOptions(TypedDict, total=False):
+class NsqdOptions(EtcdOptions, total=False):
     """Every :class:`NsqdConfig` field as an optional keyword, typed as the
     constructor takes it (durations as seconds or Go strings, addresses in either
     shape): what :meth:`NsqdConfig.loopback` takes, so mypy catches a misspelt or
@@ -568,12 +540,6 @@ class NsqdOptions(TypedDict, total=False):
     ttl_dead_letter: bool
     tubemq_master_address: Address
     tubemq_broker_address: Address
-    etcd_endpoints: tuple[str, ...]
-    etcd_cacert: str
-    etcd_cert: str
-    etcd_key: str
-    etcd_username: str
-    etcd_password: str
     cluster_id: str
     replication_address: Address
     cluster_lease_ttl: float | str

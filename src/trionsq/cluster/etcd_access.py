@@ -12,12 +12,13 @@ line, before anything listens.
 from __future__ import annotations
 
 import ssl
+from typing import TypedDict
 
 import attrs
 
-from ..config_values import ConfigError
+from ..config_values import ConfigError, checked_fields
 
-__all__ = ["EtcdAccess", "check_etcd_endpoints"]
+__all__ = ["EtcdAccess", "EtcdOptions", "EtcdSettings", "check_etcd_endpoints"]
 
 
 @attrs.frozen
@@ -73,6 +74,53 @@ class EtcdAccess:
             )
         if schemes == {"https"}:
             self.ssl_context()  # the files are read now, not at the first call
+
+
+class EtcdOptions(TypedDict, total=False):
+    """The etcd options a broker's and a lookupd's typed keywords share
+    (``NsqdOptions`` and ``LookupdOptions`` extend it)."""
+
+    etcd_endpoints: tuple[str, ...]
+    etcd_cacert: str
+    etcd_cert: str
+    etcd_key: str
+    etcd_username: str
+    etcd_password: str
+
+
+@attrs.frozen(field_transformer=checked_fields)
+class EtcdSettings:
+    """The etcd fields of a broker's and a lookupd's configurations (both extend it),
+    declared once, and what they read from them."""
+
+    etcd_endpoints: tuple[str, ...] = ()
+    """etcd client URLs (Youzan's ``cluster-leadership-addresses``); set, the broker
+    joins a replicated cluster and the lookupd campaigns to coordinate it
+    (docs/replication.md). Empty: a single broker, a plain nsqlookupd, as without it."""
+    etcd_cacert: str = ""
+    """CA bundle (PEM) verifying etcd's certificate with ``https://`` endpoints (""
+    : the system store); etcdctl's ``--cacert``. docs/replication.md, "Securing etcd"."""
+    etcd_cert: str = ""
+    """Client certificate (PEM) for an etcd run with ``--client-cert-auth``."""
+    etcd_key: str = ""
+    """Its private key (PEM)."""
+    etcd_username: str = ""
+    """etcd user (Youzan's ``cluster-leadership-username``); "": none."""
+    etcd_password: str = attrs.field(default="", repr=False)
+    """Its password (Youzan's ``cluster-leadership-password``): never shown."""
+
+    @property
+    def etcd_urls(self) -> tuple[str, ...]:
+        """``etcd_endpoints`` with comma-separated values split (``--etcd-endpoints
+        URL[,URL]``, or the option repeated)."""
+        return tuple(url for given in self.etcd_endpoints for url in given.split(",") if url)
+
+    @property
+    def etcd_access(self) -> EtcdAccess:
+        """The TLS files and user for etcd."""
+        return EtcdAccess(
+            self.etcd_cacert, self.etcd_cert, self.etcd_key, self.etcd_username, self.etcd_password
+        )
 
 
 def check_etcd_endpoints(urls: tuple[str, ...], access: EtcdAccess) -> None:

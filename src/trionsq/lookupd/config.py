@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import socket
-from typing import TYPE_CHECKING, TypedDict, Unpack
+from typing import TYPE_CHECKING, Unpack
 
 import attrs
 
-from ..cluster.etcd_access import EtcdAccess, check_etcd_endpoints
+from ..cluster.etcd_access import EtcdOptions, EtcdSettings, check_etcd_endpoints
 from ..config import LOG_LEVELS, ConfigError, Listeners, check_addresses
 from ..config_values import address_text, checked_fields, seconds
 
@@ -18,7 +18,7 @@ __all__ = ["LookupdConfig", "LookupdOptions"]
 
 
 @attrs.frozen(field_transformer=checked_fields)
-class LookupdConfig(Listeners):
+class LookupdConfig(Listeners, EtcdSettings):
     """Options of ``nsqlookupd`` / ``trionsq lookupd`` / ``serve_lookupd``.
 
     Field = flag name with ``_``; durations are seconds.
@@ -37,33 +37,12 @@ class LookupdConfig(Listeners):
     """How long ``/topic/tombstone`` hides a producer of a topic from ``/lookup``."""
     log_level: str = "info"
     log_prefix: str = "[nsqlookupd] "
-    etcd_endpoints: tuple[str, ...] = ()
-    """trionsq's own: etcd client URLs; set, this lookupd campaigns to coordinate the
-    replicated cluster ``cluster_id`` (docs/replication.md). Empty: as nsqlookupd."""
-    etcd_cacert: str = ""
-    """As the broker's (``NsqdConfig``): the TLS files and user for etcd."""
-    etcd_cert: str = ""
-    etcd_key: str = ""
-    etcd_username: str = ""
-    etcd_password: str = attrs.field(default="", repr=False)
     cluster_id: str = "trionsq"
     cluster_lease_ttl: float = attrs.field(default=2.0, converter=seconds)
     """The coordinator's etcd lease: a dead coordinator is replaced within it."""
     min_isr: int = 1
     """Fewest in-sync replicas a replicated topic needs to take writes, unless its
     ``/topic/create`` gives ``min_isr`` (at most its replica count)."""
-
-    @property
-    def etcd_urls(self) -> tuple[str, ...]:
-        """``etcd_endpoints`` with comma-separated values split."""
-        return tuple(url for given in self.etcd_endpoints for url in given.split(",") if url)
-
-    @property
-    def etcd_access(self) -> EtcdAccess:
-        """The TLS files and user for etcd."""
-        return EtcdAccess(
-            self.etcd_cacert, self.etcd_cert, self.etcd_key, self.etcd_username, self.etcd_password
-        )
 
     @classmethod
     def loopback(cls, **changes: Unpack[LookupdOptions]) -> LookupdConfig:
@@ -108,7 +87,7 @@ class LookupdConfig(Listeners):
                 raise ConfigError(f"--{flag} must not be negative, got {duration}s")
 
 
-class LookupdOptions(TypedDict, total=False):
+class LookupdOptions(EtcdOptions, total=False):
     """Every :class:`LookupdConfig` field as an optional keyword, as the constructor
     takes it: what :meth:`LookupdConfig.loopback` takes (typed, so mypy catches a
     misspelt option). tests/unit/test_typed_options.py keeps it in step."""
@@ -120,12 +99,6 @@ class LookupdOptions(TypedDict, total=False):
     tombstone_lifetime: float | str
     log_level: str
     log_prefix: str
-    etcd_endpoints: tuple[str, ...]
-    etcd_cacert: str
-    etcd_cert: str
-    etcd_key: str
-    etcd_username: str
-    etcd_password: str
     cluster_id: str
     cluster_lease_ttl: float | str
     min_isr: int
