@@ -33,12 +33,28 @@ comes first. A client that FINs one message per write (pynsq, ansq) otherwise ge
 one message per routing pass and per write, about 20 us of broker CPU each against
 2 us in batches; a consumer with three quarters of its window still to handle does
 not wait for the messages held back. Below it every FIN refills at once."""
+READ_GATHER_FINS = 8
+"""A read that brought at most this many FINs may pause the next (see
+:meth:`Subscription.read_pause`): pynsq's and ansq's reads bring 1-3 when the broker
+keeps up with them, go-nsq's bench_reader's tens to hundreds."""
+READ_GATHER_MAX = 0.001
+"""Longest pause, in seconds, before the connection reads again while its consumer
+holds over three quarters of its window (:meth:`Subscription.read_pause`)."""
 
 
 class Subscription:
     """What ``Broker.subscribe`` hands a connection for its consumer."""
 
-    __slots__ = ("_driver", "_unsubscribe", "_wall_clock", "channel", "consumer")
+    __slots__ = (
+        "_driver",
+        "_fins_seen",
+        "_seen_at",
+        "_unsubscribe",
+        "_wall_clock",
+        "channel",
+        "consumer",
+        "fins",
+    )
 
     def __init__(
         self,
@@ -55,6 +71,10 @@ class Subscription:
         self.channel: Channel = driver.channel
         """Read it (names for the trace log, counts for /stats); change it only here."""
         self.consumer = consumer
+        self.fins = 0
+        """FINs taken (counted for :meth:`read_pause`'s estimate of the FIN rate)."""
+        self._fins_seen = 0
+        self._seen_at = 0.0
 
     def ready(self, count: int) -> None:
         """RDY: the consumer may hold ``count`` messages."""
@@ -70,6 +90,7 @@ class Subscription:
         """FIN. Raises ``InFlightError`` (not in flight, or another consumer's)."""
         channel = self.channel
         record = channel.finish(self.consumer.client_id, internal_id)
+        self.fins += 1
         if channel.latency is not None:  # only with e2e percentiles configured
             channel.record_latency(record, self._wall_clock())
         if channel.ordered:
@@ -95,6 +116,7 @@ class Subscription:
                     refused.append((internal_id, error.reason))
             return refused
         failed = channel.finish_many(self.consumer.client_id, internal_ids)
+        self.fins += len(internal_ids)
         if not channel.ordered and self._window_full():
             self._driver.wake_soon()
         else:
@@ -115,6 +137,31 @@ class Subscription:
             and consumer.credit is None
             and self.channel.in_flight.count_for(consumer.client_id) > rdy - rdy // 4
         )
+
+    def read_pause(self, now: float) -> float:
+        """Seconds the connection may wait before its next read, after a read that
+        brought FINs into a window still over three quarters full (0: read at once).
+
+        A client that FINs one message per write (pynsq, ansq, gnsq) otherwise costs
+        the broker a whole wake-up for every few FINs, and those FINs free nothing
+        the lazy refill would send. Only a read of at most :data:`READ_GATHER_FINS`
+        FINs pauses, and only a slow client's: one whose FIN rate since the last
+        call (``now``: Trio's clock) brings less than an eighth of its window in
+        :data:`READ_GATHER_MAX`, so it still holds over five eighths of the window
+        when the FINs are read. A fast client (go-nsq's bench_reader: 10% less
+        throughput when it paused too) and one whose FINs come in batches
+        (trionsq.client) read on at once.
+        """
+        fins, elapsed = self.fins - self._fins_seen, now - self._seen_at
+        self._fins_seen, self._seen_at = self.fins, now
+        if not fins or fins > READ_GATHER_FINS:  # none, or worth their wake-up
+            return 0.0
+        if not self._window_full() or self.channel.ordered:
+            return 0.0
+        # READ_GATHER_MAX only where less than an eighth of the window can come in it
+        # at the FIN rate seen: a faster client reads on at once
+        slow = elapsed * (self.consumer.rdy // 8) >= fins * READ_GATHER_MAX
+        return READ_GATHER_MAX if slow else 0.0
 
     def requeue(self, internal_id: int, delay: float, *, timed: bool) -> None:
         """REQ after ``delay`` seconds. Raises ``InFlightError``.

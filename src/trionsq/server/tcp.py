@@ -234,6 +234,10 @@ class ClientSession(CommandLayer):
         happens outside the ``BlockingIOError`` handler, so an idle connection keeps
         no exception (0.25 KB), and that handler is in :func:`_read_nowait`, so no
         traceback ever makes a frame object of this coroutine's frame (0.25 KB more).
+        After a read that brought FINs into a consumer's window still over three
+        quarters full, it pauses for as long as
+        :meth:`~trionsq.broker.subscription.Subscription.read_pause` allows, so the
+        FINs of a client that writes one per message are read in batches.
         """
         self.broker.register_client(self.client_id, self, self.remote_address)
         self._last_read = trio.current_time()
@@ -266,6 +270,12 @@ class ClientSession(CommandLayer):
                     if not data:
                         break
                     del data  # not held while the connection waits (up to 64 KB)
+                    subscription = self.subscription
+                    if subscription is not None:
+                        pause = subscription.read_pause(trio.current_time())
+                        if pause:  # FINs of a full window: let the next ones gather
+                            await trio.sleep(pause)
+                            waited = True
                 self._finished = True
                 self._wake()
         finally:
