@@ -569,22 +569,16 @@ static PyObject *keyed_chunks(PyObject *Py_UNUSED(self), PyObject *const *args, 
 {
     if (check_nargs("keyed_chunks", nargs, 10) < 0)
         return NULL;
-    Py_buffer offsets, data, prefix, extra;
-    int got = 0;
+    static const int buffer_args[4] = {0, 1, 5, 6}; /* offsets, data, prefix, extra */
+    Py_buffer views[4];
+    const Py_buffer *offsets = &views[0], *data = &views[1], *prefix = &views[2],
+                    *extra = &views[3];
+    int got = 0; /* views held: released in reverse on the way out */
     PyObject *result = NULL;
     KeyedRow *rows = NULL;
-    if (PyObject_GetBuffer(args[0], &offsets, PyBUF_SIMPLE) < 0)
-        return NULL;
-    got++;
-    if (PyObject_GetBuffer(args[1], &data, PyBUF_SIMPLE) < 0)
-        goto done;
-    got++;
-    if (PyObject_GetBuffer(args[5], &prefix, PyBUF_SIMPLE) < 0)
-        goto done;
-    got++;
-    if (PyObject_GetBuffer(args[6], &extra, PyBUF_SIMPLE) < 0)
-        goto done;
-    got++;
+    for (; got < 4; got++)
+        if (PyObject_GetBuffer(args[buffer_args[got]], &views[got], PyBUF_SIMPLE) < 0)
+            goto done;
     Py_ssize_t first = PyLong_AsSsize_t(args[2]), n = PyLong_AsSsize_t(args[3]);
     int wide = PyObject_IsTrue(args[4]);
     PyObject *seen = args[7];
@@ -594,7 +588,7 @@ static PyObject *keyed_chunks(PyObject *Py_UNUSED(self), PyObject *const *args, 
         goto done;
     Py_ssize_t width = wide ? 8 : 4;
     if (!PyDict_Check(seen) || partitions < 1 || batch_size < 1 || first < 0 || n < 0 ||
-        (first + n + 1) * width > offsets.len) {
+        (first + n + 1) * width > offsets->len) {
         PyErr_SetString(PyExc_ValueError, "keyed_chunks: bad arguments");
         goto done;
     }
@@ -603,7 +597,7 @@ static PyObject *keyed_chunks(PyObject *Py_UNUSED(self), PyObject *const *args, 
         PyErr_NoMemory();
         goto done;
     }
-    const unsigned char *ends = (const unsigned char *)offsets.buf + first * width;
+    const unsigned char *ends = (const unsigned char *)offsets->buf + first * width;
     for (Py_ssize_t i = 0; i < n; i++) {
         long long start, stop;
         if (wide) {
@@ -615,25 +609,20 @@ static PyObject *keyed_chunks(PyObject *Py_UNUSED(self), PyObject *const *args, 
             memcpy(pair, ends + 4 * i, sizeof(pair));
             start = pair[0], stop = pair[1];
         }
-        if (start < 0 || stop < start || stop > data.len) {
+        if (start < 0 || stop < start || stop > data->len) {
             PyErr_SetString(PyExc_ValueError, "keyed_chunks: offsets outside the data");
             goto done;
         }
         rows[i].start = (Py_ssize_t)start;
         rows[i].stop = (Py_ssize_t)stop;
-        if (keyed_row(&rows[i], data.buf, prefix.buf, prefix.len, extra.buf, extra.len, seen,
-                      (uint32_t)partitions) < 0)
+        if (keyed_row(&rows[i], data->buf, prefix->buf, prefix->len, extra->buf, extra->len,
+                      seen, (uint32_t)partitions) < 0)
             goto done;
     }
-    result = keyed_chunk_list(rows, n, (uint32_t)partitions, batch_size, data.buf);
+    result = keyed_chunk_list(rows, n, (uint32_t)partitions, batch_size, data->buf);
 done:
     PyMem_Free(rows);
-    if (got > 3)
-        PyBuffer_Release(&extra);
-    if (got > 2)
-        PyBuffer_Release(&prefix);
-    if (got > 1)
-        PyBuffer_Release(&data);
-    PyBuffer_Release(&offsets);
+    while (got > 0)
+        PyBuffer_Release(&views[--got]);
     return result;
 }
