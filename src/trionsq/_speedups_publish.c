@@ -25,9 +25,10 @@ static const uint64_t blake2b_iv[8] = {
     0x1F83D9ABFB41BD6BULL, 0x5BE0CD19137E2179ULL,
 };
 
-/* A constant table, not code twice: rows 10 and 11 are rows 0 and 1 again, as RFC 7693
- * lists them, so the 12 rounds index it without a modulo. */
-static const uint8_t blake2b_sigma[12][16] = {
+/* The message schedule: round r uses row r % 10 (RFC 7693 lists rounds 10 and 11 as
+ * rows 0 and 1 again). The rounds are unrolled with constant numbers, so the modulo
+ * is folded at compile time and costs nothing. */
+static const uint8_t blake2b_sigma[10][16] = {
     {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15},
     {14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3},
     {11, 8, 12, 0, 5, 2, 15, 13, 10, 14, 3, 6, 7, 1, 9, 4},
@@ -38,8 +39,6 @@ static const uint8_t blake2b_sigma[12][16] = {
     {13, 11, 7, 14, 12, 1, 3, 9, 5, 0, 15, 4, 8, 6, 2, 10},
     {6, 15, 14, 9, 11, 3, 0, 8, 12, 2, 13, 7, 1, 4, 10, 5},
     {10, 2, 8, 4, 7, 6, 1, 5, 15, 11, 9, 14, 3, 12, 13, 0},
-    {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15},
-    {14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3},
 };
 
 typedef struct {
@@ -86,7 +85,7 @@ static void blake2b_compress(Blake2b *s, int last)
      * in and v stays in registers (3x faster than a loop over the rounds). */
 #define B2_ROUND(r)                                                                             \
     do {                                                                                       \
-        const uint8_t *z = blake2b_sigma[r];                                                   \
+        const uint8_t *z = blake2b_sigma[(r) % 10];                                            \
         B2_G(v[0], v[4], v[8], v[12], m[z[0]], m[z[1]]);                                       \
         B2_G(v[1], v[5], v[9], v[13], m[z[2]], m[z[3]]);                                       \
         B2_G(v[2], v[6], v[10], v[14], m[z[4]], m[z[5]]);                                      \
@@ -570,22 +569,16 @@ static PyObject *keyed_chunks(PyObject *Py_UNUSED(self), PyObject *const *args, 
 {
     if (check_nargs("keyed_chunks", nargs, 10) < 0)
         return NULL;
-    Py_buffer offsets, data, prefix, extra;
-    int got = 0;
+    static const int buffer_args[4] = {0, 1, 5, 6}; /* offsets, data, prefix, extra */
+    Py_buffer views[4];
+    const Py_buffer *offsets = &views[0], *data = &views[1], *prefix = &views[2],
+                    *extra = &views[3];
+    int got = 0; /* views held: released in reverse on the way out */
     PyObject *result = NULL;
     KeyedRow *rows = NULL;
-    if (PyObject_GetBuffer(args[0], &offsets, PyBUF_SIMPLE) < 0)
-        return NULL;
-    got++;
-    if (PyObject_GetBuffer(args[1], &data, PyBUF_SIMPLE) < 0)
-        goto done;
-    got++;
-    if (PyObject_GetBuffer(args[5], &prefix, PyBUF_SIMPLE) < 0)
-        goto done;
-    got++;
-    if (PyObject_GetBuffer(args[6], &extra, PyBUF_SIMPLE) < 0)
-        goto done;
-    got++;
+    for (; got < 4; got++)
+        if (PyObject_GetBuffer(args[buffer_args[got]], &views[got], PyBUF_SIMPLE) < 0)
+            goto done;
     Py_ssize_t first = PyLong_AsSsize_t(args[2]), n = PyLong_AsSsize_t(args[3]);
     int wide = PyObject_IsTrue(args[4]);
     PyObject *seen = args[7];
@@ -595,7 +588,7 @@ static PyObject *keyed_chunks(PyObject *Py_UNUSED(self), PyObject *const *args, 
         goto done;
     Py_ssize_t width = wide ? 8 : 4;
     if (!PyDict_Check(seen) || partitions < 1 || batch_size < 1 || first < 0 || n < 0 ||
-        (first + n + 1) * width > offsets.len) {
+        (first + n + 1) * width > offsets->len) {
         PyErr_SetString(PyExc_ValueError, "keyed_chunks: bad arguments");
         goto done;
     }
@@ -604,7 +597,7 @@ static PyObject *keyed_chunks(PyObject *Py_UNUSED(self), PyObject *const *args, 
         PyErr_NoMemory();
         goto done;
     }
-    const unsigned char *ends = (const unsigned char *)offsets.buf + first * width;
+    const unsigned char *ends = (const unsigned char *)offsets->buf + first * width;
     for (Py_ssize_t i = 0; i < n; i++) {
         long long start, stop;
         if (wide) {
@@ -616,25 +609,20 @@ static PyObject *keyed_chunks(PyObject *Py_UNUSED(self), PyObject *const *args, 
             memcpy(pair, ends + 4 * i, sizeof(pair));
             start = pair[0], stop = pair[1];
         }
-        if (start < 0 || stop < start || stop > data.len) {
+        if (start < 0 || stop < start || stop > data->len) {
             PyErr_SetString(PyExc_ValueError, "keyed_chunks: offsets outside the data");
             goto done;
         }
         rows[i].start = (Py_ssize_t)start;
         rows[i].stop = (Py_ssize_t)stop;
-        if (keyed_row(&rows[i], data.buf, prefix.buf, prefix.len, extra.buf, extra.len, seen,
-                      (uint32_t)partitions) < 0)
+        if (keyed_row(&rows[i], data->buf, prefix->buf, prefix->len, extra->buf, extra->len,
+                      seen, (uint32_t)partitions) < 0)
             goto done;
     }
-    result = keyed_chunk_list(rows, n, (uint32_t)partitions, batch_size, data.buf);
+    result = keyed_chunk_list(rows, n, (uint32_t)partitions, batch_size, data->buf);
 done:
     PyMem_Free(rows);
-    if (got > 3)
-        PyBuffer_Release(&extra);
-    if (got > 2)
-        PyBuffer_Release(&prefix);
-    if (got > 1)
-        PyBuffer_Release(&data);
-    PyBuffer_Release(&offsets);
+    while (got > 0)
+        PyBuffer_Release(&views[--got]);
     return result;
 }

@@ -122,3 +122,18 @@ def test_encode_ext_leaves_other_batches_to_python() -> None:
     assert compiled.encode_ext([b"a"], [b"x" * 0xFFFF], 4, 1, 1, 0, None, Record) is None
     with pytest.raises(ValueError, match="one entry per body"):
         compiled.encode_ext([b"a", b"b"], [b"{}"], 4, 1, 1, 0, None, Record)
+
+
+def test_keyed_chunks_let_go_of_every_buffer_they_took() -> None:
+    """A refused call releases the buffers it holds: a bytearray whose buffer is
+    still exported cannot grow (BufferError), so each extend below checks one."""
+    compiled = _compiled()
+    offsets, data, prefix, extra = (bytearray(8) for _ in range(4))
+    with pytest.raises(TypeError):  # extra (argument 6) is not bytes-like
+        compiled.keyed_chunks(offsets, data, 0, 1, False, prefix, 6, {}, 1, 10)
+    for held in (offsets, data, prefix):
+        held.extend(b"x")
+    with pytest.raises(ValueError, match="bad arguments"):  # all four held: offsets too short
+        compiled.keyed_chunks(offsets, data, 0, 9, False, prefix, extra, {}, 1, 10)
+    for held in (offsets, data, prefix, extra):
+        held.extend(b"x")
