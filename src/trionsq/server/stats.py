@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import time
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Final, TypedDict
+from typing import TYPE_CHECKING, Final, NotRequired, TypedDict, Unpack
 
 import attrs
 
@@ -42,6 +42,7 @@ __all__ = [
     "ChannelSnapshot",
     "PartitionChannelSnapshot",
     "PartitionSnapshot",
+    "StatsQuery",
     "StatsSnapshot",
     "TopicSnapshot",
     "group_snapshot",
@@ -147,34 +148,36 @@ class StatsSnapshot:
     producers: tuple[ClientStatistics, ...] | None
 
 
+class StatsQuery(TypedDict):
+    """What a /stats body is built from, in JSON or text: the request's filters and
+    options, the broker's start and health, and ``now`` (Unix seconds; the wall clock
+    when absent or None)."""
+
+    started_at: float
+    health: str
+    topic: str | None
+    channel: str | None
+    include_clients: bool
+    include_mem: bool
+    now: NotRequired[float | None]
+
+
 # ----------------------------------------------------------------------- public API
 
 
 def stats_document(
-    broker: Broker,
-    *,
-    version: str,
-    started_at: float,
-    health: str,
-    topic: str | None,
-    channel: str | None,
-    include_clients: bool,
-    include_mem: bool,
-    now: float | None = None,
+    broker: Broker, *, version: str, **query: Unpack[StatsQuery]
 ) -> dict[str, object]:
     """The format=json body, keys in nsqd's order (orjson keeps dict insertion order)."""
-    when = time.time() if now is None else now
-    stats = snapshot(
-        broker, topic=topic, channel=channel, include_clients=include_clients, now=when
-    )
+    _, stats = _taken(broker, query)
     document: dict[str, object] = {
         "version": version,
         "trionsq_version": TRIONSQ_VERSION,
-        "health": health,
-        "start_time": math.floor(started_at),
+        "health": query["health"],
+        "start_time": math.floor(query["started_at"]),
         "topics": None if stats.topics is None else [_topic_json(t) for t in stats.topics],
     }
-    if include_mem:
+    if query["include_mem"]:
         document["memory"] = attrs.asdict(memory_statistics())
         if broker.storage is not None:  # trionsq's own: how the open-file limit is shared
             document["descriptors"] = attrs.asdict(broker.storage.descriptors.statistics())
@@ -184,30 +187,17 @@ def stats_document(
     return document
 
 
-def stats_text(
-    broker: Broker,
-    *,
-    version_line: str,
-    started_at: float,
-    health: str,
-    topic: str | None,
-    channel: str | None,
-    include_clients: bool,
-    include_mem: bool,
-    now: float | None = None,
-) -> str:
+def stats_text(broker: Broker, *, version_line: str, **query: Unpack[StatsQuery]) -> str:
     """The format=text body (§2.2), laid out as nsqd's ``printStats``."""
-    when = time.time() if now is None else now
-    stats = snapshot(
-        broker, topic=topic, channel=channel, include_clients=include_clients, now=when
-    )
+    when, stats = _taken(broker, query)
+    started_at = query["started_at"]
     out = [
         f"{version_line}\n",
         f"start_time {_rfc3339(started_at)}\n",
         f"uptime {go_duration_string(round((when - started_at) * 1e9))}\n",
-        f"\nHealth: {health}\n",
+        f"\nHealth: {query['health']}\n",
     ]
-    if include_mem:
+    if query["include_mem"]:
         out.append("\nMemory:\n")
         for key, value in attrs.asdict(memory_statistics()).items():
             out.append(f"   {key:<25}\t{value}\n")
@@ -232,6 +222,20 @@ def stats_text(
     out.append("\nProducers:\n" if producers else "\nProducers: None\n")
     out.extend(f"   {_client_text(client, when)}\n" for client in producers)
     return "".join(out)
+
+
+def _taken(broker: Broker, query: StatsQuery) -> tuple[float, StatsSnapshot]:
+    """When the body is taken, and the snapshot it shows."""
+    now = query.get("now")
+    when = time.time() if now is None else now
+    stats = snapshot(
+        broker,
+        topic=query["topic"],
+        channel=query["channel"],
+        include_clients=query["include_clients"],
+        now=when,
+    )
+    return when, stats
 
 
 def snapshot(
