@@ -429,19 +429,25 @@ def _summed(stats: list[ChannelStatistics]) -> ChannelStatistics:
         return stats[0]
     return attrs.evolve(
         stats[0],
-        depth=sum(s.depth for s in stats),
-        in_flight_count=sum(s.in_flight_count for s in stats),
-        deferred_count=sum(s.deferred_count for s in stats),
-        message_count=sum(s.message_count for s in stats),
-        requeue_count=sum(s.requeue_count for s in stats),
-        timeout_count=sum(s.timeout_count for s in stats),
-        client_count=sum(s.client_count for s in stats),
         paused=all(s.paused for s in stats),
         max_attempts=max(s.max_attempts for s in stats),
-        dead_letter_count=sum(s.dead_letter_count for s in stats),
         ttl_ns=max(s.ttl_ns for s in stats),
-        expired_count=sum(s.expired_count for s in stats),
+        **{name: sum(getattr(s, name) for s in stats) for name in _SUMMED},
     )
+
+
+_SUMMED: Final = (
+    "depth",
+    "in_flight_count",
+    "deferred_count",
+    "message_count",
+    "requeue_count",
+    "timeout_count",
+    "client_count",
+    "dead_letter_count",
+    "expired_count",
+)
+"""The counts of a channel that add up over its partitions."""
 
 
 def group_snapshot(broker: Broker, topic: str, channel: str) -> GroupSnapshot | None:
