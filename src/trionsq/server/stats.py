@@ -639,7 +639,9 @@ def _dead_letter_json(c: ChannelSnapshot) -> dict[str, object]:
 def _client_json(s: ClientStatistics) -> dict[str, object]:
     """nsqd's ``ClientV2Stats`` JSON: omitempty fields only when they hold a value."""
     # its blocks repeat on purpose: written out, field by field in nsqd's order, it
-    # takes 1.5 us a client; one loop over the fields marked omitempty took 2.5 (issue 33)
+    # takes 1.5 us a client; one loop over the fields marked omitempty took 2.5, every
+    # field copied at once by attrgetter then the empty omitempty ones deleted 2.15,
+    # each run of plain fields copied by attrgetter 2.3 (issue 33)
     document: dict[str, object] = {
         "client_id": s.client_id,
         "hostname": s.hostname,
