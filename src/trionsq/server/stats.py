@@ -421,6 +421,20 @@ def _channel_snapshot(
     )
 
 
+_SUMMED: Final = (
+    "depth",
+    "in_flight_count",
+    "deferred_count",
+    "message_count",
+    "requeue_count",
+    "timeout_count",
+    "client_count",
+    "dead_letter_count",
+    "expired_count",
+)
+"""The counts of a channel that add up over its partitions."""
+
+
 def _summed(stats: list[ChannelStatistics]) -> ChannelStatistics:
     """A channel's partitions as one: counts summed, the bounds' largest, paused when
     every partition is, one rate limit (the partitions share it). A plain topic's one
@@ -434,20 +448,6 @@ def _summed(stats: list[ChannelStatistics]) -> ChannelStatistics:
         ttl_ns=max(s.ttl_ns for s in stats),
         **{name: sum(getattr(s, name) for s in stats) for name in _SUMMED},
     )
-
-
-_SUMMED: Final = (
-    "depth",
-    "in_flight_count",
-    "deferred_count",
-    "message_count",
-    "requeue_count",
-    "timeout_count",
-    "client_count",
-    "dead_letter_count",
-    "expired_count",
-)
-"""The counts of a channel that add up over its partitions."""
 
 
 def group_snapshot(broker: Broker, topic: str, channel: str) -> GroupSnapshot | None:
