@@ -197,34 +197,40 @@ class StorageFormatError(ValueError):
 
 
 def decode_versioned(
-    data: bytes, cls: type[T], converter: cattrs.Converter, *, version: int, what: str
+    data: bytes,
+    cls: type[T],
+    converter: cattrs.Converter,
+    *,
+    version: int,
+    what: str,
+    error: type[StorageFormatError] = StorageFormatError,
 ) -> T:
     """Decode a JSON object whose ``version`` member must equal ``version``.
 
     The version is checked before the shape, so a file from a newer trionsq says so
     instead of listing missing fields. ``null`` is refused like any wrong type (these
-    files never contain it). Every failure is a :class:`StorageFormatError` naming
-    ``what`` and the JSON path of the problem.
+    files never contain it). Every failure is an ``error`` (the file's own
+    :class:`StorageFormatError`) naming ``what`` and the JSON path of the problem.
     """
     try:
         raw = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
-        raise StorageFormatError(f"{what}: not JSON ({exc})") from exc
+        raise error(f"{what}: not JSON ({exc})") from exc
     if not isinstance(raw, dict):
-        raise StorageFormatError(f"{what}: expected a JSON object")
+        raise error(f"{what}: expected a JSON object")
     found = raw.get("version")
     if type(found) is not int:
-        raise StorageFormatError(f"{what}: no integer format version")
+        raise error(f"{what}: no integer format version")
     if found != version:
-        raise StorageFormatError(
+        raise error(
             f"{what}: format version {found} is not supported (this trionsq reads {version})"
         )
     try:
         return converter.structure(raw, cls)
     except cattrs.BaseValidationError as exc:
         details = "; ".join(cattrs.transform_error(exc))
-        raise StorageFormatError(f"{what}: {details}") from exc
+        raise error(f"{what}: {details}") from exc
     except (TypeError, ValueError, KeyError) as exc:
-        raise StorageFormatError(f"{what}: {exc}") from exc
+        raise error(f"{what}: {exc}") from exc
     except RecursionError:
-        raise StorageFormatError(f"{what}: JSON nested too deeply") from None
+        raise error(f"{what}: JSON nested too deeply") from None

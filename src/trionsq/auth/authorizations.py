@@ -27,7 +27,7 @@ from __future__ import annotations
 import base64
 import re
 import warnings
-from typing import Final
+from typing import Final, Required, TypedDict, Unpack
 from urllib.parse import quote_plus, unquote, urlsplit
 
 import attrs
@@ -46,6 +46,7 @@ __all__ = [
     "AuthReplyError",
     "AuthRequest",
     "AuthState",
+    "AuthValues",
     "Authorization",
     "auth_params",
     "build_auth_request",
@@ -275,20 +276,30 @@ def encode_auth_response(state: AuthState) -> bytes:
 # --- the request ----------------------------------------------------------------
 
 
-def auth_params(
-    *, remote_ip: str, tls: bool, secret: str | bytes, common_name: str = ""
-) -> tuple[tuple[str, str | bytes], ...]:
+class AuthValues(TypedDict, total=False):
+    """What an auth server is told about the connection: the keywords of
+    :func:`auth_params`, handed on unchanged by :func:`build_auth_request` and the
+    client (auth/client.py), so the four stand, and ``common_name``'s default, once."""
+
+    remote_ip: Required[str]
+    """The bare address (no port, no brackets), ``""`` for a unix socket."""
+    tls: Required[bool]
+    secret: Required[str | bytes]
+    common_name: str
+    """The client certificate's CN; ``""`` (the default) without one."""
+
+
+def auth_params(**values: Unpack[AuthValues]) -> tuple[tuple[str, str | bytes], ...]:
     """The four values nsqd always sends, in its (sorted) order.
 
     ``common_name`` is sent even when empty: nsqd sets it unconditionally, to the
-    client certificate's CN when the client did TLS with a certificate. ``remote_ip``
-    is the bare address (no port, no brackets), ``""`` for a unix socket.
+    client certificate's CN when the client did TLS with a certificate.
     """
     return (
-        ("common_name", common_name),
-        ("remote_ip", remote_ip),
-        ("secret", secret),
-        ("tls", "true" if tls else "false"),
+        ("common_name", values.get("common_name", "")),
+        ("remote_ip", values["remote_ip"]),
+        ("secret", values["secret"]),
+        ("tls", "true" if values["tls"] else "false"),
     )
 
 
@@ -328,14 +339,7 @@ class AuthRequest:
 
 
 def build_auth_request(
-    address: str,
-    *,
-    method: str,
-    remote_ip: str,
-    tls: bool,
-    secret: str | bytes,
-    common_name: str = "",
-    user_agent: str = "trionsq",
+    address: str, *, method: str, user_agent: str = "trionsq", **values: Unpack[AuthValues]
 ) -> AuthRequest:
     """The request nsqd would send to ``address`` for ``--auth-http-request-method``.
 
@@ -361,7 +365,7 @@ def build_auth_request(
     if not host:
         raise AuthAddressError(f"no host in auth address {address!r}")
     host_header = parts.netloc.rpartition("@")[2]
-    params = auth_params(remote_ip=remote_ip, tls=tls, secret=secret, common_name=common_name)
+    params = auth_params(**values)
     path = parts.path or "/"
     headers = [("Host", host_header), ("User-Agent", user_agent), ("Accept", ACCEPT)]
     if parts.username is not None:

@@ -23,7 +23,7 @@ import functools
 import logging
 import secrets
 import ssl
-from typing import TYPE_CHECKING, Final, Required, TypedDict, Unpack
+from typing import TYPE_CHECKING, Final, Unpack
 
 import trio
 
@@ -33,6 +33,7 @@ from .authorizations import (
     AuthError,
     AuthReplyError,
     AuthState,
+    AuthValues,
     build_auth_request,
     decode_auth_reply,
 )
@@ -102,14 +103,11 @@ def _check_method(method: str) -> None:
 async def query_one_auth_server(
     address: str,
     *,
-    remote_ip: str,
-    tls: bool,
-    secret: str | bytes,
-    common_name: str = "",
     method: str = "get",
     connect_timeout: float = 2.0,
     request_timeout: float = 5.0,
     ssl_context: ssl.SSLContext | None = None,
+    **values: Unpack[AuthValues],
 ) -> AuthState:
     """Ask one server; every way it can fail is an :class:`AuthServerError`.
 
@@ -119,15 +117,7 @@ async def query_one_auth_server(
     """
     _check_method(method)
     try:
-        request = build_auth_request(
-            address,
-            method=method,
-            remote_ip=remote_ip,
-            tls=tls,
-            secret=secret,
-            common_name=common_name,
-            user_agent=USER_AGENT,
-        )
+        request = build_auth_request(address, method=method, user_agent=USER_AGENT, **values)
         https = request.scheme == "https"
         if https and ssl_context is None:
             ssl_context = _default_ssl_context()
@@ -155,14 +145,11 @@ async def query_one_auth_server(
         raise AuthServerError(address, f"{type(exc).__name__}: {exc}") from exc
 
 
-class AuthQuery(TypedDict, total=False):
+class AuthQuery(AuthValues, total=False):
     """What :func:`query_auth_server` asks each server: :func:`query_one_auth_server`'s
-    keywords, whose defaults stand there alone."""
+    keywords, whose defaults stand there alone (``common_name``'s in
+    :func:`~trionsq.auth.authorizations.auth_params`)."""
 
-    remote_ip: Required[str]
-    tls: Required[bool]
-    secret: Required[str | bytes]
-    common_name: str
     method: str
     connect_timeout: float
     request_timeout: float

@@ -156,10 +156,9 @@ def decode_metadata(data: bytes, *, what: str = METADATA_FILE) -> Metadata:
     Raises:
         MetadataError: not usable version-1 metadata.
     """
-    try:
-        metadata = decode_versioned(data, Metadata, _CONVERTER, version=METADATA_VERSION, what=what)
-    except StorageFormatError as exc:
-        raise MetadataError(str(exc)) from exc
+    metadata = decode_versioned(
+        data, Metadata, _CONVERTER, version=METADATA_VERSION, what=what, error=MetadataError
+    )
     _check(metadata, what)
     return metadata
 

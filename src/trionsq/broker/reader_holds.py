@@ -193,10 +193,9 @@ def decode_holds(data: bytes, *, what: str = HOLDS_FILE) -> tuple[ReaderHold, ..
     Raises:
         HoldsError: not a usable version-1 holds file.
     """
-    try:
-        found = decode_versioned(data, HoldsFile, _CONVERTER, version=HOLDS_VERSION, what=what)
-    except StorageFormatError as exc:
-        raise HoldsError(str(exc)) from exc
+    found = decode_versioned(
+        data, HoldsFile, _CONVERTER, version=HOLDS_VERSION, what=what, error=HoldsError
+    )
     seen: set[str] = set()
     for hold in found.holds:
         if not is_valid_name(hold.reader.encode()) or is_ephemeral(hold.reader):

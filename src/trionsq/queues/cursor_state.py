@@ -156,10 +156,9 @@ def decode_state(data: bytes, *, what: str = "channel state") -> ChannelState:
     Raises:
         ChannelStateError: not a usable version-1 state.
     """
-    try:
-        state = decode_versioned(data, ChannelState, _CONVERTER, version=STATE_VERSION, what=what)
-    except StorageFormatError as exc:
-        raise ChannelStateError(str(exc)) from exc
+    state = decode_versioned(
+        data, ChannelState, _CONVERTER, version=STATE_VERSION, what=what, error=ChannelStateError
+    )
     try:
         state.check()
     except ChannelStateError as exc:

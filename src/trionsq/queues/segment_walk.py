@@ -122,8 +122,9 @@ def _walk_buffer(
     Returns how many bytes of it are records taken one after another, and why the
     frame after them cannot be trusted, or None (the buffer ends in it, or
     ``walk.reason`` says why the walk stops there). The common case (an intact plain
-    record with the next id) does as little as it can; the rest goes through the
-    slower branch below it.
+    record with the next id) does as little as it can: one test, then the bookkeeping
+    every intact record shares, inline (no call per record); any other record is
+    checked the slow way first.
     """
     index = found.index
     position = walk.position
@@ -144,42 +145,32 @@ def _walk_buffer(
         if stop > length or size < _MIN_SIZE_FIELD:
             break
         if (
-            internal_id == expect
-            and not (flags or ext_version)
-            and crc32(view[at + _FIELDS_AT : stop]) == crc
-        ):
-            # twin of the slow branch's bookkeeping below, inline: no call per record
-            if at >= mark_at:
-                index.append((internal_id, position + at, timestamp_max))
-                mark_at = at + interval
-            if timestamp > timestamp_max:
-                timestamp_max = timestamp
-            last_id = internal_id
-            expect = internal_id + 1
-            if expect >= id_limit:
-                expect = -1
-            at = stop
-            continue
-        if (
-            crc32(view[at + _FIELDS_AT : stop]) != crc
-            or internal_id <= last_id
-            or ((flags or ext_version) and _decode(buffer, at, 0, size) is None)
-        ):
-            damaged = "a damaged record"
-            break
-        if internal_id >= id_limit:
-            walk.reason = f"record {internal_id} belongs to the next segment"
-            break
-        if internal_id > last_id + 1:
-            found.holes.append((last_id + 1, internal_id))
-        # twin of the fast path's bookkeeping above (kept inline there for speed)
+            internal_id != expect
+            or flags
+            or ext_version
+            or crc32(view[at + _FIELDS_AT : stop]) != crc
+        ):  # not the common case: check the record the slow way
+            if (
+                crc32(view[at + _FIELDS_AT : stop]) != crc
+                or internal_id <= last_id
+                or ((flags or ext_version) and _decode(buffer, at, 0, size) is None)
+            ):
+                damaged = "a damaged record"
+                break
+            if internal_id >= id_limit:
+                walk.reason = f"record {internal_id} belongs to the next segment"
+                break
+            if internal_id > last_id + 1:
+                found.holes.append((last_id + 1, internal_id))
         if at >= mark_at:
             index.append((internal_id, position + at, timestamp_max))
             mark_at = at + interval
         if timestamp > timestamp_max:
             timestamp_max = timestamp
         last_id = internal_id
-        expect = internal_id + 1 if internal_id + 1 < id_limit else -1
+        expect = internal_id + 1
+        if expect >= id_limit:
+            expect = -1
         at = stop
     view.release()
     walk.mark = mark_at + position

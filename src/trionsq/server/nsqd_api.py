@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 
     from ..auth.session import AuthSession
     from .metrics import MetricsRoute
+    from .stats import StatsQuery
 
 __all__ = ["NsqdHttpApi"]
 
@@ -313,7 +314,7 @@ class NsqdHttpApi:
         parsed_query(request)
         include_clients = parse_bool(request.arg("include_clients"), default=True)
         include_mem = parse_bool(request.arg("include_mem"), default=True)
-        options = {
+        options: StatsQuery = {
             "started_at": self.started_at,
             "health": self.broker.health,
             "topic": request.arg("topic") or None,
@@ -322,9 +323,9 @@ class NsqdHttpApi:
             "include_mem": True if include_mem is None else include_mem,
         }
         if request.arg("format") != "json":
-            text = stats_text(self.broker, version_line=version_string("nsqd"), **options)  # type: ignore[arg-type]
+            text = stats_text(self.broker, version_line=version_string("nsqd"), **options)
             return Response.legacy_ok(text) if request.legacy else Response.text(text)
-        document = stats_document(self.broker, version=NSQD_RELEASE, **options)  # type: ignore[arg-type]
+        document = stats_document(self.broker, version=NSQD_RELEASE, **options)
         return Response.legacy_ok(document) if request.legacy else Response.json(document)
 
     async def _metrics(self, request: Request) -> Response:
