@@ -149,3 +149,31 @@ async def test_http_pubs_take_the_short_way_too_and_a_deferred_one_does_not(
     received = [(await next_message(consumer)).body for _ in range(3)]
     assert received == [b"h1", b"h2", b"later"]
     assert stored(addresses, "t") == [b"h1", b"h2", b"later"]
+
+
+async def test_pubs_naming_a_partition_one_round_trip_each_land_in_that_partition(
+    running: tuple[BoundAddresses, Clients],
+) -> None:
+    """A Youzan client (trionsq.client too) names a partition in every PUB: on one
+    broker those take the short way as well, each into the partition it names, counted
+    there; a partition the topic lacks is still nsqd's fatal E_TOPIC_NOT_EXIST."""
+    addresses, clients = running
+    addresses.broker.topic("p", partitions=3)
+    producer = await clients.connect(addresses.tcp)
+    sent = [(b"q%02d" % i, (i * 7) % 3) for i in range(30)]
+    for body, partition in sent:  # one PUB per round trip: each turn is a lone PUB
+        await producer.send(Pub("p", body, partition))
+        assert ok(await next_frame(producer))
+    partitions = addresses.broker.topics["p"].partitions
+    for index, partition in enumerate(partitions):
+        log = partition.log
+        assert isinstance(log, TopicLog)
+        bodies = [record.body for record in log.read_cold(log.start_id, 100, 1 << 20)]
+        assert bodies == [body for body, named in sent if named == index]
+        assert partition.message_count == len(bodies)
+    await producer.send(Pub("p", b"nowhere", 3))
+    error = await next_frame(producer)
+    assert isinstance(error, ErrorReply), error
+    assert error.error.text == "E_TOPIC_NOT_EXIST "
+    await producer.wait_closed()
+    assert sum(partition.message_count for partition in partitions) == len(sent)

@@ -227,20 +227,19 @@ class PublishCommands:
     def _plain_topic(self, event: Pub) -> Topic | None:
         """The topic of a PUB that takes the short way (issue 37), else None: its
         topic exists, is not ordered and has no publish limit, so :meth:`_over_limit`
-        would have nothing to do. Without replication it names no partition
-        (:meth:`_target` would have nothing to do either); with it, a partition the
-        topic has, and the connection holds fewer than :data:`MAX_HELD` answers, so
-        no wait for a commit is due in this turn (:meth:`_pub_led`)."""
+        would have nothing to do, and any partition it names is one the topic has, so
+        :meth:`_target` would only return it (a Youzan client, trionsq.client among
+        them, names one in every PUB). With replication, the connection also holds
+        fewer than :data:`MAX_HELD` answers, so no wait for a commit is due in this
+        turn (:meth:`_pub_led`)."""
         broker = self.broker
         topic = broker.topics.get(event.topic)
         if topic is None or topic.publish_limit is not None or topic.ordered:
             return None
         partition = event.partition
-        if broker.replication is None:
-            return topic if partition is None else None
-        if len(self.held_replies) >= MAX_HELD or (
-            partition is not None and partition >= len(topic.partitions)
-        ):
+        if partition is not None and partition >= len(topic.partitions):
+            return None
+        if broker.replication is not None and len(self.held_replies) >= MAX_HELD:
             return None
         return topic
 
@@ -250,7 +249,7 @@ class PublishCommands:
         if broker.replication is not None:
             self._pub_led(topic, event)
             return
-        broker.publish_plain(topic, event.body, broker.wall_clock())
+        broker.publish_plain(topic, event.body, broker.wall_clock(), event.partition or 0)
         self._count(event.topic, 1)
         self._reply(OK_FRAME)
 
