@@ -161,19 +161,19 @@ async def test_pubs_naming_a_partition_one_round_trip_each_land_in_that_partitio
     addresses.broker.topic("p", partitions=3)
     producer = await clients.connect(addresses.tcp)
     sent = [(b"q%02d" % i, (i * 7) % 3) for i in range(30)]
-    for body, partition in sent:  # one PUB per round trip: each turn is a lone PUB
-        await producer.send(Pub("p", body, partition))
+    for body, named in sent:  # one PUB per round trip: each turn is a lone PUB
+        await producer.send(Pub("p", body, named))
         assert ok(await next_frame(producer))
     partitions = addresses.broker.topics["p"].partitions
-    for index, partition in enumerate(partitions):
-        log = partition.log
+    for index, each in enumerate(partitions):
+        log = each.log
         assert isinstance(log, TopicLog)
         bodies = [record.body for record in log.read_cold(log.start_id, 100, 1 << 20)]
         assert bodies == [body for body, named in sent if named == index]
-        assert partition.message_count == len(bodies)
+        assert each.message_count == len(bodies)
     await producer.send(Pub("p", b"nowhere", 3))
     error = await next_frame(producer)
     assert isinstance(error, ErrorReply), error
     assert error.error.text == "E_TOPIC_NOT_EXIST "
     await producer.wait_closed()
-    assert sum(partition.message_count for partition in partitions) == len(sent)
+    assert sum(each.message_count for each in partitions) == len(sent)
