@@ -68,6 +68,11 @@ class _Connection:
         poller.register(self.tcp.socket.fileno(), _HUNG_UP)
         return not poller.poll(0)
 
+    def close(self) -> None:
+        """Close at once, without a TLS goodbye (as ``trio.aclose_forcefully``), and
+        without a checkpoint: a cancelled owner closing many still closes them all."""
+        self.tcp.socket.close()
+
     def reusable(self) -> bool:
         """After a complete reply: whether both sides may start another exchange."""
         return (
@@ -119,7 +124,7 @@ class KeptConnections:
         merged = request_headers(address, method, body, headers, keep_alive=True)
         what = (method, target, body)
         with trio.move_on_after(request_timeout):
-            kept = await self._take(address)
+            kept = self._take(address)
             if kept is not None:
                 try:
                     return await self._exchange(kept, address, what, merged, max_reply_bytes)
@@ -139,12 +144,13 @@ class KeptConnections:
         """Close every idle connection; a call in flight closes its own when it ends
         (a closed pool keeps none)."""
         self._closed = True
-        idle = [connection for kept in self._idle.values() for connection in kept]
+        for kept in self._idle.values():
+            for connection in kept:
+                connection.close()
         self._idle.clear()
-        for connection in idle:
-            await trio.aclose_forcefully(connection.stream)
+        await trio.lowlevel.checkpoint()
 
-    async def _take(self, address: str) -> _Connection | None:
+    def _take(self, address: str) -> _Connection | None:
         """The most recently used idle connection to ``address`` that looks alive
         (the others, closed by the server, are closed on the way)."""
         idle = self._idle.get(address, [])
@@ -152,7 +158,7 @@ class KeptConnections:
             connection = idle.pop()
             if connection.looks_alive():
                 return connection
-            await trio.aclose_forcefully(connection.stream)
+            connection.close()
         return None
 
     def _give_back(self, address: str, connection: _Connection) -> bool:
@@ -197,7 +203,7 @@ class KeptConnections:
             complete = True
         finally:
             if not (complete and self._give_back(address, connection)):
-                await trio.aclose_forcefully(connection.stream)
+                connection.close()
         return reply
 
 
