@@ -141,24 +141,24 @@ async def test_calls_leases_and_watches_go_on_past_token_expiry(
     """A token expired (1 s unused), then every token dropped by etcd (root's
     password set again), before a call, a lease renewal and a watch's creation."""
     etcd, _ = secured
-    client = EtcdClient(etcd.endpoints, access=_access(etcd))
-    key = f"/{cluster_id}/k".encode()
-    revision = await client.put(key, b"1")
-    lease = await client.grant(60)
-    assert client.authentications == 1
-    await _until_tokens_expired(etcd)
-    kv = await client.get(key)  # refused as expired, authenticated again, answered
-    assert kv is not None
-    assert kv.value == b"1"
-    assert client.authentications == 2
-    await trio.to_thread.run_sync(_change_password, etcd, PASSWORD, PASSWORD)
-    assert await client.keep_alive_once(lease) >= 1
-    await client.check()  # what keep_alive does after each renewal, with a user
-    assert client.authentications == 3
-    await trio.to_thread.run_sync(_change_password, etcd, PASSWORD, PASSWORD)
-    assert await _watched(client, key, revision, 1) == [key]  # created again, new token
-    assert client.authentications == 4
-    assert client.refused == ""
+    async with EtcdClient(etcd.endpoints, access=_access(etcd)) as client:
+        key = f"/{cluster_id}/k".encode()
+        revision = await client.put(key, b"1")
+        lease = await client.grant(60)
+        assert client.authentications == 1
+        await _until_tokens_expired(etcd)
+        kv = await client.get(key)  # refused as expired, authenticated again, answered
+        assert kv is not None
+        assert kv.value == b"1"
+        assert client.authentications == 2
+        await trio.to_thread.run_sync(_change_password, etcd, PASSWORD, PASSWORD)
+        assert await client.keep_alive_once(lease) >= 1
+        await client.check()  # what keep_alive does after each renewal, with a user
+        assert client.authentications == 3
+        await trio.to_thread.run_sync(_change_password, etcd, PASSWORD, PASSWORD)
+        assert await _watched(client, key, revision, 1) == [key]  # created again, new token
+        assert client.authentications == 4
+        assert client.refused == ""
 
 
 async def test_a_role_limited_to_the_clusters_keys_is_enough(
@@ -179,16 +179,16 @@ async def test_a_role_limited_to_the_clusters_keys_is_enough(
     for path, request in requests:
         await trio.to_thread.run_sync(member.gateway, path, request, token)
     access = _access(etcd, username=cluster_id, password="pw2")  # noqa: S106 - the test user's
-    client = EtcdClient(etcd.endpoints, access=access, probe_key=root)
-    await client.check()
-    lease = await client.grant(10)
-    revision = await client.put(root + b"brokers/b", b"1", lease=lease)
-    assert await client.keep_alive_once(lease) >= 1
-    assert (await client.txn([Compare(root + b"k", "CREATE", "EQUAL", 0)], [])).succeeded
-    assert await _watched(client, root, revision, 1) == [root + b"brokers/b"]
-    await client.revoke(lease)
-    with pytest.raises(EtcdRefused, match="permission denied"):
-        await client.get(b"/elsewhere")
+    async with EtcdClient(etcd.endpoints, access=access, probe_key=root) as client:
+        await client.check()
+        lease = await client.grant(10)
+        revision = await client.put(root + b"brokers/b", b"1", lease=lease)
+        assert await client.keep_alive_once(lease) >= 1
+        assert (await client.txn([Compare(root + b"k", "CREATE", "EQUAL", 0)], [])).succeeded
+        assert await _watched(client, root, revision, 1) == [root + b"brokers/b"]
+        await client.revoke(lease)
+        with pytest.raises(EtcdRefused, match="permission denied"):
+            await client.get(b"/elsewhere")
 
 
 def _b64(data: bytes) -> str:
@@ -219,12 +219,12 @@ async def test_the_client_names_what_etcd_refused(
     }[case]
     if case == "http to a TLS etcd":
         urls = [url.replace("https://", "http://") for url in urls]
-    client = EtcdClient(urls, timeout=2.0, access=access)
-    with pytest.raises(EtcdRefused) as refused:
-        await client.check()
-    assert words in str(refused.value)
-    assert client.refused == str(refused.value)
-    assert PASSWORD not in str(refused.value)
+    async with EtcdClient(urls, timeout=2.0, access=access) as client:
+        with pytest.raises(EtcdRefused) as refused:
+            await client.check()
+        assert words in str(refused.value)
+        assert client.refused == str(refused.value)
+        assert PASSWORD not in str(refused.value)
 
 
 async def test_a_refused_password_is_not_tried_again_at_once(
@@ -239,11 +239,11 @@ async def test_a_refused_password_is_not_tried_again_at_once(
         return log.read_text().count("authentication failed, invalid password")
 
     before = failures()
-    client = EtcdClient(etcd.endpoints, access=_access(etcd, password="wrong"))  # noqa: S106 - wrong on purpose
-    for _ in range(10):
-        with pytest.raises(EtcdRefused, match="authentication failed"):
-            await client.check()
-    assert failures() == before + 1
+    async with EtcdClient(etcd.endpoints, access=_access(etcd, password="wrong")) as client:  # noqa: S106 - wrong on purpose
+        for _ in range(10):
+            with pytest.raises(EtcdRefused, match="authentication failed"):
+                await client.check()
+        assert failures() == before + 1
 
 
 def _serve_arguments(etcd: EtcdServer, tmp_path: Path, *etcd_flags: str) -> list[str]:
