@@ -19,6 +19,7 @@ import pytest
 import trio
 import trustme
 
+from tests.cluster.etcd_proxy import EtcdProxy
 from tests.cluster.failover_run import History, Lookup, ping, run_failover, run_history
 from trionsq import NsqdConfig, serve_nsqd
 from trionsq.cluster.etcd import EtcdClient, EtcdRefused
@@ -159,6 +160,29 @@ async def test_calls_leases_and_watches_go_on_past_token_expiry(
         assert await _watched(client, key, revision, 1) == [key]  # created again, new token
         assert client.authentications == 4
         assert client.refused == ""
+
+
+async def test_calls_over_tls_with_a_user_reuse_one_connection(
+    secured: tuple[EtcdServer, Path], cluster_id: str
+) -> None:
+    """One TLS handshake (client certificate) and one token for 30 calls, where a
+    connection per call made one handshake each."""
+    etcd, _ = secured
+    proxy = EtcdProxy(etcd.endpoints[0])
+    key = f"/{cluster_id}/k".encode()
+    async with trio.open_nursery() as nursery:
+        url = await nursery.start(proxy.serve)
+        async with EtcdClient([url], access=_access(etcd)) as client:
+            lease = await client.grant(10)
+            for value in range(10):
+                await client.put(key, b"%d" % value, lease=lease)
+                kv = await client.get(key)
+                assert kv is not None
+                assert kv.value == b"%d" % value
+                assert await client.keep_alive_once(lease) >= 1
+            assert (proxy.accepted, client.authentications) == (1, 1)
+        await wait_until(lambda: proxy.open == 0, "the kept connection closed with the client")
+        nursery.cancel_scope.cancel()
 
 
 async def test_a_role_limited_to_the_clusters_keys_is_enough(
