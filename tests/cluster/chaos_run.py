@@ -135,9 +135,8 @@ class Chaos:
     def log(self, text: str) -> None:
         self.events.append(f"t+{time.monotonic() - self.started:6.2f}s {text}")
 
-    @property
-    def etcd(self) -> EtcdClient:
-        """A new client (``async with``: it closes its connection)."""
+    def open_etcd(self) -> EtcdClient:
+        """A new client, for ``async with`` (it closes its kept connection)."""
         return EtcdClient(tuple(self.cluster.etcd.endpoints))
 
     @property
@@ -152,7 +151,7 @@ class Chaos:
         """Every partition's state in etcd (the last known where etcd does not answer)."""
         with trio.move_on_after(2):
             try:
-                async with self.etcd as etcd:
+                async with self.open_etcd() as etcd:
                     kvs, _ = await etcd.get_prefix(
                         self.keys.topics + f"{TOPIC}/partitions/".encode()
                     )
@@ -233,7 +232,7 @@ class Chaos:
             return
         try:
             with trio.fail_after(3):
-                async with self.etcd as etcd:
+                async with self.open_etcd() as etcd:
                     registered = await etcd.get(self.keys.broker(broker.broker_id))
                     if registered is None or not registered.lease:
                         self.log(f"revoke {broker.name}: not registered")
@@ -248,7 +247,7 @@ class Chaos:
         del fault
         try:
             with trio.fail_after(3):
-                async with self.etcd as etcd:
+                async with self.open_etcd() as etcd:
                     reply = await etcd.call("/v3/lease/leases", {})
                     leases = reply.get("leases") if isinstance(reply, dict) else None
                     for lease in leases if isinstance(leases, list) else []:
@@ -326,7 +325,8 @@ class Chaos:
         await self.read_states()
         try:
             with trio.fail_after(2):
-                registered, _ = await self.etcd.get_prefix(self.keys.brokers)
+                async with self.open_etcd() as etcd:
+                    registered, _ = await etcd.get_prefix(self.keys.brokers)
         except (EtcdUnavailable, EtcdReplyError, trio.TooSlowError):
             return False
         return (
@@ -376,7 +376,8 @@ async def until_registered(chaos: Chaos) -> None:
             ]
             if dead:
                 raise SetupFailed(f"{dead} exited at start (see broker.log: a port taken?)")
-            registered, _ = await chaos.etcd.get_prefix(chaos.keys.brokers)
+            async with chaos.open_etcd() as etcd:
+                registered, _ = await etcd.get_prefix(chaos.keys.brokers)
             if len(registered) == len(chaos.cluster.brokers):
                 return
             await trio.sleep(0.1)
