@@ -10,7 +10,7 @@ import trio
 
 from trionsq.cluster.etcd import endpoint_address
 
-Trouble = Literal["none", "drop reply", "stall reply"]
+Trouble = Literal["none", "drop reply", "stall reply", "cut reply"]
 
 
 class EtcdProxy:
@@ -28,7 +28,8 @@ class EtcdProxy:
         self.trouble: Trouble = "none"
         """For the next reply etcd sends: ``drop reply`` closes the client's connection
         instead of relaying it (etcd did the call; the client hears nothing);
-        ``stall reply`` relays its first ``stall_at`` bytes and nothing more."""
+        ``stall reply`` relays its first ``stall_at`` bytes and nothing more; ``cut
+        reply`` relays them and closes the connection (over TLS: half a record)."""
         self.stall_at = 8
         self.stalled = trio.Event()
         """Set once a stalled reply's first bytes went to the client."""
@@ -70,9 +71,11 @@ class EtcdProxy:
                 trouble, self.trouble = self.trouble, "none"
                 if trouble == "drop reply":
                     break
-                if trouble == "stall reply":
+                if trouble in ("stall reply", "cut reply"):
                     await client.send_all(data[: self.stall_at])
                     self.stalled.set()
+                    if trouble == "cut reply":
+                        break
                     await trio.sleep_forever()
                 await client.send_all(data)
         done.cancel()

@@ -22,7 +22,7 @@ import trustme
 from tests.cluster.etcd_proxy import EtcdProxy
 from tests.cluster.failover_run import History, Lookup, ping, run_failover, run_history
 from trionsq import NsqdConfig, serve_nsqd
-from trionsq.cluster.etcd import EtcdClient, EtcdRefused
+from trionsq.cluster.etcd import EtcdClient, EtcdRefused, EtcdUnavailable
 from trionsq.cluster.etcd_access import EtcdAccess
 from trionsq.cluster.etcd_json import Compare
 from trionsq.cluster.etcd_process import EtcdTls, etcd_available, free_port, start_etcd
@@ -182,6 +182,39 @@ async def test_calls_over_tls_with_a_user_reuse_one_connection(
                 assert await client.keep_alive_once(lease) >= 1
             assert (proxy.accepted, client.authentications) == (1, 1)
         await wait_until(lambda: proxy.open == 0, "the kept connection closed with the client")
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_tls_connection_lost_is_no_refusal(
+    secured: tuple[EtcdServer, Path], cluster_id: str
+) -> None:
+    """etcd restarted under kept TLS connections (and its tokens gone with it), then
+    a reply lost after a put went out, then one cut in the middle of a TLS record:
+    each call goes on or fails as etcd out of reach, never as etcd refusing the
+    certificates (which would stop a starting broker and degrade ``/ping``)."""
+    etcd, _ = secured
+    key = f"/{cluster_id}/k".encode()
+    proxy = EtcdProxy(etcd.endpoints[0])
+    async with trio.open_nursery() as nursery:
+        url = await nursery.start(proxy.serve)
+        async with EtcdClient([url], access=_access(etcd)) as client:
+            await client.put(key, b"0")
+            for value in (b"1", b"2"):
+                await trio.to_thread.run_sync(etcd.stop)
+                await trio.to_thread.run_sync(etcd.start)
+                await client.put(key, value)
+            proxy.trouble = "drop reply"
+            with pytest.raises(EtcdUnavailable) as lost:
+                await client.put(key, b"3")
+            assert not isinstance(lost.value, EtcdRefused)
+            proxy.trouble = "cut reply"  # half a TLS record, then the connection closes
+            with pytest.raises(EtcdUnavailable) as cut:
+                await client.put(key, b"4")
+            assert not isinstance(cut.value, EtcdRefused), cut.value
+            kv = await client.get(key)
+            assert kv is not None
+            assert (kv.value, kv.version) == (b"4", 5)
+            assert client.refused == ""
         nursery.cancel_scope.cancel()
 
 
