@@ -207,6 +207,9 @@ async def test_a_tls_connection_lost_is_no_refusal(
             with pytest.raises(EtcdUnavailable) as lost:
                 await client.put(key, b"3")
             assert not isinstance(lost.value, EtcdRefused)
+            kv = await client.get(key)  # a new connection, kept
+            assert kv is not None
+            assert (kv.value, kv.version) == (b"3", 4)
             proxy.trouble = "cut reply"  # half a TLS record, then the connection closes
             with pytest.raises(EtcdUnavailable) as cut:
                 await client.put(key, b"4")
