@@ -53,7 +53,8 @@ MAX_WATCH_LINE: Final = 16 << 20
 AUTHENTICATION_RETRY: Final = 5.0
 """Seconds after a refused authentication before the client tries again."""
 PLAIN_TO_TLS: Final = ("bad HTTP reply", "connection closed before a complete reply")
-"""How a TLS listener answers plain HTTP, as ``http_request`` words it."""
+"""How a TLS listener answers plain HTTP on a new connection, as ``http/client.py``
+words it (a reused connection's failures read ``reused connection: ...``)."""
 RETRY_SAFE: Final = frozenset(
     {
         "/v3/kv/range",
@@ -61,7 +62,6 @@ RETRY_SAFE: Final = frozenset(
         "/v3/lease/revoke",
         "/v3/lease/grant",
         "/v3/lease/leases",
-        "/v3/lease/timetolive",
         "/v3/auth/authenticate",
     }
 )

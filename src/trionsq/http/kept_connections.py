@@ -232,6 +232,8 @@ async def _send_and_read(
 
 
 def _reused(error: HttpClientError) -> HttpClientError:
-    """``error`` said to come from a connection that had served a call before (so not
-    from a server speaking another protocol, such as TLS to a plain client)."""
-    return HttpClientError(error.address, f"reused connection: {error.reason}", tls=error.tls)
+    """``error`` said to come from a connection that had served a call before: not a
+    server speaking another protocol (TLS to a plain client), and never ``tls`` (its
+    handshake and certificates passed: a TLS error now is a broken connection, such
+    as a record cut by the server going away, which a retry may well fix)."""
+    return HttpClientError(error.address, f"reused connection: {error.reason}")
