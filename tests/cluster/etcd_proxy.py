@@ -10,7 +10,7 @@ import trio
 
 from trionsq.cluster.etcd import endpoint_address
 
-Trouble = Literal["none", "drop reply", "stall reply", "cut reply"]
+Trouble = Literal["none", "drop reply", "stall reply", "cut reply", "garble reply"]
 
 
 class EtcdProxy:
@@ -29,7 +29,9 @@ class EtcdProxy:
         """For the next reply etcd sends: ``drop reply`` closes the client's connection
         instead of relaying it (etcd did the call; the client hears nothing);
         ``stall reply`` relays its first ``stall_at`` bytes and nothing more; ``cut
-        reply`` relays them and closes the connection (over TLS: half a record)."""
+        reply`` relays them and closes the connection (over TLS: half a record);
+        ``garble reply`` relays the reply with every byte after them inverted (over
+        TLS: a record that fails its integrity check)."""
         self.stall_at = 8
         self.stalled = trio.Event()
         """Set once a stalled reply's first bytes went to the client."""
@@ -71,7 +73,9 @@ class EtcdProxy:
                 trouble, self.trouble = self.trouble, "none"
                 if trouble == "drop reply":
                     break
-                if trouble in ("stall reply", "cut reply"):
+                if trouble == "garble reply":
+                    data = data[: self.stall_at] + bytes(b ^ 0xFF for b in data[self.stall_at :])
+                elif trouble in ("stall reply", "cut reply"):
                     await client.send_all(data[: self.stall_at])
                     self.stalled.set()
                     if trouble == "cut reply":

@@ -189,9 +189,9 @@ async def test_a_tls_connection_lost_is_no_refusal(
     secured: tuple[EtcdServer, Path], cluster_id: str
 ) -> None:
     """etcd restarted under kept TLS connections (and its tokens gone with it), then
-    a reply lost after a put went out, then one cut in the middle of a TLS record:
-    each call goes on or fails as etcd out of reach, never as etcd refusing the
-    certificates (which would stop a starting broker and degrade ``/ping``)."""
+    a reply lost after a put went out, one cut in the middle of a TLS record, one
+    garbled: each call goes on or fails as etcd out of reach, never as etcd refusing
+    the certificates (which would stop a starting broker and degrade ``/ping``)."""
     etcd, _ = secured
     key = f"/{cluster_id}/k".encode()
     proxy = EtcdProxy(etcd.endpoints[0])
@@ -217,6 +217,13 @@ async def test_a_tls_connection_lost_is_no_refusal(
             kv = await client.get(key)
             assert kv is not None
             assert (kv.value, kv.version) == (b"4", 5)
+            proxy.trouble = "garble reply"  # a TLS record that fails its check
+            with pytest.raises(EtcdUnavailable) as garbled:
+                await client.put(key, b"5")
+            assert not isinstance(garbled.value, EtcdRefused), garbled.value
+            kv = await client.get(key)
+            assert kv is not None
+            assert (kv.value, kv.version) == (b"5", 6)
             assert client.refused == ""
         nursery.cancel_scope.cancel()
 
