@@ -50,6 +50,11 @@ Every listener accepts through ``listen.serve_connections``: each connection's t
 (``listen._run_connection``) catches and logs its own failures, so no connection can
 end the broker; only a listener's own failure does.
 
+Connections that outlive a call but are no task: the etcd client's kept-alive ones
+(``http/kept_connections.py``) belong to the replica manager, which closes them when
+it ends (after its tasks; a call in flight closes its own); in a lookupd, to the
+coordinator (lookupd/server.py). A watch's connection is its own task's.
+
 State of the build: ``serve_nsqd`` runs the broker nursery (channel runners), the
 TCP listener with its per-connection nurseries, the HTTP/HTTPS listeners (whose
 connections may become admin streams) and the lookupd peers. The lookupd peers start

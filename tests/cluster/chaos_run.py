@@ -135,8 +135,8 @@ class Chaos:
     def log(self, text: str) -> None:
         self.events.append(f"t+{time.monotonic() - self.started:6.2f}s {text}")
 
-    @property
-    def etcd(self) -> EtcdClient:
+    def open_etcd(self) -> EtcdClient:
+        """A new client, for ``async with`` (it closes its kept connection)."""
         return EtcdClient(tuple(self.cluster.etcd.endpoints))
 
     @property
@@ -151,9 +151,10 @@ class Chaos:
         """Every partition's state in etcd (the last known where etcd does not answer)."""
         with trio.move_on_after(2):
             try:
-                kvs, _ = await self.etcd.get_prefix(
-                    self.keys.topics + f"{TOPIC}/partitions/".encode()
-                )
+                async with self.open_etcd() as etcd:
+                    kvs, _ = await etcd.get_prefix(
+                        self.keys.topics + f"{TOPIC}/partitions/".encode()
+                    )
             except (EtcdUnavailable, EtcdReplyError):
                 return self.states
             for kv in kvs:
@@ -231,11 +232,12 @@ class Chaos:
             return
         try:
             with trio.fail_after(3):
-                registered = await self.etcd.get(self.keys.broker(broker.broker_id))
-                if registered is None or not registered.lease:
-                    self.log(f"revoke {broker.name}: not registered")
-                    return
-                await self.etcd.revoke(registered.lease)
+                async with self.open_etcd() as etcd:
+                    registered = await etcd.get(self.keys.broker(broker.broker_id))
+                    if registered is None or not registered.lease:
+                        self.log(f"revoke {broker.name}: not registered")
+                        return
+                    await etcd.revoke(registered.lease)
         except (EtcdUnavailable, EtcdReplyError, trio.TooSlowError) as error:
             self.log(f"revoke {broker.name}: etcd: {type(error).__name__}")
             return
@@ -245,11 +247,12 @@ class Chaos:
         del fault
         try:
             with trio.fail_after(3):
-                reply = await self.etcd.call("/v3/lease/leases", {})
-                leases = reply.get("leases") if isinstance(reply, dict) else None
-                for lease in leases if isinstance(leases, list) else []:
-                    if isinstance(lease, dict):
-                        await self.etcd.revoke(int(str(lease["ID"])))
+                async with self.open_etcd() as etcd:
+                    reply = await etcd.call("/v3/lease/leases", {})
+                    leases = reply.get("leases") if isinstance(reply, dict) else None
+                    for lease in leases if isinstance(leases, list) else []:
+                        if isinstance(lease, dict):
+                            await etcd.revoke(int(str(lease["ID"])))
         except (EtcdUnavailable, EtcdReplyError, trio.TooSlowError) as error:
             self.log(f"revoke every lease: etcd: {type(error).__name__}")
             return
@@ -322,7 +325,8 @@ class Chaos:
         await self.read_states()
         try:
             with trio.fail_after(2):
-                registered, _ = await self.etcd.get_prefix(self.keys.brokers)
+                async with self.open_etcd() as etcd:
+                    registered, _ = await etcd.get_prefix(self.keys.brokers)
         except (EtcdUnavailable, EtcdReplyError, trio.TooSlowError):
             return False
         return (
@@ -372,7 +376,8 @@ async def until_registered(chaos: Chaos) -> None:
             ]
             if dead:
                 raise SetupFailed(f"{dead} exited at start (see broker.log: a port taken?)")
-            registered, _ = await chaos.etcd.get_prefix(chaos.keys.brokers)
+            async with chaos.open_etcd() as etcd:
+                registered, _ = await etcd.get_prefix(chaos.keys.brokers)
             if len(registered) == len(chaos.cluster.brokers):
                 return
             await trio.sleep(0.1)

@@ -420,16 +420,16 @@ async def run_lease_loss(
     async def disrupt(lookup: Lookup, history: History) -> None:
         nonlocal revoked_at
         await trio.sleep(1.0)
-        client = EtcdClient(tuple(cluster.etcd.endpoints))
-        reply = await client.call("/v3/lease/leases", {})
-        leases = reply.get("leases") if isinstance(reply, dict) else None
-        assert isinstance(leases, list), reply
-        assert len(leases) == len(cluster.brokers) + 1, reply  # the brokers', the coordinator's
-        revoked_at = time.monotonic()
-        for lease in leases:
-            assert isinstance(lease, dict), reply
-            await client.revoke(int(str(lease["ID"])))
-        await _acknowledged_after(history, revoked_at, RESUMED, within=10.0)
+        async with EtcdClient(tuple(cluster.etcd.endpoints)) as client:
+            reply = await client.call("/v3/lease/leases", {})
+            leases = reply.get("leases") if isinstance(reply, dict) else None
+            assert isinstance(leases, list), reply
+            assert len(leases) == len(cluster.brokers) + 1, reply  # the brokers', the coordinator's
+            revoked_at = time.monotonic()
+            for lease in leases:
+                assert isinstance(lease, dict), reply
+                await client.revoke(int(str(lease["ID"])))
+            await _acknowledged_after(history, revoked_at, RESUMED, within=10.0)
 
     history, verdict = await run_history(
         cluster, partitions=partitions, replicas=replicas, disrupt=disrupt

@@ -81,109 +81,110 @@ async def test_topic_placed_and_leader_moved_when_a_broker_dies(
     etcd: EtcdServer, cluster_id: str
 ) -> None:
     keys = ClusterKeys(cluster_id)
-    client = EtcdClient(etcd.endpoints)
-    coordinator = _coordinator(etcd, keys, "l1")
-    async with trio.open_nursery() as nursery:
-        registrations = [Registration(client, keys, _broker(f"b{i}"), TTL) for i in (1, 2)]
-        for registration in registrations:
-            await nursery.start(registration.run)
-        # b3 "crashes": its key sits on a lease nobody renews
-        dying = await client.grant(TTL)
-        await client.put(keys.broker("b3"), encode(_broker("b3")), lease=dying)
-        await nursery.start(coordinator.run)
-        await _until(
-            coordinator, lambda: coordinator.leading and len(coordinator.view.brokers) == 3
-        )
-        with pytest.raises(PlacementError, match="4 replicas need 4 live brokers"):
-            await coordinator.create_topic("t", TopicMeta(4, 4))
-        placed = await coordinator.create_topic("t", TopicMeta(4, 3, min_isr=2))
-        assert [len(set(s.replicas)) for s in placed] == [3, 3, 3, 3]
-        assert await coordinator.create_topic("t", TopicMeta(4, 3)) == placed
-        led_by_b3 = [n for n, s in enumerate(placed) if s.leader == "b3"]
-        assert led_by_b3
-        await _until(coordinator, lambda: len(coordinator.view.topic_partitions("t")) == 4)
-        moved = await _until(coordinator, lambda: "b3" not in coordinator.view.brokers)
-        await _until(
-            coordinator,
-            lambda: all("b3" not in s.isr for _, s in coordinator.view.topic_partitions("t")),
-        )
-        assert moved < TTL + 3
-        for n, state in coordinator.view.topic_partitions("t"):
-            assert "b3" not in state.isr
-            assert state.leader in {"b1", "b2"}
-            assert state.epoch == (2 if n in led_by_b3 else 1)
-        assert coordinator.elections == len(led_by_b3)
-        # b1 exits in order (revokes its lease): its partitions move at once
-        nursery.cancel_scope.cancel()
+    async with EtcdClient(etcd.endpoints) as client:
+        coordinator = _coordinator(etcd, keys, "l1")
+        async with trio.open_nursery() as nursery:
+            registrations = [Registration(client, keys, _broker(f"b{i}"), TTL) for i in (1, 2)]
+            for registration in registrations:
+                await nursery.start(registration.run)
+            # b3 "crashes": its key sits on a lease nobody renews
+            dying = await client.grant(TTL)
+            await client.put(keys.broker("b3"), encode(_broker("b3")), lease=dying)
+            await nursery.start(coordinator.run)
+            await _until(
+                coordinator, lambda: coordinator.leading and len(coordinator.view.brokers) == 3
+            )
+            with pytest.raises(PlacementError, match="4 replicas need 4 live brokers"):
+                await coordinator.create_topic("t", TopicMeta(4, 4))
+            placed = await coordinator.create_topic("t", TopicMeta(4, 3, min_isr=2))
+            assert [len(set(s.replicas)) for s in placed] == [3, 3, 3, 3]
+            assert await coordinator.create_topic("t", TopicMeta(4, 3)) == placed
+            led_by_b3 = [n for n, s in enumerate(placed) if s.leader == "b3"]
+            assert led_by_b3
+            await _until(coordinator, lambda: len(coordinator.view.topic_partitions("t")) == 4)
+            moved = await _until(coordinator, lambda: "b3" not in coordinator.view.brokers)
+            await _until(
+                coordinator,
+                lambda: all("b3" not in s.isr for _, s in coordinator.view.topic_partitions("t")),
+            )
+            assert moved < TTL + 3
+            for n, state in coordinator.view.topic_partitions("t"):
+                assert "b3" not in state.isr
+                assert state.leader in {"b1", "b2"}
+                assert state.epoch == (2 if n in led_by_b3 else 1)
+            assert coordinator.elections == len(led_by_b3)
+            # b1 exits in order (revokes its lease): its partitions move at once
+            nursery.cancel_scope.cancel()
 
 
 async def test_an_offline_partition_leads_again_when_its_last_isr_member_returns(
     etcd: EtcdServer, cluster_id: str
 ) -> None:
     keys = ClusterKeys(cluster_id)
-    client = EtcdClient(etcd.endpoints)
-    coordinator = _coordinator(etcd, keys, "l1")
-    async with trio.open_nursery() as nursery:
-        await nursery.start(Registration(client, keys, _broker("b2"), TTL).run)
-        only = await client.grant(2)
-        await client.put(keys.broker("b1"), encode(_broker("b1")), lease=only)
-        await nursery.start(coordinator.run)
-        await _until(
-            coordinator, lambda: coordinator.leading and len(coordinator.view.brokers) == 2
-        )
-        [state] = await coordinator.create_topic("solo", TopicMeta(1, 2))
-        assert state.leader == "b1"  # the ring starts at the first broker id
-        await _until(coordinator, lambda: ("solo", 0) in coordinator.view.partitions)
-        # the leader shrinks the ISR to itself (b2 lags), then b1 dies
-        narrowed = with_isr(state, ["b1"])
-        revision = coordinator.view.revisions["solo", 0]
-        assert await propose_state(client, keys, ("solo", 0), narrowed, revision)
-        assert not await propose_state(client, keys, ("solo", 0), narrowed, revision)  # stale
-        await _until(coordinator, lambda: coordinator.view.partitions["solo", 0].leader == "")
-        offline = coordinator.view.partitions["solo", 0]
-        assert offline == PartitionState(state.replicas, ("b1",), "", 2)  # b2 never leads
-        # b1 comes back (a new lease: a restart): it holds every acknowledged record
-        await client.put(keys.broker("b1"), encode(_broker("b1")), lease=await client.grant(5))
-        await _until(coordinator, lambda: coordinator.view.partitions["solo", 0].leader == "b1")
-        assert coordinator.view.partitions["solo", 0].epoch == 3
-        nursery.cancel_scope.cancel()
+    async with EtcdClient(etcd.endpoints) as client:
+        coordinator = _coordinator(etcd, keys, "l1")
+        async with trio.open_nursery() as nursery:
+            await nursery.start(Registration(client, keys, _broker("b2"), TTL).run)
+            only = await client.grant(2)
+            await client.put(keys.broker("b1"), encode(_broker("b1")), lease=only)
+            await nursery.start(coordinator.run)
+            await _until(
+                coordinator, lambda: coordinator.leading and len(coordinator.view.brokers) == 2
+            )
+            [state] = await coordinator.create_topic("solo", TopicMeta(1, 2))
+            assert state.leader == "b1"  # the ring starts at the first broker id
+            await _until(coordinator, lambda: ("solo", 0) in coordinator.view.partitions)
+            # the leader shrinks the ISR to itself (b2 lags), then b1 dies
+            narrowed = with_isr(state, ["b1"])
+            revision = coordinator.view.revisions["solo", 0]
+            assert await propose_state(client, keys, ("solo", 0), narrowed, revision)
+            assert not await propose_state(client, keys, ("solo", 0), narrowed, revision)  # stale
+            await _until(coordinator, lambda: coordinator.view.partitions["solo", 0].leader == "")
+            offline = coordinator.view.partitions["solo", 0]
+            assert offline == PartitionState(state.replicas, ("b1",), "", 2)  # b2 never leads
+            # b1 comes back (a new lease: a restart): it holds every acknowledged record
+            await client.put(keys.broker("b1"), encode(_broker("b1")), lease=await client.grant(5))
+            await _until(coordinator, lambda: coordinator.view.partitions["solo", 0].leader == "b1")
+            assert coordinator.view.partitions["solo", 0].epoch == 3
+            nursery.cancel_scope.cancel()
 
 
 async def test_view_follows_changes_and_survives_a_reconnect(
     etcd: EtcdServer, cluster_id: str
 ) -> None:
     keys = ClusterKeys(cluster_id)
-    client = EtcdClient(etcd.endpoints)
-    view = ClusterView(keys)
-    changes = trio.Event()
+    async with EtcdClient(etcd.endpoints) as client:
+        view = ClusterView(keys)
+        changes = trio.Event()
 
-    def changed() -> None:
-        changes.set()
+        def changed() -> None:
+            changes.set()
 
-    await client.put(keys.topic_meta("x"), encode(TopicMeta(2, 1)))
-    async with trio.open_nursery() as nursery:
-        await nursery.start(follow_cluster, client, view, changed)
-        assert view.topics == {"x": TopicMeta(2, 1)}
-        state = PartitionState(("b1",), ("b1",), "b1", 1)
-        await client.put(keys.partition("x", 0), encode(state))
-        with trio.fail_after(5):
-            while ("x", 0) not in view.partitions:
-                await changes.wait()
-                changes = trio.Event()
-        assert view.partitions["x", 0] == state
-        await client.put(keys.root + b"topics/x/garbage", b"{")  # ignored, not fatal
-        await client.delete(keys.topic_meta("x"))
-        with trio.fail_after(5):
-            while "x" in view.topics:
-                await changes.wait()
-                changes = trio.Event()
-        nursery.cancel_scope.cancel()
+        await client.put(keys.topic_meta("x"), encode(TopicMeta(2, 1)))
+        async with trio.open_nursery() as nursery:
+            await nursery.start(follow_cluster, client, view, changed)
+            assert view.topics == {"x": TopicMeta(2, 1)}
+            state = PartitionState(("b1",), ("b1",), "b1", 1)
+            await client.put(keys.partition("x", 0), encode(state))
+            with trio.fail_after(5):
+                while ("x", 0) not in view.partitions:
+                    await changes.wait()
+                    changes = trio.Event()
+            assert view.partitions["x", 0] == state
+            await client.put(keys.root + b"topics/x/garbage", b"{")  # ignored, not fatal
+            await client.delete(keys.topic_meta("x"))
+            with trio.fail_after(5):
+                while "x" in view.topics:
+                    await changes.wait()
+                    changes = trio.Event()
+            nursery.cancel_scope.cancel()
 
 
 class RefusingProxy:
     """Between a coordinator and etcd: relays every call, but closes unanswered the
     connection of each request whose request line holds ``path`` (etcd out of reach
-    for that one call)."""
+    for that one call). The client keeps its connections alive: every request on
+    one is looked at (each comes whole in one read: a small request, sent at once)."""
 
     def __init__(self, etcd: str, path: bytes) -> None:
         self.etcd = endpoint_address(etcd)
@@ -196,22 +197,26 @@ class RefusingProxy:
         await trio.serve_listeners(self._relay, [listener])
 
     async def _relay(self, client: trio.SocketStream) -> None:
-        head = b""
-        async with client:
-            while b"\r\n" not in head:
-                data = await client.receive_some(65536)
-                if not data:
-                    return
-                head += data
-            if self.path in head.split(b"\r\n", 1)[0]:
-                self.refused.set()
-                return
-            host, port = self.etcd.rsplit(":", 1)
-            async with await trio.open_tcp_stream(host, int(port)) as upstream:
-                await upstream.send_all(head)
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(_pipe, client, upstream, nursery.cancel_scope)
-                    nursery.start_soon(_pipe, upstream, client, nursery.cancel_scope)
+        host, port = self.etcd.rsplit(":", 1)
+        async with (
+            client,
+            await trio.open_tcp_stream(host, int(port)) as upstream,
+            trio.open_nursery() as nursery,
+        ):
+            nursery.start_soon(self._requests, client, upstream, nursery.cancel_scope)
+            nursery.start_soon(_pipe, upstream, client, nursery.cancel_scope)
+
+    async def _requests(
+        self, client: trio.SocketStream, upstream: trio.SocketStream, done: trio.CancelScope
+    ) -> None:
+        """Requests to etcd, until one names ``path`` (then the connection closes)."""
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            while data := await client.receive_some(65536):
+                if self.path in data.split(b"\r\n", 1)[0]:
+                    self.refused.set()
+                    break
+                await upstream.send_all(data)
+        done.cancel()
 
 
 async def _pipe(source: trio.SocketStream, sink: trio.SocketStream, done: trio.CancelScope) -> None:
@@ -260,30 +265,30 @@ async def test_brokers_registering_again_during_a_reconcile_are_not_missed(
     the brokers registered again, and never looked again: a change that came while
     it was writing was lost, and the partitions stayed without a leader for good."""
     keys = ClusterKeys(cluster_id)
-    client = EtcdClient(etcd.endpoints)
-    coordinator = _coordinator(etcd, keys, "l1")
-    async with trio.open_nursery() as nursery:
-        registrations = [Registration(client, keys, _broker(f"b{i}"), TTL) for i in (1, 2)]
-        for registration in registrations:
-            await nursery.start(registration.run)
-        await nursery.start(coordinator.run)
-        await _until(
-            coordinator, lambda: coordinator.leading and len(coordinator.view.brokers) == 2
-        )
-        await coordinator.create_topic("many", TopicMeta(100, 2))
-
-        def every_partition_led() -> bool:
-            states = coordinator.view.topic_partitions("many")
-            return len(states) == 100 and all(s.leader for _, s in states)
-
-        await _until(coordinator, every_partition_led)
-        for _ in range(3):
-            # both brokers' leases go; each registers again at once (as a broker does)
+    async with EtcdClient(etcd.endpoints) as client:
+        coordinator = _coordinator(etcd, keys, "l1")
+        async with trio.open_nursery() as nursery:
+            registrations = [Registration(client, keys, _broker(f"b{i}"), TTL) for i in (1, 2)]
             for registration in registrations:
-                await client.revoke(registration.lease)
-            await trio.sleep(0.5)  # the coordinator reacts (or, stale, would seem done)
-            with trio.move_on_after(5):
-                await _until(coordinator, every_partition_led)
-            offline = [n for n, s in coordinator.view.topic_partitions("many") if not s.leader]
-            assert offline == [], f"partitions {offline} left without a leader"
-        nursery.cancel_scope.cancel()
+                await nursery.start(registration.run)
+            await nursery.start(coordinator.run)
+            await _until(
+                coordinator, lambda: coordinator.leading and len(coordinator.view.brokers) == 2
+            )
+            await coordinator.create_topic("many", TopicMeta(100, 2))
+
+            def every_partition_led() -> bool:
+                states = coordinator.view.topic_partitions("many")
+                return len(states) == 100 and all(s.leader for _, s in states)
+
+            await _until(coordinator, every_partition_led)
+            for _ in range(3):
+                # both brokers' leases go; each registers again at once (as a broker does)
+                for registration in registrations:
+                    await client.revoke(registration.lease)
+                await trio.sleep(0.5)  # the coordinator reacts (or, stale, would seem done)
+                with trio.move_on_after(5):
+                    await _until(coordinator, every_partition_led)
+                offline = [n for n, s in coordinator.view.topic_partitions("many") if not s.leader]
+                assert offline == [], f"partitions {offline} left without a leader"
+            nursery.cancel_scope.cancel()

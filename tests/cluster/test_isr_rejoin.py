@@ -33,7 +33,8 @@ TOPIC = "rejoin"
 
 async def _isr(cluster: LocalCluster) -> tuple[str, ...]:
     key = ClusterKeys(cluster.cluster_id).partition(TOPIC, 0)
-    found = await EtcdClient(tuple(cluster.etcd.endpoints)).get(key)
+    async with EtcdClient(tuple(cluster.etcd.endpoints)) as client:
+        found = await client.get(key)
     assert found is not None
     return tuple(sorted(decode(found.value, PartitionState).isr))
 

@@ -40,7 +40,8 @@ async def test_consumers_are_closed_when_their_broker_loses_the_leadership(
     await consumer.send(*(Fin(m.id) for m in first[:3]))  # three stay in flight
 
     lease = cluster.manager(leader).registration.lease
-    await EtcdClient(etcd.endpoints).revoke(lease)  # registers again: seen as restarted
+    async with EtcdClient(etcd.endpoints) as client:
+        await client.revoke(lease)  # registers again: seen as restarted
     await cluster.until(lambda: cluster.leader_of("l", 0) not in ("", leader))
 
     error = await next_error(consumer)

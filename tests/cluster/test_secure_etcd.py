@@ -19,9 +19,10 @@ import pytest
 import trio
 import trustme
 
+from tests.cluster.etcd_proxy import EtcdProxy
 from tests.cluster.failover_run import History, Lookup, ping, run_failover, run_history
 from trionsq import NsqdConfig, serve_nsqd
-from trionsq.cluster.etcd import EtcdClient, EtcdRefused
+from trionsq.cluster.etcd import EtcdClient, EtcdRefused, EtcdUnavailable
 from trionsq.cluster.etcd_access import EtcdAccess
 from trionsq.cluster.etcd_json import Compare
 from trionsq.cluster.etcd_process import EtcdTls, etcd_available, free_port, start_etcd
@@ -141,24 +142,90 @@ async def test_calls_leases_and_watches_go_on_past_token_expiry(
     """A token expired (1 s unused), then every token dropped by etcd (root's
     password set again), before a call, a lease renewal and a watch's creation."""
     etcd, _ = secured
-    client = EtcdClient(etcd.endpoints, access=_access(etcd))
+    async with EtcdClient(etcd.endpoints, access=_access(etcd)) as client:
+        key = f"/{cluster_id}/k".encode()
+        revision = await client.put(key, b"1")
+        lease = await client.grant(60)
+        assert client.authentications == 1
+        await _until_tokens_expired(etcd)
+        kv = await client.get(key)  # refused as expired, authenticated again, answered
+        assert kv is not None
+        assert kv.value == b"1"
+        assert client.authentications == 2
+        await trio.to_thread.run_sync(_change_password, etcd, PASSWORD, PASSWORD)
+        assert await client.keep_alive_once(lease) >= 1
+        await client.check()  # what keep_alive does after each renewal, with a user
+        assert client.authentications == 3
+        await trio.to_thread.run_sync(_change_password, etcd, PASSWORD, PASSWORD)
+        assert await _watched(client, key, revision, 1) == [key]  # created again, new token
+        assert client.authentications == 4
+        assert client.refused == ""
+
+
+async def test_calls_over_tls_with_a_user_reuse_one_connection(
+    secured: tuple[EtcdServer, Path], cluster_id: str
+) -> None:
+    """One TLS handshake (client certificate) and one token for 30 calls, where a
+    connection per call made one handshake each."""
+    etcd, _ = secured
+    proxy = EtcdProxy(etcd.endpoints[0])
     key = f"/{cluster_id}/k".encode()
-    revision = await client.put(key, b"1")
-    lease = await client.grant(60)
-    assert client.authentications == 1
-    await _until_tokens_expired(etcd)
-    kv = await client.get(key)  # refused as expired, authenticated again, answered
-    assert kv is not None
-    assert kv.value == b"1"
-    assert client.authentications == 2
-    await trio.to_thread.run_sync(_change_password, etcd, PASSWORD, PASSWORD)
-    assert await client.keep_alive_once(lease) >= 1
-    await client.check()  # what keep_alive does after each renewal, with a user
-    assert client.authentications == 3
-    await trio.to_thread.run_sync(_change_password, etcd, PASSWORD, PASSWORD)
-    assert await _watched(client, key, revision, 1) == [key]  # created again, new token
-    assert client.authentications == 4
-    assert client.refused == ""
+    async with trio.open_nursery() as nursery:
+        url = await nursery.start(proxy.serve)
+        async with EtcdClient([url], access=_access(etcd)) as client:
+            lease = await client.grant(10)
+            for value in range(10):
+                await client.put(key, b"%d" % value, lease=lease)
+                kv = await client.get(key)
+                assert kv is not None
+                assert kv.value == b"%d" % value
+                assert await client.keep_alive_once(lease) >= 1
+            assert (proxy.accepted, client.authentications) == (1, 1)
+        await wait_until(lambda: proxy.open == 0, "the kept connection closed with the client")
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_tls_connection_lost_is_no_refusal(
+    secured: tuple[EtcdServer, Path], cluster_id: str
+) -> None:
+    """etcd restarted under kept TLS connections (and its tokens gone with it), then
+    a reply lost after a put went out, one cut in the middle of a TLS record, one
+    garbled: each call goes on or fails as etcd out of reach, never as etcd refusing
+    the certificates (which would stop a starting broker and degrade ``/ping``)."""
+    etcd, _ = secured
+    key = f"/{cluster_id}/k".encode()
+    proxy = EtcdProxy(etcd.endpoints[0])
+    async with trio.open_nursery() as nursery:
+        url = await nursery.start(proxy.serve)
+        async with EtcdClient([url], access=_access(etcd)) as client:
+            await client.put(key, b"0")
+            for value in (b"1", b"2"):
+                await trio.to_thread.run_sync(etcd.stop)
+                await trio.to_thread.run_sync(etcd.start)
+                await client.put(key, value)
+            proxy.trouble = "drop reply"
+            with pytest.raises(EtcdUnavailable) as lost:
+                await client.put(key, b"3")
+            assert not isinstance(lost.value, EtcdRefused)
+            kv = await client.get(key)  # a new connection, kept
+            assert kv is not None
+            assert (kv.value, kv.version) == (b"3", 4)
+            proxy.trouble = "cut reply"  # half a TLS record, then the connection closes
+            with pytest.raises(EtcdUnavailable) as cut:
+                await client.put(key, b"4")
+            assert not isinstance(cut.value, EtcdRefused), cut.value
+            kv = await client.get(key)
+            assert kv is not None
+            assert (kv.value, kv.version) == (b"4", 5)
+            proxy.trouble = "garble reply"  # a TLS record that fails its check
+            with pytest.raises(EtcdUnavailable) as garbled:
+                await client.put(key, b"5")
+            assert not isinstance(garbled.value, EtcdRefused), garbled.value
+            kv = await client.get(key)
+            assert kv is not None
+            assert (kv.value, kv.version) == (b"5", 6)
+            assert client.refused == ""
+        nursery.cancel_scope.cancel()
 
 
 async def test_a_role_limited_to_the_clusters_keys_is_enough(
@@ -179,16 +246,16 @@ async def test_a_role_limited_to_the_clusters_keys_is_enough(
     for path, request in requests:
         await trio.to_thread.run_sync(member.gateway, path, request, token)
     access = _access(etcd, username=cluster_id, password="pw2")  # noqa: S106 - the test user's
-    client = EtcdClient(etcd.endpoints, access=access, probe_key=root)
-    await client.check()
-    lease = await client.grant(10)
-    revision = await client.put(root + b"brokers/b", b"1", lease=lease)
-    assert await client.keep_alive_once(lease) >= 1
-    assert (await client.txn([Compare(root + b"k", "CREATE", "EQUAL", 0)], [])).succeeded
-    assert await _watched(client, root, revision, 1) == [root + b"brokers/b"]
-    await client.revoke(lease)
-    with pytest.raises(EtcdRefused, match="permission denied"):
-        await client.get(b"/elsewhere")
+    async with EtcdClient(etcd.endpoints, access=access, probe_key=root) as client:
+        await client.check()
+        lease = await client.grant(10)
+        revision = await client.put(root + b"brokers/b", b"1", lease=lease)
+        assert await client.keep_alive_once(lease) >= 1
+        assert (await client.txn([Compare(root + b"k", "CREATE", "EQUAL", 0)], [])).succeeded
+        assert await _watched(client, root, revision, 1) == [root + b"brokers/b"]
+        await client.revoke(lease)
+        with pytest.raises(EtcdRefused, match="permission denied"):
+            await client.get(b"/elsewhere")
 
 
 def _b64(data: bytes) -> str:
@@ -219,12 +286,12 @@ async def test_the_client_names_what_etcd_refused(
     }[case]
     if case == "http to a TLS etcd":
         urls = [url.replace("https://", "http://") for url in urls]
-    client = EtcdClient(urls, timeout=2.0, access=access)
-    with pytest.raises(EtcdRefused) as refused:
-        await client.check()
-    assert words in str(refused.value)
-    assert client.refused == str(refused.value)
-    assert PASSWORD not in str(refused.value)
+    async with EtcdClient(urls, timeout=2.0, access=access) as client:
+        with pytest.raises(EtcdRefused) as refused:
+            await client.check()
+        assert words in str(refused.value)
+        assert client.refused == str(refused.value)
+        assert PASSWORD not in str(refused.value)
 
 
 async def test_a_refused_password_is_not_tried_again_at_once(
@@ -239,11 +306,11 @@ async def test_a_refused_password_is_not_tried_again_at_once(
         return log.read_text().count("authentication failed, invalid password")
 
     before = failures()
-    client = EtcdClient(etcd.endpoints, access=_access(etcd, password="wrong"))  # noqa: S106 - wrong on purpose
-    for _ in range(10):
-        with pytest.raises(EtcdRefused, match="authentication failed"):
-            await client.check()
-    assert failures() == before + 1
+    async with EtcdClient(etcd.endpoints, access=_access(etcd, password="wrong")) as client:  # noqa: S106 - wrong on purpose
+        for _ in range(10):
+            with pytest.raises(EtcdRefused, match="authentication failed"):
+                await client.check()
+        assert failures() == before + 1
 
 
 def _serve_arguments(etcd: EtcdServer, tmp_path: Path, *etcd_flags: str) -> list[str]:

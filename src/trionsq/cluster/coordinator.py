@@ -92,8 +92,9 @@ class Coordinator:
         self._changed = trio.Event()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Follow the cluster and campaign until cancelled."""
-        async with trio.open_nursery() as nursery:
+        """Follow the cluster and campaign until cancelled; then close the etcd
+        client's kept connections (this task owns the client)."""
+        async with self.client, trio.open_nursery() as nursery:
             await nursery.start(follow_cluster, self.client, self.view, self._on_change)
             task_status.started()
             while True:

@@ -4,9 +4,17 @@ Why not a library: the maintained Python etcd clients speak gRPC through grpcio,
 whose aio API belongs to asyncio and cannot run under Trio; etcd 3.4 serves the
 same API as JSON over HTTP/1.1 (``/v3/kv/range``, ``/v3/kv/txn``, ``/v3/lease/*``,
 ``/v3/watch``), which ``http/client.py`` already speaks (h11 on Trio, design §7),
-so this adds no dependency and no second event loop. Unary calls open one
-connection each (the coordinator makes a few a second at most); a watch keeps
-its own streaming connection (``_watch_stream``).
+so this adds no dependency and no second event loop. Unary calls go over
+connections kept alive (``http/kept_connections.py``: one per call in flight, a
+few kept idle per endpoint), since a connect and a TLS handshake per call cost the
+broker and etcd more than the call; a watch keeps its own streaming connection
+(``_watch_stream``). The client's owner closes it (``async with``, or
+:meth:`EtcdClient.aclose`): the replica manager of a broker, the coordinator of a
+lookupd (nursery_tree.py).
+
+A reply lost on a reused connection after the whole request went out is asked
+again on a new connection only for the calls in :data:`RETRY_SAFE`, whose second
+run changes nothing the first did not: etcd may have done the first.
 
 Endpoints are tried in turn from the last one that answered, so a client given
 every member of a 3-node etcd goes on when one member dies.
@@ -26,13 +34,15 @@ import orjson
 import trio
 
 from ..config import split_host_port
-from ..http.client import HttpClientError, connection_failure, http_request, open_http_stream
+from ..http.client import HttpClientError, connection_failure, open_http_stream
+from ..http.kept_connections import KeptConnections
 from . import etcd_json
 from .etcd_access import EtcdAccess
 from .etcd_json import Compare, EtcdReplyError, KeyValue, Op, TxnReply, WatchBatch
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable, Sequence
+    from types import TracebackType
 
 __all__ = ["EtcdClient", "EtcdRefused", "EtcdUnavailable", "LeaseExpired", "endpoint_address"]
 
@@ -43,7 +53,25 @@ MAX_WATCH_LINE: Final = 16 << 20
 AUTHENTICATION_RETRY: Final = 5.0
 """Seconds after a refused authentication before the client tries again."""
 PLAIN_TO_TLS: Final = ("bad HTTP reply", "connection closed before a complete reply")
-"""How a TLS listener answers plain HTTP, as ``http_request`` words it."""
+"""How a TLS listener answers plain HTTP on a new connection, as ``http/client.py``
+words it (a reused connection's failures read ``reused connection: ...``)."""
+RETRY_SAFE: Final = frozenset(
+    {
+        "/v3/kv/range",
+        "/v3/lease/keepalive",
+        "/v3/lease/revoke",
+        "/v3/lease/grant",
+        "/v3/lease/leases",
+        "/v3/auth/authenticate",
+    }
+)
+"""Calls asked again when a reused connection broke before any byte of the reply:
+reads; a renewal (twice renews once); a revoke (the second finds the lease gone,
+which :meth:`EtcdClient.revoke` takes as done); a grant or an authentication (the
+first one's lease or token, unused, expires by itself). Never ``put``,
+``deleterange`` or ``txn``: a second put may overwrite a newer value another
+client wrote in between, and a compare-and-set that won the first time loses the
+second, so the caller would take an election or ISR change it made as lost."""
 
 
 class EtcdUnavailable(Exception):
@@ -110,6 +138,8 @@ class EtcdClient:
     _authentication_refused: str = attrs.field(default="", init=False)
     _retry_authentication_at: float = attrs.field(default=-math.inf, init=False)
     _current: int = attrs.field(default=0, init=False)
+    connections: KeptConnections = attrs.field(factory=KeptConnections, init=False)
+    """The unary calls' connections, kept alive between calls."""
 
     def __attrs_post_init__(self) -> None:
         if not self.urls:
@@ -117,6 +147,21 @@ class EtcdClient:
         self.endpoints = _addresses(self.urls)
         if any(url.strip().startswith("https://") for url in self.urls):
             self._ssl = self.access.ssl_context()
+
+    async def aclose(self) -> None:
+        """Close the kept connections (a watch closes its own when it ends)."""
+        await self.connections.aclose()
+
+    async def __aenter__(self) -> EtcdClient:
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
 
     async def check(self) -> None:
         """One authenticated read (at start, and with a user after each lease renewal):
@@ -228,16 +273,16 @@ class EtcdClient:
             index = (self._current + step) % count
             address = self.endpoints[index]
             try:
-                reply = await http_request(
+                reply = await self.connections.request(
                     "POST",
                     address,
                     path,
                     body=body,
                     headers=headers,
-                    connect_timeout=self.timeout,
                     request_timeout=self.timeout,
                     max_reply_bytes=64 << 20,
                     ssl_context=self._ssl,
+                    idempotent=path in RETRY_SAFE,
                 )
             except HttpClientError as error:
                 failures.append(str(error))

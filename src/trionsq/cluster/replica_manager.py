@@ -189,8 +189,9 @@ class ReplicaManager:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Register, follow etcd, keep the roles, until cancelled (then the roles end
-        and the lease is revoked, so the cluster moves leaderships at once)."""
-        async with trio.open_nursery() as nursery:
+        and the lease is revoked, so the cluster moves leaderships at once, and the
+        etcd client's kept connections close: this task owns them)."""
+        async with self.client, trio.open_nursery() as nursery:
             self._nursery = nursery
             try:
                 await nursery.start(self.registration.run)

@@ -51,14 +51,18 @@ async def start_cluster(
         version=NSQD_RELEASE,
     )
     manager = ReplicaManager(broker, config, info)
-    await refuse_start_if_etcd_refuses(manager.client)
-    broker.replication = manager  # refuses replicated writes until its roles are known
-    await nursery.start(
-        functools.partial(
-            serve_connections, manager.serve_replication, listeners, name=REPLICATION_TASK
+    try:
+        await refuse_start_if_etcd_refuses(manager.client)
+        broker.replication = manager  # refuses replicated writes until its roles are known
+        await nursery.start(
+            functools.partial(
+                serve_connections, manager.serve_replication, listeners, name=REPLICATION_TASK
+            )
         )
-    )
-    await nursery.start(manager.run)  # registered, and the cluster's keys read
+        await nursery.start(manager.run)  # registered, and the cluster's keys read
+    except BaseException:
+        await manager.client.aclose()  # the connection of the check, if run never took it
+        raise
     return manager
 
 
@@ -72,4 +76,5 @@ async def refuse_start_if_etcd_refuses(client: EtcdClient) -> None:
     try:
         await client.check()
     except EtcdRefused as error:
+        await client.aclose()
         raise ConfigError(f"etcd refused: {error}") from None

@@ -3,7 +3,8 @@
 One request per connection (``Connection: close``), no redirects, https only with a
 given SSL context: enough for
 a broker's calls such as a lookupd's ``/channels?topic=``, and a lookupd's calls
-that create topics on brokers. Bounds as Go's client with
+that create topics on brokers. ``http/kept_connections.py`` reuses its pieces
+(:func:`send_request`, :func:`read_reply`) for connections kept alive between calls. Bounds as Go's client with
 nsqd's options: ``connect_timeout`` covers the TCP connect, ``request_timeout`` the
 whole exchange, and a body over ``max_reply_bytes`` is refused.
 """
@@ -11,6 +12,7 @@ whole exchange, and a body over ``max_reply_bytes`` is refused.
 from __future__ import annotations
 
 import ssl
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Final
 
 import attrs
@@ -21,16 +23,20 @@ from .. import __version__
 from ..config import split_host_port
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Iterator
 
 __all__ = [
     "DEFAULT_MAX_REPLY_BYTES",
     "HttpClientError",
     "HttpReply",
     "connection_failure",
+    "failures_named",
     "http_get",
     "http_request",
     "open_http_stream",
+    "read_reply",
+    "request_headers",
+    "send_request",
 ]
 
 DEFAULT_MAX_REPLY_BYTES: Final = 1 << 20
@@ -118,24 +124,14 @@ async def http_request(
     Raises:
         HttpClientError: whatever kept a complete reply from arriving in time.
     """
-    try:
-        host = split_host_port(address)[0]
-    except ValueError as error:
-        raise HttpClientError(address, str(error)) from None
-    defaults = [("Host", host), ("User-Agent", USER_AGENT), ("Connection", "close")]
-    if method != "GET" or body:
-        defaults.append(("Content-Length", str(len(body))))
-    given = list(headers)
-    names = {name.lower() for name, _ in given}
-    merged = [(n, v) for n, v in defaults if n.lower() not in names] + given
+    merged = request_headers(address, method, body, headers, keep_alive=False)
     with trio.move_on_after(request_timeout) as whole:
         stream = await open_http_stream(address, connect_timeout, ssl_context)
         try:
-            return await _exchange(stream, address, (method, target, body), merged, max_reply_bytes)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as error:
-            raise connection_failure(address, error) from None
-        except h11.ProtocolError as error:
-            raise HttpClientError(address, f"bad HTTP reply: {error}") from None
+            with failures_named(address):
+                connection = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEADER_BYTES)
+                await send_request(stream, connection, (method, target, body), merged)
+                return await read_reply(stream, connection, address, max_reply_bytes)
         finally:
             await trio.aclose_forcefully(stream)
     assert whole.cancelled_caught  # noqa: S101 - the body returns or raises otherwise
@@ -166,18 +162,62 @@ async def open_http_stream(
     raise HttpClientError(address, f"connect timed out after {connect_timeout}s")
 
 
-async def _exchange(
+def request_headers(
+    address: str, method: str, body: bytes, given: Iterable[tuple[str, str]], *, keep_alive: bool
+) -> list[tuple[str, str]]:
+    """The request's headers: ``given`` and the defaults they do not name (Host,
+    User-Agent, Content-Length for any method but GET, ``Connection: close`` unless
+    ``keep_alive``).
+
+    Raises:
+        HttpClientError: ``address`` is no ``host:port``.
+    """
+    try:
+        host = split_host_port(address)[0]
+    except ValueError as error:
+        raise HttpClientError(address, str(error)) from None
+    defaults = [("Host", host), ("User-Agent", USER_AGENT)]
+    if not keep_alive:
+        defaults.append(("Connection", "close"))
+    if method != "GET" or body:
+        defaults.append(("Content-Length", str(len(body))))
+    listed = list(given)
+    names = {name.lower() for name, _ in listed}
+    return [(n, v) for n, v in defaults if n.lower() not in names] + listed
+
+
+@contextmanager
+def failures_named(address: str) -> Iterator[None]:
+    """A broken connection or a malformed reply as an :class:`HttpClientError`."""
+    try:
+        yield
+    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as error:
+        raise connection_failure(address, error) from None
+    except h11.ProtocolError as error:
+        raise HttpClientError(address, f"bad HTTP reply: {error}") from None
+
+
+async def send_request(
     stream: trio.abc.Stream,
-    address: str,
+    connection: h11.Connection,
     what: tuple[str, str, bytes],
     headers: list[tuple[str, str]],
-    max_reply_bytes: int,
-) -> HttpReply:
+) -> None:
+    """Write one whole request (method, target, body) in one send."""
     method, target, body = what
-    connection = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEADER_BYTES)
     request = h11.Request(method=method, target=target, headers=headers)
     payload = connection.send(request) + (connection.send(h11.Data(data=body)) if body else b"")
     await stream.send_all(payload + connection.send(h11.EndOfMessage()))
+
+
+async def read_reply(
+    stream: trio.abc.Stream, connection: h11.Connection, address: str, max_reply_bytes: int
+) -> HttpReply:
+    """Read until the reply is complete (what ``connection`` already holds first).
+
+    Raises:
+        HttpClientError: too large, or the connection closed before its end.
+    """
     response: h11.Response | None = None
     chunks: list[bytes] = []
     size = 0

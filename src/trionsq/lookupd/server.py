@@ -18,7 +18,8 @@ The tree this module builds (design §3); nursery_tree.py's TREE lists the broke
 Each connection's task catches and logs its own failures (listen.py): no connection
 can end the lookupd. There are no timers: the registry is plain data, inactivity and tombstones are
 judged when a request asks (``now`` against the stored times). A creation call
-made by ``/topic/create`` itself runs inside that request.
+made by ``/topic/create`` itself runs inside that request. The coordinator owns
+the etcd client: its kept-alive connections close when the coordinator task ends.
 """
 
 from __future__ import annotations
