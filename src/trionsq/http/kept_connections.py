@@ -197,38 +197,28 @@ class KeptConnections:
             _NoReply: nothing of the reply came (``sent``: after the whole request).
             HttpClientError: a broken, malformed or too large reply.
         """
+        stream = connection.stream
         complete = False
         try:
-            reply = await _send_and_read(connection, address, what, headers, max_reply_bytes)
+            try:
+                await send_request(stream, connection.http, what, headers)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as error:
+                raise _NoReply(connection_failure(address, error), sent=False) from None
+            try:
+                first = await stream.receive_some(READ_SIZE)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as error:
+                raise _NoReply(connection_failure(address, error), sent=True) from None
+            if not first:
+                closed = HttpClientError(address, "connection closed before a complete reply")
+                raise _NoReply(closed, sent=True)
+            with failures_named(address):
+                connection.http.receive_data(bytes(first))
+                reply = await read_reply(stream, connection.http, address, max_reply_bytes)
             complete = True
         finally:
             if not (complete and self._give_back(address, connection)):
                 connection.close()
         return reply
-
-
-async def _send_and_read(
-    connection: _Connection,
-    address: str,
-    what: tuple[str, str, bytes],
-    headers: list[tuple[str, str]],
-    max_reply_bytes: int,
-) -> HttpReply:
-    stream = connection.stream
-    try:
-        await send_request(stream, connection.http, what, headers)
-    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as error:
-        raise _NoReply(connection_failure(address, error), sent=False) from None
-    try:
-        first = await stream.receive_some(READ_SIZE)
-    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as error:
-        raise _NoReply(connection_failure(address, error), sent=True) from None
-    if not first:
-        closed = HttpClientError(address, "connection closed before a complete reply")
-        raise _NoReply(closed, sent=True)
-    with failures_named(address):
-        connection.http.receive_data(bytes(first))
-        return await read_reply(stream, connection.http, address, max_reply_bytes)
 
 
 def _reused(error: HttpClientError) -> HttpClientError:
