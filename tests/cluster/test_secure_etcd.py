@@ -24,7 +24,7 @@ from tests.cluster.failover_run import History, Lookup, ping, run_failover, run_
 from trionsq import NsqdConfig, serve_nsqd
 from trionsq.cluster.etcd import EtcdClient, EtcdRefused, EtcdUnavailable
 from trionsq.cluster.etcd_access import EtcdAccess
-from trionsq.cluster.etcd_json import Compare
+from trionsq.cluster.etcd_json import Compare, Op
 from trionsq.cluster.etcd_process import EtcdTls, etcd_available, free_port, start_etcd
 from trionsq.cluster.keys import ClusterKeys
 from trionsq.cluster.local_cluster import TRIONSQ, LocalCluster
@@ -226,6 +226,38 @@ async def test_a_tls_connection_lost_is_no_refusal(
             assert (kv.value, kv.version) == (b"5", 6)
             assert client.refused == ""
         nursery.cancel_scope.cancel()
+
+
+async def test_three_tls_members_with_users_go_on_without_the_member_in_use(
+    tmp_path: Path,
+) -> None:
+    """Three members, each serving TLS with client certificates and users (production's
+    shape): the client given all three goes on when the member it was talking to dies,
+    its kept connection with it: calls, a lease renewal, a compare-and-set and a watch,
+    authenticating again if the member now answering refuses the token."""
+    tls, _ = _tls_files(tmp_path)
+    etcd = start_etcd(tmp_path / "etcd", members=3, tls=tls)
+    try:
+        etcd.enable_auth(PASSWORD)
+        assert all(url.startswith("https://") for url in etcd.endpoints)
+        async with EtcdClient(etcd.endpoints, timeout=1.0, access=_access(etcd)) as client:
+            key = b"/three/k"
+            lease = await client.grant(10)
+            first = await client.put(key, b"1", lease=lease)
+            assert client.authentications == 1
+            await trio.to_thread.run_sync(etcd.members[0].stop)  # the one it talked to
+            assert await client.put(key, b"2", lease=lease) > first
+            assert await client.keep_alive_once(lease) >= 1
+            kv = await client.get(key)
+            assert kv is not None
+            assert kv.value == b"2"
+            txn = await client.txn([Compare(key, "VALUE", "EQUAL", b"2")], [Op("put", key, b"3")])
+            assert txn.succeeded
+            assert await _watched(client, key, first, 3) == [key, key, key]
+            assert client.refused == ""
+            assert client.authentications <= 2
+    finally:
+        etcd.stop()
 
 
 async def test_a_role_limited_to_the_clusters_keys_is_enough(
