@@ -1,0 +1,145 @@
+"""Issue 35 (with issue 30's descriptor budget): a cluster broker's own sockets count in
+its open-file limit. Two real brokers under RLIMIT_NOFILE 512 replicate 140 partitions
+(each broker holds 140 replication connections: one to the leader of each partition
+it follows, one from the follower of each it leads), then clients take every
+connection the brokers admit. Replication, etcd and /ping must go on: every publish
+to a partition's leader is acknowledged by both replicas, no follower leaves an ISR,
+nothing runs out of descriptors (no EMFILE in the logs, no stuck ``accept``).
+
+Before replication connections counted, clients were admitted into descriptors the
+replication connections already held, and the brokers ran out (accept stalled with
+EMFILE).
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import urllib.request
+from typing import TYPE_CHECKING
+
+import orjson
+import trio
+
+from tests.cluster.failover_run import TOPIC, Lookup, _until_led, create_topic
+from tests.e2e.test_descriptor_budget import served
+from trionsq.cluster.local_cluster import LocalCluster
+from trionsq.protocol import PubExt
+from trionsq.protocol.client import Response
+from trionsq.protocol.commands import ExtMessage
+from trionsq.testing import ProtocolClient
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from trionsq.cluster.etcd_process import EtcdServer
+    from trionsq.cluster.local_cluster import BrokerProcess
+
+LIMIT = 512
+PARTITIONS = 140
+"""Replication connections per broker (2 brokers, 2 replicas): more than the share of
+the reserve the worker threads' moments leave unused, so they cannot hide in it."""
+
+
+def _stats(broker: BrokerProcess) -> dict[str, object]:
+    url = f"http://127.0.0.1:{broker.http_port}/stats?format=json"
+    with urllib.request.urlopen(url, timeout=5) as reply:
+        stats: dict[str, object] = json.load(reply)
+    return stats
+
+
+def _replication(broker: BrokerProcess) -> dict[int, dict[str, object]]:
+    """Each partition of the topic this broker holds: its /stats replication section."""
+    topics = _stats(broker)["topics"]
+    assert isinstance(topics, list)
+    for topic in topics:
+        if topic["topic_name"] == TOPIC:
+            return {p["partition"]: p["replication"] for p in topic["partitions"]}
+    return {}
+
+
+def _fully_in_sync(cluster: LocalCluster) -> bool:
+    states = [_replication(broker) for broker in cluster.brokers]
+    return all(
+        len(states[0].get(p, {}).get("isr", ())) == 2 == len(states[1].get(p, {}).get("isr", ()))
+        for p in range(PARTITIONS)
+    )
+
+
+def _all_committed(cluster: LocalCluster) -> bool:
+    """Every partition's one message committed on both replicas."""
+    states = [_replication(broker) for broker in cluster.brokers]
+    return all(state[p].get("commit_count") == 1 for state in states for p in range(PARTITIONS))
+
+
+def _ping(broker: BrokerProcess) -> bytes:
+    url = f"http://127.0.0.1:{broker.http_port}/ping"
+    with urllib.request.urlopen(url, timeout=5) as reply:
+        answer: bytes = reply.read()
+    return answer
+
+
+async def _fill(broker: BrokerProcess) -> list[ProtocolClient]:
+    """Client connections to ``broker`` until it refuses one (each served first)."""
+    idle: list[ProtocolClient] = []
+    while len(idle) < LIMIT:
+        client = await ProtocolClient.connect(("127.0.0.1", broker.tcp_port))
+        if not await served(client):
+            await client.aclose()
+            return idle
+        idle.append(client)
+    raise AssertionError(f"{broker.name} admitted {LIMIT} clients under a limit of {LIMIT}")
+
+
+async def test_replication_and_etcd_keep_their_descriptors_when_clients_take_the_rest(
+    etcd: EtcdServer, cluster_id: str, tmp_path: Path
+) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 4 * LIMIT:  # this process holds the clients' ends
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 8 * LIMIT), hard))
+    cluster = LocalCluster(tmp_path, etcd, cluster_id=cluster_id, open_file_limit=LIMIT)
+    idle: list[ProtocolClient] = []
+    producers: dict[str, ProtocolClient] = {}
+    try:
+        cluster.start(2)
+        await create_topic(cluster.lookupd_http, PARTITIONS, 2)
+        lookup = Lookup(cluster.lookupd_http)
+        await _until_led(lookup, PARTITIONS)
+        with trio.fail_after(20):
+            while not await trio.to_thread.run_sync(_fully_in_sync, cluster):
+                await trio.sleep(0.1)
+        for broker in cluster.brokers:
+            address = ("127.0.0.1", broker.tcp_port)
+            producers[broker.broker_id] = await ProtocolClient.connect(address)
+        for broker in cluster.brokers:
+            idle += await _fill(broker)
+        for broker in cluster.brokers:
+            assert await trio.to_thread.run_sync(_ping, broker) == b"OK"
+        # one acknowledged publish per partition, on its leader, over the full brokers
+        leaders = {p: lookup.leaders[p][2] for p in range(PARTITIONS)}
+        for partition, leader in leaders.items():
+            body = f"m{partition}".encode()
+            header = orjson.dumps({"##idempotency_key": body.decode()})
+            await producers[leader].send(PubExt(TOPIC, ExtMessage(header, body), partition=partition))
+        with trio.fail_after(15):
+            for leader in producers:
+                count = sum(1 for p in leaders.values() if p == leader)
+                frames = await producers[leader].read(count)
+                assert frames == [Response(b"OK")] * count, frames
+        # both replicas hold each (the follower learns the commit a moment later)
+        with trio.fail_after(10):
+            while not await trio.to_thread.run_sync(_all_committed, cluster):
+                await trio.sleep(0.1)
+        assert await trio.to_thread.run_sync(_fully_in_sync, cluster)
+        for broker in cluster.brokers:
+            assert await trio.to_thread.run_sync(_ping, broker) == b"OK"
+            assert broker.process is not None
+            assert broker.process.poll() is None
+    finally:
+        for client in (*idle, *producers.values()):
+            await trio.aclose_forcefully(client.stream)
+        cluster.stop()
+    for broker in cluster.brokers:
+        log = (broker.directory / "broker.log").read_bytes()
+        assert b"Too many open files" not in log
+        assert b"EMFILE" not in log
