@@ -27,7 +27,7 @@ from trionsq.cluster.local_cluster import LocalCluster
 from trionsq.protocol import PubExt
 from trionsq.protocol.client import Response
 from trionsq.protocol.commands import ExtMessage
-from trionsq.testing import ProtocolClient
+from trionsq.testing import ProtocolClient, wait_until
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -58,12 +58,16 @@ def _replication(broker: BrokerProcess) -> dict[int, dict[str, object]]:
     return {}
 
 
+def _isr_size(state: dict[int, dict[str, object]], partition: int) -> int:
+    isr = state.get(partition, {}).get("isr", [])
+    assert isinstance(isr, list)
+    return len(isr)
+
+
 def _fully_in_sync(cluster: LocalCluster) -> bool:
+    """Both replicas in the ISR of every partition, as both brokers see it."""
     states = [_replication(broker) for broker in cluster.brokers]
-    return all(
-        len(states[0].get(p, {}).get("isr", ())) == 2 == len(states[1].get(p, {}).get("isr", ()))
-        for p in range(PARTITIONS)
-    )
+    return all(_isr_size(state, p) == 2 for state in states for p in range(PARTITIONS))
 
 
 def _all_committed(cluster: LocalCluster) -> bool:
@@ -105,34 +109,39 @@ async def test_replication_and_etcd_keep_their_descriptors_when_clients_take_the
         await create_topic(cluster.lookupd_http, PARTITIONS, 2)
         lookup = Lookup(cluster.lookupd_http)
         await _until_led(lookup, PARTITIONS)
-        with trio.fail_after(20):
-            while not await trio.to_thread.run_sync(_fully_in_sync, cluster):
-                await trio.sleep(0.1)
+        await wait_until(lambda: _fully_in_sync(cluster), "both replicas in every ISR", within=20)
         for broker in cluster.brokers:
             address = ("127.0.0.1", broker.tcp_port)
             producers[broker.broker_id] = await ProtocolClient.connect(address)
         for broker in cluster.brokers:
-            idle += await _fill(broker)
+            admitted = await _fill(broker)
+            idle += admitted
+            budget = _stats(broker)["descriptors"]
+            assert isinstance(budget, dict)
+            # every replication connection held within the budget, clients the rest
+            assert budget["replication_connections"] == PARTITIONS, budget
+            assert budget["replication_claimed"] == PARTITIONS, budget
+            assert len(admitted) > LIMIT // 3, budget
         for broker in cluster.brokers:
-            assert await trio.to_thread.run_sync(_ping, broker) == b"OK"
+            assert _ping(broker) == b"OK"
         # one acknowledged publish per partition, on its leader, over the full brokers
         leaders = {p: lookup.leaders[p][2] for p in range(PARTITIONS)}
         for partition, leader in leaders.items():
             body = f"m{partition}".encode()
             header = orjson.dumps({"##idempotency_key": body.decode()})
-            await producers[leader].send(PubExt(TOPIC, ExtMessage(header, body), partition=partition))
+            await producers[leader].send(
+                PubExt(TOPIC, ExtMessage(header, body), partition=partition)
+            )
         with trio.fail_after(15):
             for leader in producers:
                 count = sum(1 for p in leaders.values() if p == leader)
                 frames = await producers[leader].read(count)
                 assert frames == [Response(b"OK")] * count, frames
         # both replicas hold each (the follower learns the commit a moment later)
-        with trio.fail_after(10):
-            while not await trio.to_thread.run_sync(_all_committed, cluster):
-                await trio.sleep(0.1)
-        assert await trio.to_thread.run_sync(_fully_in_sync, cluster)
+        await wait_until(lambda: _all_committed(cluster), "committed on both", within=10)
+        assert _fully_in_sync(cluster)
         for broker in cluster.brokers:
-            assert await trio.to_thread.run_sync(_ping, broker) == b"OK"
+            assert _ping(broker) == b"OK"
             assert broker.process is not None
             assert broker.process.poll() is None
     finally:

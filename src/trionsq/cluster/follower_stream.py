@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from ..broker.broker import Broker
+    from ..server.admission import ConnectionGate
     from .roles import FollowerRole
 
 __all__ = ["follow"]
@@ -35,6 +36,8 @@ log = logging.getLogger("trionsq.cluster")
 READ: Final = 1 << 20
 RETRY: Final = 0.2
 """Seconds between connection attempts to the leader."""
+NO_ROOM_RETRY: Final = 1.0
+"""Seconds between attempts while the descriptor budget has no room."""
 
 
 class _Refused(Exception):
@@ -47,17 +50,22 @@ async def follow(
     role: FollowerRole,
     leader_address: Callable[[], str | None],
     saved: Callable[[], None],
+    gate: ConnectionGate,
 ) -> None:
     """Copy the leader's log until cancelled (the role's scope).
 
     ``leader_address``: the leader's replication ``host:port`` now (None: unknown);
-    ``saved``: persist the epoch history (it changed).
+    ``saved``: persist the epoch history (it changed); ``gate``: the broker's
+    descriptor budget, which must admit the connection before it is opened.
     """
     partition = role.partition
     where = f"{partition.topic}/{partition.index}"
     while True:
         address = leader_address()
         if address is not None:
+            if not gate.admit_replication(f"{where} from {address}"):
+                await trio.sleep(NO_ROOM_RETRY)
+                continue
             try:
                 await _session(broker, me, role, address, saved)
             except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as error:
@@ -66,6 +74,7 @@ async def follow(
                 log.warning("%s: replication from %s stopped: %s", where, address, error)
             finally:
                 role.connected = False
+                gate.replication_closed()
         await trio.sleep(RETRY)
 
 
