@@ -95,12 +95,62 @@ async def _fill(broker: BrokerProcess) -> list[ProtocolClient]:
     raise AssertionError(f"{broker.name} admitted {LIMIT} clients under a limit of {LIMIT}")
 
 
+def _room_for_client_ends() -> None:
+    """This process holds the clients' ends: more than the brokers' limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 4 * LIMIT:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 8 * LIMIT), hard))
+
+
+async def _connect_producers(cluster: LocalCluster) -> dict[str, ProtocolClient]:
+    """One producer connection per broker, by broker id."""
+    return {
+        broker.broker_id: await ProtocolClient.connect(("127.0.0.1", broker.tcp_port))
+        for broker in cluster.brokers
+    }
+
+
+async def _publish_one_per_partition(
+    cluster: LocalCluster, lookup: Lookup, producers: dict[str, ProtocolClient]
+) -> None:
+    """One PUB_EXT per partition on its leader, each acknowledged, then committed on
+    both replicas (the follower learns the commit a moment after the leader)."""
+    leaders = {p: lookup.leaders[p][2] for p in range(PARTITIONS)}
+    for partition, leader in leaders.items():
+        body = f"m{partition}".encode()
+        header = orjson.dumps({"##idempotency_key": body.decode()})
+        await producers[leader].send(PubExt(TOPIC, ExtMessage(header, body), partition=partition))
+    with trio.fail_after(15):
+        for leader in producers:
+            count = sum(1 for p in leaders.values() if p == leader)
+            frames = await producers[leader].read(count)
+            assert frames == [Response(b"OK")] * count, frames
+    await wait_until(lambda: _all_committed(cluster), "committed on both", within=10)
+    assert _fully_in_sync(cluster)
+
+
+def _log(broker: BrokerProcess) -> bytes:
+    return (broker.directory / "broker.log").read_bytes()
+
+
+def _ran_out_nowhere(cluster: LocalCluster) -> None:
+    for broker in cluster.brokers:
+        log = _log(broker)
+        assert b"Too many open files" not in log
+        assert b"EMFILE" not in log
+
+
+def _replication_connections(broker: BrokerProcess) -> int:
+    budget = _stats(broker)["descriptors"]
+    assert isinstance(budget, dict)
+    held: int = budget["replication_connections"]
+    return held
+
+
 async def test_replication_and_etcd_keep_their_descriptors_when_clients_take_the_rest(
     etcd: EtcdServer, cluster_id: str, tmp_path: Path
 ) -> None:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < 4 * LIMIT:  # this process holds the clients' ends
-        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 8 * LIMIT), hard))
+    _room_for_client_ends()
     cluster = LocalCluster(tmp_path, etcd, cluster_id=cluster_id, open_file_limit=LIMIT)
     idle: list[ProtocolClient] = []
     producers: dict[str, ProtocolClient] = {}
@@ -110,9 +160,7 @@ async def test_replication_and_etcd_keep_their_descriptors_when_clients_take_the
         lookup = Lookup(cluster.lookupd_http)
         await _until_led(lookup, PARTITIONS)
         await wait_until(lambda: _fully_in_sync(cluster), "both replicas in every ISR", within=20)
-        for broker in cluster.brokers:
-            address = ("127.0.0.1", broker.tcp_port)
-            producers[broker.broker_id] = await ProtocolClient.connect(address)
+        producers = await _connect_producers(cluster)
         for broker in cluster.brokers:
             admitted = await _fill(broker)
             idle += admitted
@@ -124,22 +172,7 @@ async def test_replication_and_etcd_keep_their_descriptors_when_clients_take_the
             assert len(admitted) > LIMIT // 3, budget
         for broker in cluster.brokers:
             assert _ping(broker) == b"OK"
-        # one acknowledged publish per partition, on its leader, over the full brokers
-        leaders = {p: lookup.leaders[p][2] for p in range(PARTITIONS)}
-        for partition, leader in leaders.items():
-            body = f"m{partition}".encode()
-            header = orjson.dumps({"##idempotency_key": body.decode()})
-            await producers[leader].send(
-                PubExt(TOPIC, ExtMessage(header, body), partition=partition)
-            )
-        with trio.fail_after(15):
-            for leader in producers:
-                count = sum(1 for p in leaders.values() if p == leader)
-                frames = await producers[leader].read(count)
-                assert frames == [Response(b"OK")] * count, frames
-        # both replicas hold each (the follower learns the commit a moment later)
-        await wait_until(lambda: _all_committed(cluster), "committed on both", within=10)
-        assert _fully_in_sync(cluster)
+        await _publish_one_per_partition(cluster, lookup, producers)
         for broker in cluster.brokers:
             assert _ping(broker) == b"OK"
             assert broker.process is not None
@@ -148,7 +181,47 @@ async def test_replication_and_etcd_keep_their_descriptors_when_clients_take_the
         for client in (*idle, *producers.values()):
             await trio.aclose_forcefully(client.stream)
         cluster.stop()
-    for broker in cluster.brokers:
-        log = (broker.directory / "broker.log").read_bytes()
-        assert b"Too many open files" not in log
-        assert b"EMFILE" not in log
+    _ran_out_nowhere(cluster)
+
+
+async def test_replication_without_room_waits_said_in_the_log_and_connects_once_clients_leave(
+    etcd: EtcdServer, cluster_id: str, tmp_path: Path
+) -> None:
+    """The replicated topic comes after clients took every connection: its
+    replication connections are not opened (no EMFILE for anything else), the
+    broker says so, keeps answering /ping and etcd, and tries again; once the
+    clients leave, the followers connect, catch up, and publishes are replicated."""
+    _room_for_client_ends()
+    cluster = LocalCluster(tmp_path, etcd, cluster_id=cluster_id, open_file_limit=LIMIT)
+    idle: list[ProtocolClient] = []
+    producers: dict[str, ProtocolClient] = {}
+    try:
+        cluster.start(2)
+        producers = await _connect_producers(cluster)
+        for broker in cluster.brokers:
+            idle += await _fill(broker)
+        await create_topic(cluster.lookupd_http, PARTITIONS, 2)
+        lookup = Lookup(cluster.lookupd_http)
+        await _until_led(lookup, PARTITIONS)
+        await wait_until(
+            lambda: all(b"not held, retried" in _log(broker) for broker in cluster.brokers),
+            "the brokers saying their replication connections wait for room",
+            within=10,
+        )
+        for broker in cluster.brokers:
+            assert _ping(broker) == b"OK"
+        for client in idle:
+            await trio.aclose_forcefully(client.stream)
+        idle = []
+        await wait_until(
+            lambda: all(_replication_connections(b) == PARTITIONS for b in cluster.brokers),
+            "every replication connection held",
+            within=15,
+        )
+        await wait_until(lambda: _fully_in_sync(cluster), "both replicas in every ISR", within=20)
+        await _publish_one_per_partition(cluster, lookup, producers)
+    finally:
+        for client in (*idle, *producers.values()):
+            await trio.aclose_forcefully(client.stream)
+        cluster.stop()
+    _ran_out_nowhere(cluster)

@@ -15,6 +15,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Final
 
+import attrs
 import trio
 
 from ..auth.client import MAX_REQUESTS_AT_ONCE
@@ -32,7 +33,16 @@ __all__ = ["ConnectionGate", "cluster_sockets", "reserved_sockets"]
 log = logging.getLogger("trionsq.descriptors")
 
 COMPLAINT_INTERVAL: Final = 60.0
-"""Seconds between two log lines about refused connections."""
+"""Seconds between two log lines about refused connections (clients' and
+replication's each)."""
+
+
+@attrs.define
+class _Complaints:
+    """Refusals of one kind (clients', replication's) since the last log line."""
+
+    at: float | None = None
+    unreported: int = 0
 
 
 class ConnectionGate:
@@ -43,8 +53,8 @@ class ConnectionGate:
     ) -> None:
         self.budget = budget
         self._clock = clock
-        self._complained_at: float | None = None
-        self._unreported = 0
+        self._clients = _Complaints()
+        self._replication = _Complaints()
 
     def admit(self, kind: str) -> bool:
         """Whether a connection just accepted by the ``kind`` listener ("TCP",
@@ -52,7 +62,7 @@ class ConnectionGate:
         :meth:`http_closed`) when it ends."""
         if self.budget.admit(http=kind in ("HTTP", "HTTPS")):
             return True
-        self._complain(f"{kind}: refused %d connection(s)")
+        self._complain(self._clients, f"{kind}: refused %d connection(s)")
         return False
 
     def admit_replication(self, what: str) -> bool:
@@ -61,21 +71,24 @@ class ConnectionGate:
         tries again (``cluster/follower_stream.py``), said here once a minute."""
         if self.budget.admit_replication():
             return True
-        self._complain(f"replication ({what} and others): %d connection(s) not held, retried,")
+        self._complain(
+            self._replication,
+            f"replication ({what} and others): %d connection(s) not held, retried,",
+        )
         return False
 
-    def _complain(self, refused: str) -> None:
+    def _complain(self, complaints: _Complaints, refused: str) -> None:
         """A refusal counted, and logged with those since the last line if a
         :data:`COMPLAINT_INTERVAL` has passed (``refused`` has a %d for the count)."""
-        self._unreported += 1
+        complaints.unreported += 1
         now = self._clock()
-        if self._complained_at is None or now - self._complained_at >= COMPLAINT_INTERVAL:
+        if complaints.at is None or now - complaints.at >= COMPLAINT_INTERVAL:
             budget = self.budget
             log.warning(
                 refused + " over the descriptor budget: %d connections (%d of them"
                 " replication, %d more claimed) and %d open files share %d of the"
                 " open-file limit %d (raise it with ulimit -n)",
-                self._unreported,
+                complaints.unreported,
                 budget.connections,
                 budget.replication_connections,
                 max(budget.replication_claimed - budget.replication_connections, 0),
@@ -83,8 +96,8 @@ class ConnectionGate:
                 budget.pool,
                 budget.limit,
             )
-            self._complained_at = now
-            self._unreported = 0
+            complaints.at = now
+            complaints.unreported = 0
 
     def closed(self) -> None:
         """An admitted connection ended."""
