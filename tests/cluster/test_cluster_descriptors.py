@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import resource
 import urllib.request
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
 import orjson
@@ -30,6 +31,7 @@ from trionsq.protocol.commands import ExtMessage
 from trionsq.testing import ProtocolClient, wait_until
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
     from pathlib import Path
 
     from trionsq.cluster.etcd_process import EtcdServer
@@ -102,12 +104,35 @@ def _room_for_client_ends() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 8 * LIMIT), hard))
 
 
-async def _connect_producers(cluster: LocalCluster) -> dict[str, ProtocolClient]:
-    """One producer connection per broker, by broker id."""
-    return {
-        broker.broker_id: await ProtocolClient.connect(("127.0.0.1", broker.tcp_port))
-        for broker in cluster.brokers
-    }
+@asynccontextmanager
+async def _limited_cluster(
+    etcd: EtcdServer, cluster_id: str, tmp_path: Path
+) -> AsyncIterator[tuple[LocalCluster, list[ProtocolClient]]]:
+    """Two brokers under :data:`LIMIT`, and a list for the test's clients: closed at
+    the end, failure or not; then neither broker may have run out of descriptors."""
+    _room_for_client_ends()
+    cluster = LocalCluster(tmp_path, etcd, cluster_id=cluster_id, open_file_limit=LIMIT)
+    clients: list[ProtocolClient] = []
+    try:
+        cluster.start(2)
+        yield cluster, clients
+    finally:
+        for client in clients:
+            await trio.aclose_forcefully(client.stream)
+        cluster.stop()
+    _ran_out_nowhere(cluster)
+
+
+async def _connect_producers(
+    cluster: LocalCluster, clients: list[ProtocolClient]
+) -> dict[str, ProtocolClient]:
+    """One producer connection per broker, by broker id (kept in ``clients`` too)."""
+    producers: dict[str, ProtocolClient] = {}
+    for broker in cluster.brokers:
+        producer = await ProtocolClient.connect(("127.0.0.1", broker.tcp_port))
+        clients.append(producer)
+        producers[broker.broker_id] = producer
+    return producers
 
 
 async def _publish_one_per_partition(
@@ -150,19 +175,14 @@ def _replication_connections(broker: BrokerProcess) -> int:
 async def test_replication_and_etcd_keep_their_descriptors_when_clients_take_the_rest(
     etcd: EtcdServer, cluster_id: str, tmp_path: Path
 ) -> None:
-    _room_for_client_ends()
-    cluster = LocalCluster(tmp_path, etcd, cluster_id=cluster_id, open_file_limit=LIMIT)
-    idle: list[ProtocolClient] = []
-    producers: dict[str, ProtocolClient] = {}
-    try:
-        cluster.start(2)
+    async with _limited_cluster(etcd, cluster_id, tmp_path) as (cluster, clients):
         await create_topic(cluster.lookupd_http, PARTITIONS, 2)
         lookup = Lookup(cluster.lookupd_http)
         await _until_led(lookup, PARTITIONS)
         await wait_until(lambda: _fully_in_sync(cluster), "both replicas in every ISR", within=20)
-        producers = await _connect_producers(cluster)
+        producers = await _connect_producers(cluster, clients)
         for broker in cluster.brokers:
-            admitted = await _fill(broker, idle)
+            admitted = await _fill(broker, clients)
             budget = _stats(broker)["descriptors"]
             assert isinstance(budget, dict)
             # every replication connection held within the budget, clients the rest
@@ -176,11 +196,6 @@ async def test_replication_and_etcd_keep_their_descriptors_when_clients_take_the
             assert _ping(broker) == b"OK"
             assert broker.process is not None
             assert broker.process.poll() is None
-    finally:
-        for client in (*idle, *producers.values()):
-            await trio.aclose_forcefully(client.stream)
-        cluster.stop()
-    _ran_out_nowhere(cluster)
 
 
 async def test_replication_without_room_waits_said_in_the_log_and_connects_once_clients_leave(
@@ -190,15 +205,10 @@ async def test_replication_without_room_waits_said_in_the_log_and_connects_once_
     replication connections are not opened (no EMFILE for anything else), the
     broker says so, keeps answering /ping and etcd, and tries again; once the
     clients leave, the followers connect, catch up, and publishes are replicated."""
-    _room_for_client_ends()
-    cluster = LocalCluster(tmp_path, etcd, cluster_id=cluster_id, open_file_limit=LIMIT)
-    idle: list[ProtocolClient] = []
-    producers: dict[str, ProtocolClient] = {}
-    try:
-        cluster.start(2)
-        producers = await _connect_producers(cluster)
+    async with _limited_cluster(etcd, cluster_id, tmp_path) as (cluster, clients):
+        producers = await _connect_producers(cluster, clients)
         for broker in cluster.brokers:
-            await _fill(broker, idle)
+            await _fill(broker, clients)
         await create_topic(cluster.lookupd_http, PARTITIONS, 2)
         lookup = Lookup(cluster.lookupd_http)
         await _until_led(lookup, PARTITIONS)
@@ -209,9 +219,8 @@ async def test_replication_without_room_waits_said_in_the_log_and_connects_once_
         )
         for broker in cluster.brokers:
             assert _ping(broker) == b"OK"
-        for client in idle:
+        for client in clients[len(producers) :]:  # the idle clients leave
             await trio.aclose_forcefully(client.stream)
-        idle = []
         await wait_until(
             lambda: all(_replication_connections(b) == PARTITIONS for b in cluster.brokers),
             "every replication connection held",
@@ -219,8 +228,3 @@ async def test_replication_without_room_waits_said_in_the_log_and_connects_once_
         )
         await wait_until(lambda: _fully_in_sync(cluster), "both replicas in every ISR", within=20)
         await _publish_one_per_partition(cluster, lookup, producers)
-    finally:
-        for client in (*idle, *producers.values()):
-            await trio.aclose_forcefully(client.stream)
-        cluster.stop()
-    _ran_out_nowhere(cluster)
