@@ -201,22 +201,28 @@ async def test_replication_and_etcd_keep_their_descriptors_when_clients_take_the
 async def test_replication_without_room_waits_said_in_the_log_and_connects_once_clients_leave(
     etcd: EtcdServer, cluster_id: str, tmp_path: Path
 ) -> None:
-    """The replicated topic comes after clients took every connection: its
-    replication connections are not opened (no EMFILE for anything else), the
-    broker says so, keeps answering /ping and etcd, and tries again; once the
-    clients leave, the followers connect, catch up, and publishes are replicated."""
+    """The replicated topic comes after clients took every connection of one broker:
+    its replication connections are not opened there, neither the ones it follows
+    (no socket opened) nor the ones its followers open (the leader REFUSEs them),
+    no EMFILE for anything else; both brokers say so, keep answering /ping and etcd,
+    and try again; once the clients leave, the followers connect, catch up, and
+    publishes are replicated."""
     async with _limited_cluster(etcd, cluster_id, tmp_path) as (cluster, clients):
         producers = await _connect_producers(cluster, clients)
-        for broker in cluster.brokers:
-            await _fill(broker, clients)
+        full, other = cluster.brokers
+        await _fill(full, clients)
         await create_topic(cluster.lookupd_http, PARTITIONS, 2)
         lookup = Lookup(cluster.lookupd_http)
         await _until_led(lookup, PARTITIONS)
         await wait_until(
-            lambda: all(b"not held, retried" in _log(broker) for broker in cluster.brokers),
+            lambda: (
+                b"not held, retried" in _log(full)  # once a minute, both ends counted
+                and b"waits: the leader's descriptor budget is full" in _log(other)
+            ),
             "the brokers saying their replication connections wait for room",
             within=10,
         )
+        assert _replication_connections(full) == 0
         for broker in cluster.brokers:
             assert _ping(broker) == b"OK"
         for client in clients[len(producers) :]:  # the idle clients leave

@@ -30,7 +30,7 @@ from ..persist import read_optional, write_atomic
 from ..protocol.replication import Refuse, encode
 from .epochs import EpochHistory
 from .etcd import EtcdClient, EtcdUnavailable
-from .follower_stream import follow
+from .follower_stream import LEADER_WITHOUT_ROOM, follow
 from .keys import BrokerInfo, ClusterKeys, PartitionState
 from .leader_streams import serve_follower
 from .membership import Registration, propose_state
@@ -221,7 +221,7 @@ class ReplicaManager:
         descriptor budget admits it; else refused at once (the follower tries again)."""
         if not self.gate.admit_replication(f"a follower from {peer_address(stream.socket)}"):
             with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                await stream.send_all(encode(Refuse("the leader's descriptor budget is full")))
+                await stream.send_all(encode(Refuse(LEADER_WITHOUT_ROOM)))
             await trio.aclose_forcefully(stream)
             return
         try:
