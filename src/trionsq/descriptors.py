@@ -20,7 +20,14 @@ shares the open-file limit out:
   the last :data:`MIN_FILES` of it, and TCP never takes the last
   :data:`HTTP_RESERVE` connections' worth, so ``/ping`` answers however many clients
   came; a connection over that is closed at once instead of failing ``accept``
-  for everyone.
+  for everyone. A cluster broker's replication connections (one per partition it
+  follows, one per follower of each partition it leads: they grow with the
+  partitions) come from the pool too, first: the broker *claims* as many as its
+  replica roles want (:meth:`DescriptorBudget.claim_replication`), and clients are
+  admitted only into what the claims leave, so a replica copying its leader never
+  waits for clients to leave. Replication connections never take HTTP's share nor
+  the files' floor: a claim larger than what is left refuses TCP clients, and the
+  replication connections over it wait for room (logged, tried again).
 
 Threads. Files are opened and closed by the thread that owns the budget (the
 broker's Trio thread): :meth:`FileHandle.descriptor` hands out the descriptor
@@ -131,6 +138,11 @@ class DescriptorStatistics:
     reopens: int
     """Files opened again after an eviction."""
     refused_connections: int
+    replication_connections: int
+    """Of ``connections``, those between brokers of a cluster (both directions)."""
+    replication_claimed: int
+    """Replication connections the broker's replica roles want: clients never take
+    the room of those not open yet."""
 
 
 class FileHandle:
@@ -201,6 +213,10 @@ class DescriptorBudget:
         self._newest: FileHandle | None = None
         """The file used last: using it again needs no reordering."""
         self.connections = 0
+        """Connections admitted, replication ones included."""
+        self.http_connections = 0
+        self.replication_connections = 0
+        self.replication_claimed = 0
         self.evictions = 0
         self.reopens = 0
         self.refused_connections = 0
@@ -243,6 +259,8 @@ class DescriptorBudget:
             evictions=self.evictions,
             reopens=self.reopens,
             refused_connections=self.refused_connections,
+            replication_connections=self.replication_connections,
+            replication_claimed=self.replication_claimed,
         )
 
     # ------------------------------------------------------------------ files
@@ -354,17 +372,72 @@ class DescriptorBudget:
 
     def admit(self, *, http: bool = False) -> bool:
         """Whether an accepted connection may stay (then call
-        :meth:`connection_closed` when it ends); files are closed to make room."""
+        :meth:`connection_closed` when it ends); files are closed to make room.
+        Replication connections claimed but not open yet keep their room, though
+        never HTTP's first :data:`HTTP_RESERVE`."""
         with self._lock:
-            room = self.pool - MIN_FILES - (0 if http else HTTP_RESERVE)
-            if self.connections >= room:
+            room = self._shared_room() + (HTTP_RESERVE if http else 0)
+            fits = self.connections + self._unopened_claims() < room
+            if http and not fits:
+                fits = self.http_connections < HTTP_RESERVE and self._below_floor()
+            if not fits:
                 self.refused_connections += 1
                 return False
-            self.connections += 1
-            while len(self._open) + self.connections > self.pool and self._evict_one():
-                pass
+            self.http_connections += http
+            self._admitted()
             return True
 
-    def connection_closed(self) -> None:
+    def admit_replication(self) -> bool:
+        """Whether a replication connection (accepted, or about to be opened) may
+        be held (then call :meth:`replication_closed` when it ends): within the
+        claim, whatever the clients left (never HTTP's unused share, nor the files'
+        floor); beyond it (a follower dialing again before its old end closed),
+        room as a TCP client's. Files are closed to make room."""
+        with self._lock:
+            if self.replication_connections < min(self.replication_claimed, self._shared_room()):
+                http_unused = HTTP_RESERVE - min(self.http_connections, HTTP_RESERVE)
+                fits = self._below_floor(http_unused)
+            else:
+                fits = self.connections + self._unopened_claims() < self._shared_room()
+            if not fits:
+                return False
+            self.replication_connections += 1
+            self._admitted()
+            return True
+
+    def claim_replication(self, count: int) -> None:
+        """The replication connections the broker's replica roles want now."""
+        with self._lock:
+            self.replication_claimed = count
+
+    def _shared_room(self) -> int:
+        """Connections of any kind but HTTP's own share: the pool less the files'
+        floor and :data:`HTTP_RESERVE`."""
+        return self.pool - MIN_FILES - HTTP_RESERVE
+
+    def _below_floor(self, spare: int = 0) -> bool:
+        """One more connection leaves the files their floor and ``spare`` more."""
+        return self.connections < self.pool - MIN_FILES - spare
+
+    def _unopened_claims(self) -> int:
+        """Replication connections claimed and not open, within the shared room (a
+        claim larger than it cannot take HTTP's share: /ping still answers)."""
+        return max(
+            min(self.replication_claimed, self._shared_room()) - self.replication_connections, 0
+        )
+
+    def _admitted(self) -> None:
+        """One more connection: files are closed until it fits (lock held)."""
+        self.connections += 1
+        while len(self._open) + self.connections > self.pool and self._evict_one():
+            pass
+
+    def connection_closed(self, *, http: bool = False) -> None:
         with self._lock:
             self.connections -= 1
+            self.http_connections -= http
+
+    def replication_closed(self) -> None:
+        with self._lock:
+            self.connections -= 1
+            self.replication_connections -= 1

@@ -196,7 +196,7 @@ async def _start_serving(
             next(client_ids), stream, broker, settings, alarms, tls_context, gate.closed
         ).run()
 
-    peers = await _start_peers(config, broker, broker_nursery, tcp, http)
+    peers = await _start_peers(config, broker, broker_nursery, gate, (tcp, http))
     broker.group_coordinator.learn = LookupdGroupViews(peers.http_addresses, config)
     alarms = AlarmClock()
     await broker_nursery.start(alarms.run)
@@ -315,7 +315,7 @@ async def _start_http(
             try:
                 await _serve_http(FdTransport(stream), stream, plain_api)
             finally:
-                gate.closed()
+                gate.http_closed()
 
         await broker_nursery.start(
             functools.partial(serve_connections, handle_http, http_listeners, name=HTTP_TASK)
@@ -335,7 +335,7 @@ async def _start_http(
                 peer = peer_address(stream.transport_stream.socket)
                 await _serve_http(StreamTransport(stream, peer), stream, tls_api)
             finally:
-                gate.closed()
+                gate.http_closed()
 
         await broker_nursery.start(
             functools.partial(serve_connections, handle_https, ssl_listeners, name=HTTPS_TASK)
@@ -370,17 +370,19 @@ async def _start_peers(
     config: NsqdConfig,
     broker: Broker,
     nursery: trio.Nursery,
-    tcp: tuple[str, int],
-    http: tuple[str, int] | None,
+    gate: ConnectionGate,
+    bound: tuple[tuple[str, int], tuple[str, int] | None],
 ) -> LookupdPeers:
     """The broker's peers: with ``--etcd-endpoints`` the replicated cluster's side
-    (docs/replication.md; its hook in place before anyone may publish), then the
-    connections to the configured lookupds, identifying with the bound ports."""
+    (docs/replication.md; its hook in place before anyone may publish; its
+    connections within the descriptor budget of ``gate``), then the connections to
+    the configured lookupds, identifying with the ``bound`` TCP and HTTP ports."""
+    tcp, http = bound
     http_port = http[1] if http else 0
     if config.cluster_enabled:
         from .cluster.serve import start_cluster
 
-        await start_cluster(broker, config, tcp[1], http_port, nursery)
+        await start_cluster(broker, config, (tcp[1], http_port), nursery, gate)
     identity = peer_identity(config, NSQD_RELEASE, tcp[1], http_port)
     peers = LookupdPeers(
         broker,

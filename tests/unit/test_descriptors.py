@@ -209,3 +209,68 @@ def test_the_pool_is_what_the_limit_leaves_after_the_reserve() -> None:
     tiny = DescriptorBudget(64, 100)
     assert tiny.starved
     assert tiny.pool == descriptors.MIN_POOL
+
+
+def test_clients_leave_the_room_claimed_for_replication_connections(tmp_path: Path) -> None:
+    """Issue 35: a cluster broker's replication connections come from the pool, first."""
+    budget = DescriptorBudget(100, 10)  # a pool of 90
+    files = [budget.open(tmp_path / str(n), APPEND) for n in range(80)]
+    budget.claim_replication(20)
+    client_room = 90 - MIN_FILES - HTTP_RESERVE - 20
+    assert all(budget.admit() for _ in range(client_room))
+    assert not budget.admit()
+    # the claimed ones are admitted however many clients came, files closed for them
+    assert all(budget.admit_replication() for _ in range(20))
+    assert budget.files_open == 90 - client_room - 20
+    # none over the claim here (a follower dialing again before its old end closed):
+    # HTTP's share stays HTTP's, and the files keep their floor
+    assert not budget.admit_replication()
+    assert all(budget.admit(http=True) for _ in range(HTTP_RESERVE))
+    assert budget.files_open == MIN_FILES
+    assert sum(handle.fd is not None for handle in files) == MIN_FILES
+    budget.replication_closed()
+    assert budget.admit_replication()  # its follower dialed again: its room was kept
+    stats = budget.statistics()
+    assert stats.replication_connections == 20
+    assert stats.connections == client_room + 20 + HTTP_RESERVE
+    assert stats.replication_claimed == 20
+
+
+def test_a_claim_larger_than_the_pool_refuses_tcp_but_never_http() -> None:
+    budget = DescriptorBudget(100, 10)
+    budget.claim_replication(500)  # more partitions than the limit can replicate
+    assert not budget.admit()
+    shared = 90 - MIN_FILES - HTTP_RESERVE
+    assert all(budget.admit_replication() for _ in range(shared))
+    assert not budget.admit_replication()  # the follower waits, and tries again
+    assert all(budget.admit(http=True) for _ in range(HTTP_RESERVE))
+    assert not budget.admit(http=True)
+
+
+def test_claims_not_open_yet_keep_their_room_and_a_smaller_claim_frees_it() -> None:
+    budget = DescriptorBudget(100, 10)
+    budget.claim_replication(30)
+    assert all(budget.admit_replication() for _ in range(10))  # 20 claimed, not open
+    client_room = 90 - MIN_FILES - HTTP_RESERVE - 30
+    assert all(budget.admit() for _ in range(client_room))
+    assert not budget.admit()
+    budget.claim_replication(10)  # roles ended: the rest goes to clients again
+    assert budget.admit()
+    budget.claim_replication(0)
+    assert budget.statistics().replication_claimed == 0
+
+
+def test_a_claim_that_grows_after_clients_came_waits_for_them_to_leave() -> None:
+    budget = DescriptorBudget(100, 10)
+    shared = 90 - MIN_FILES - HTTP_RESERVE
+    assert all(budget.admit() for _ in range(shared))
+    budget.claim_replication(5)  # a replicated topic created now
+    assert not budget.admit_replication()  # retried by the follower
+    assert all(budget.admit(http=True) for _ in range(HTTP_RESERVE))  # /ping answers
+    assert not budget.admit(http=True)
+    budget.connection_closed()
+    assert not budget.admit()  # the room a client left goes to replication
+    assert budget.admit_replication()
+    budget.connection_closed(http=True)
+    assert not budget.admit_replication()  # HTTP's share stays HTTP's
+    assert budget.admit(http=True)

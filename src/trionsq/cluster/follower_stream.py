@@ -26,15 +26,21 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from ..broker.broker import Broker
+    from ..server.admission import ConnectionGate
     from .roles import FollowerRole
 
-__all__ = ["follow"]
+__all__ = ["LEADER_WITHOUT_ROOM", "follow"]
 
 log = logging.getLogger("trionsq.cluster")
 
 READ: Final = 1 << 20
 RETRY: Final = 0.2
 """Seconds between connection attempts to the leader."""
+NO_ROOM_RETRY: Final = 1.0
+"""Seconds between attempts while this broker's or the leader's descriptor budget
+has no room."""
+LEADER_WITHOUT_ROOM: Final = "the leader's descriptor budget is full"
+"""The leader's REFUSE of a connection its descriptor budget cannot hold."""
 
 
 class _Refused(Exception):
@@ -47,26 +53,38 @@ async def follow(
     role: FollowerRole,
     leader_address: Callable[[], str | None],
     saved: Callable[[], None],
+    gate: ConnectionGate,
 ) -> None:
     """Copy the leader's log until cancelled (the role's scope).
 
     ``leader_address``: the leader's replication ``host:port`` now (None: unknown);
-    ``saved``: persist the epoch history (it changed).
+    ``saved``: persist the epoch history (it changed); ``gate``: the broker's
+    descriptor budget, which must admit the connection before it is opened.
     """
     partition = role.partition
     where = f"{partition.topic}/{partition.index}"
     while True:
         address = leader_address()
-        if address is not None:
+        pause = RETRY
+        if address is not None and not gate.admit_replication(f"{where} from {address}"):
+            pause = NO_ROOM_RETRY  # the gate logs it, once a minute
+        elif address is not None:
             try:
                 await _session(broker, me, role, address, saved)
             except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as error:
                 log.info("%s: replication from %s broke: %s", where, address, error)
-            except (wire.ReplicationError, RecordError, CopyError, _Refused) as error:
+            except _Refused as error:
+                if str(error) != LEADER_WITHOUT_ROOM:
+                    log.warning("%s: replication from %s stopped: %s", where, address, error)
+                else:  # the leader logs it, once a minute
+                    log.info("%s: replication from %s waits: %s", where, address, error)
+                    pause = NO_ROOM_RETRY
+            except (wire.ReplicationError, RecordError, CopyError) as error:
                 log.warning("%s: replication from %s stopped: %s", where, address, error)
             finally:
                 role.connected = False
-        await trio.sleep(RETRY)
+                gate.replication_closed()
+        await trio.sleep(pause)
 
 
 async def _session(

@@ -105,6 +105,9 @@ class LocalCluster:
     """Where the lookupd listens (it runs in this process's network namespace)."""
     etcd_flags: tuple[str, ...] = ()
     """More flags for etcd, the lookupd's and each broker's (TLS files, user)."""
+    open_file_limit: int = 0
+    """RLIMIT_NOFILE (soft and hard) each broker runs under, through ``prlimit``
+    (0: this process's)."""
 
     def start(
         self,
@@ -120,6 +123,9 @@ class LocalCluster:
         self.start_lookupd()
         for number in range(count):
             host, prefix = hosts[number] if hosts else ("127.0.0.1", ())
+            if self.open_file_limit:
+                limit = self.open_file_limit
+                prefix = (*prefix, "prlimit", f"--nofile={limit}:{limit}", "--")
             tcp, http = (free_port(), free_port()) if not hosts else (4150, 4151)
             directory = self.directory / f"broker{number}"
             arguments = [

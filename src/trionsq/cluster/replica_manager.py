@@ -16,18 +16,21 @@ have been elected), and makes publishers wait for their records' commit.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 from typing import TYPE_CHECKING, Final
 
 import trio
 
+from ..addresses import peer_address
 from ..broker.replica_state import capture_consumer_state
 from ..broker.replication import not_leader, not_writable
 from ..persist import read_optional, write_atomic
+from ..protocol.replication import Refuse, encode
 from .epochs import EpochHistory
 from .etcd import EtcdClient, EtcdUnavailable
-from .follower_stream import follow
+from .follower_stream import LEADER_WITHOUT_ROOM, follow
 from .keys import BrokerInfo, ClusterKeys, PartitionState
 from .leader_streams import serve_follower
 from .membership import Registration, propose_state
@@ -40,6 +43,7 @@ if TYPE_CHECKING:
 
     from ..broker.broker import Broker
     from ..config import NsqdConfig
+    from ..server.admission import ConnectionGate
 
 __all__ = ["ReplicaManager"]
 
@@ -56,8 +60,13 @@ UPKEEP_SHARE: Final = 4
 class ReplicaManager:
     """Roles of this broker's replicas, kept in step with etcd."""
 
-    def __init__(self, broker: Broker, config: NsqdConfig, info: BrokerInfo) -> None:
+    def __init__(
+        self, broker: Broker, config: NsqdConfig, info: BrokerInfo, gate: ConnectionGate
+    ) -> None:
+        """``gate``: the broker's descriptor budget, which holds the replication
+        connections (claimed for the roles, admitted one by one)."""
         self.broker = broker
+        self.gate = gate
         self.config = config
         self.me = info.id
         self.keys = ClusterKeys(config.cluster_id)
@@ -205,10 +214,22 @@ class ReplicaManager:
                     role.end()
                 self.roles.clear()
                 self._lowest_led.clear()
+                self.gate.budget.claim_replication(0)
 
     async def serve_replication(self, stream: trio.SocketStream) -> None:
-        """One follower's connection to this broker's replication listener."""
-        await serve_follower(stream, self._leader_role, heartbeat=self.config.cluster_lease_ttl / 3)
+        """One follower's connection to this broker's replication listener, if the
+        descriptor budget admits it; else refused at once (the follower tries again)."""
+        if not self.gate.admit_replication(f"a follower from {peer_address(stream.socket)}"):
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                await stream.send_all(encode(Refuse(LEADER_WITHOUT_ROOM)))
+            await trio.aclose_forcefully(stream)
+            return
+        try:
+            await serve_follower(
+                stream, self._leader_role, heartbeat=self.config.cluster_lease_ttl / 3
+            )
+        finally:
+            self.gate.replication_closed()
 
     def _leader_role(self, topic: str, partition: int) -> LeaderRole | None:
         role = self.roles.get((topic, partition))
@@ -227,6 +248,12 @@ class ReplicaManager:
                 self._end_role(where)
         for where, state in sorted(wanted.items()):
             self._keep_role(where, state)
+        self.gate.budget.claim_replication(
+            sum(
+                len(role.state.followers) if isinstance(role, LeaderRole) else 1
+                for role in self.roles.values()
+            )
+        )
 
     def _keep_role(self, where: tuple[str, int], state: PartitionState) -> None:
         role = self.roles.get(where)
@@ -334,7 +361,12 @@ class ReplicaManager:
 
         with role.scope:
             await follow(
-                self.broker, self.me, role, leader_address, functools.partial(self._save, where)
+                self.broker,
+                self.me,
+                role,
+                leader_address,
+                functools.partial(self._save, where),
+                self.gate,
             )
 
     def _catch_up_seen(self) -> None:

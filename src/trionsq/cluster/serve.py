@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
     from ..broker.broker import Broker
     from ..config import NsqdConfig
+    from ..server.admission import ConnectionGate
     from .etcd import EtcdClient
 
 __all__ = ["REPLICATION_TASK", "refuse_start_if_etcd_refuses", "start_cluster"]
@@ -26,15 +27,22 @@ REPLICATION_TASK: Final = "trionsq.cluster.replication"
 
 
 async def start_cluster(
-    broker: Broker, config: NsqdConfig, tcp_port: int, http_port: int, nursery: trio.Nursery
+    broker: Broker,
+    config: NsqdConfig,
+    ports: tuple[int, int],
+    nursery: trio.Nursery,
+    gate: ConnectionGate,
 ) -> ReplicaManager:
     """Hand the broker its replication hook, listen for followers, register in etcd;
     called before the client listeners serve, so no publish is taken as a single
     broker's (started again after a crash, a broker knows its roles first).
 
     The broker's cluster id is ``<broadcast address>:<TCP port>``: keep both fixed
-    across restarts, since etcd names replicas by it.
+    across restarts, since etcd names replicas by it. ``ports``: the bound TCP and
+    HTTP ports; ``gate``: the broker's descriptor budget, which the replication
+    connections share with the clients' (``descriptors.py``).
     """
+    tcp_port, http_port = ports
     if config.replication_address:
         host, port = split_host_port(config.replication_address)
     else:
@@ -50,7 +58,7 @@ async def start_cluster(
         replication_port=replication_port,
         version=NSQD_RELEASE,
     )
-    manager = ReplicaManager(broker, config, info)
+    manager = ReplicaManager(broker, config, info, gate)
     try:
         await refuse_start_if_etcd_refuses(manager.client)
         broker.replication = manager  # refuses replicated writes until its roles are known
