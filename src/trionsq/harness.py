@@ -80,9 +80,11 @@ async def wait_until(
     Between two looks it lets every task run until all are blocked (bytes already on
     a socket get handled), then sleeps (:data:`POLL_INTERVAL`, growing), which lets an
     autojump MockClock move on to the next timer (a reconnection backoff, a ping): a
-    condition met at once costs milliseconds, a long wait costs few looks. Works under
-    the real clock and under MockClock with autojump; a MockClock without autojump
-    never moves and the wait never ends.
+    condition met at once costs milliseconds, a long wait costs few looks. Beside a
+    task that never rests (a client publishing one message per round trip) not all
+    tasks are ever blocked at once: it waits for that at most one interval, and looks
+    again. Works under the real clock and under MockClock with autojump; a MockClock
+    without autojump never moves and the wait never ends.
 
     Raises:
         trio.TooSlowError: naming ``what``, after ``within`` seconds.
@@ -93,7 +95,8 @@ async def wait_until(
         longest = POLL_INTERVAL_AUTOJUMP
     with trio.move_on_after(within) as scope:
         while not condition():
-            await trio.testing.wait_all_tasks_blocked(cushion=0.005)
+            with trio.move_on_after(interval):
+                await trio.testing.wait_all_tasks_blocked(cushion=0.005)
             if condition():
                 return
             await trio.sleep(interval)
