@@ -399,9 +399,10 @@ async def run_etcd_outage(
             await trio.sleep(0.5)
         await trio.to_thread.run_sync(cluster.etcd.start)
         outage.started_at = time.monotonic()
-        # 20 s, not 10: on CI's two cores, with the Spark tests' JVMs on the other
-        # worker, resuming (leases granted again, leaders confirmed) once took longer
-        await _acknowledged_after(history, outage.started_at, RESUMED, within=max(20.0, seconds))
+        # publishes resume within 0.01-0.03 s (benchmarks/etcd_outage.py); a CI run that
+        # once missed 10 s most likely met wait_until not looking again beside the busy
+        # publishers (harness.py, fixed at stop 45)
+        await _acknowledged_after(history, outage.started_at, RESUMED, within=max(10.0, seconds))
 
     history, verdict = await run_history(
         cluster, partitions=partitions, replicas=replicas, disrupt=disrupt
