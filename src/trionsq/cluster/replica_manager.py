@@ -192,7 +192,7 @@ class ReplicaManager:
             return "etcd lease not renewed: leaderships may have moved"
         if self.client.refused:
             return f"etcd refuses this broker, serving with the leadership it has: {self.client.refused}"
-        return None
+        return self.gate.replication_waiting()
 
     # ------------------------------------------------------------------ tasks
 

@@ -32,6 +32,9 @@ __all__ = ["ConnectionGate", "cluster_sockets", "reserved_sockets"]
 
 log = logging.getLogger("trionsq.descriptors")
 
+WAITING_WINDOW: Final = 3.0
+"""Seconds a replication refusal keeps ``/ping`` degraded (what is still missing
+is tried again every second)."""
 COMPLAINT_INTERVAL: Final = 60.0
 """Seconds between two log lines about refused connections (clients' and
 replication's each)."""
@@ -55,6 +58,7 @@ class ConnectionGate:
         self._clock = clock
         self._clients = _Complaints()
         self._replication = _Complaints()
+        self._replication_refused_at: float | None = None
 
     def admit(self, kind: str) -> bool:
         """Whether a connection just accepted by the ``kind`` listener ("TCP",
@@ -71,11 +75,27 @@ class ConnectionGate:
         tries again (``cluster/follower_stream.py``), said here once a minute."""
         if self.budget.admit_replication():
             return True
+        self._replication_refused_at = self._clock()
         self._complain(
             self._replication,
             f"replication ({what} and others): %d connection(s) not held, retried,",
         )
         return False
+
+    def replication_waiting(self) -> str | None:
+        """What ``/ping`` says while replica roles wait for descriptors this budget
+        refused them (in the last :data:`WAITING_WINDOW`: refused followers try every
+        second, and a leader refuses each of their tries); None otherwise."""
+        refused_at = self._replication_refused_at
+        budget = self.budget
+        missing = budget.replication_claimed - budget.replication_connections
+        if refused_at is None or missing <= 0 or self._clock() - refused_at > WAITING_WINDOW:
+            return None
+        return (
+            f"descriptor budget full: {missing} replication connection(s) wait for room"
+            f" ({budget.connections} connections and {budget.files_open} open files share"
+            f" {budget.pool} of the open-file limit {budget.limit}: raise it with ulimit -n)"
+        )
 
     def _complain(self, complaints: _Complaints, refused: str) -> None:
         """A refusal counted, and logged with those since the last line if a
