@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import trio
 import trio.testing
 
-from trionsq.broker.channel import Channel, Consumer
 from trionsq.broker.subscription import (
     LAZY_REFILL_MIN_RDY,
     READ_GATHER_FINS,
@@ -13,20 +14,25 @@ from trionsq.broker.subscription import (
     Subscription,
 )
 from trionsq.dispatch.router import REFILL_DELAY, ChannelRunner
-from trionsq.queues.memory_log import MemoryLog
 
-from .test_router import WALL, RecordingOutbox
+from .test_router import WALL, RecordingOutbox, setup
+
+if TYPE_CHECKING:
+    from trionsq.queues.memory_log import MemoryLog
 
 
 def subscribed(rdy: int) -> tuple[MemoryLog, ChannelRunner, Subscription, RecordingOutbox]:
-    log = MemoryLog()
-    channel = Channel("c", log, log.start_id, max_msg_timeout=900.0)
-    outbox = RecordingOutbox()
-    consumer = Consumer(1, msg_timeout=60.0, outbox=outbox)
-    consumer.rdy = rdy
-    channel.subscribe(consumer)
-    runner = ChannelRunner(channel, wall_clock=lambda: WALL)
-    return log, runner, Subscription(runner, consumer, lambda *_: None), outbox
+    """test_router's one consumer, with the subscription its connection would hold."""
+    log, channel, runner, outbox = setup(rdy)
+    return log, runner, Subscription(runner, channel.consumers[1], lambda *_: None), outbox
+
+
+async def routed(nursery: trio.Nursery, runner: ChannelRunner, log: MemoryLog, count: int) -> None:
+    """The runner started in ``nursery``, ``count`` messages appended and routed."""
+    await nursery.start(runner.run)
+    log.append([b"%d" % i for i in range(count)], WALL)
+    runner.wake()
+    await trio.testing.wait_all_tasks_blocked()
 
 
 async def test_a_fin_into_a_full_window_is_refilled_after_the_delay_not_at_once(
@@ -36,10 +42,7 @@ async def test_a_fin_into_a_full_window_is_refilled_after_the_delay_not_at_once(
     batching consumer) must still get the next one, REFILL_DELAY later."""
     log, runner, subscription, outbox = subscribed(rdy=100)
     async with trio.open_nursery() as nursery:
-        await nursery.start(runner.run)
-        log.append([b"%d" % i for i in range(300)], WALL)
-        runner.wake()
-        await trio.testing.wait_all_tasks_blocked()
+        await routed(nursery, runner, log, 300)
         assert [len(batch) for _, batch in outbox.batches] == [100]
         fin_at = trio.current_time()
         subscription.finish(1)
@@ -57,10 +60,7 @@ async def test_fins_within_the_delay_are_refilled_in_one_batch(
 ) -> None:
     log, runner, subscription, outbox = subscribed(rdy=100)
     async with trio.open_nursery() as nursery:
-        await nursery.start(runner.run)
-        log.append([b"%d" % i for i in range(300)], WALL)
-        runner.wake()
-        await trio.testing.wait_all_tasks_blocked()
+        await routed(nursery, runner, log, 300)
         for internal_id in range(1, 11):  # one FIN per read, as pynsq writes them
             subscription.finish(internal_id)
             await trio.sleep(REFILL_DELAY / 20)
@@ -75,10 +75,7 @@ async def test_fins_that_free_a_quarter_refill_in_the_same_turn(
 ) -> None:
     log, runner, subscription, outbox = subscribed(rdy=100)
     async with trio.open_nursery() as nursery:
-        await nursery.start(runner.run)
-        log.append([b"%d" % i for i in range(300)], WALL)
-        runner.wake()
-        await trio.testing.wait_all_tasks_blocked()
+        await routed(nursery, runner, log, 300)
         subscription.finish_many(list(range(1, 26)))  # 75 left in flight: 3/4 of 100
         assert [len(batch) for _, batch in outbox.batches] == [100, 25]  # no await between
         runner.cancel_scope.cancel()
@@ -89,10 +86,7 @@ async def test_below_the_minimum_rdy_each_fin_refills_at_once(
 ) -> None:
     log, runner, subscription, outbox = subscribed(rdy=LAZY_REFILL_MIN_RDY - 1)
     async with trio.open_nursery() as nursery:
-        await nursery.start(runner.run)
-        log.append([b"%d" % i for i in range(10)], WALL)
-        runner.wake()
-        await trio.testing.wait_all_tasks_blocked()
+        await routed(nursery, runner, log, 10)
         fin_at = trio.current_time()
         subscription.finish(1)
         await trio.testing.wait_all_tasks_blocked()
@@ -109,10 +103,7 @@ async def test_only_a_slow_client_reading_few_fins_pauses_and_never_starves(
     (more than READ_GATHER_FINS) does not pause."""
     log, runner, subscription, _ = subscribed(rdy=400)
     async with trio.open_nursery() as nursery:
-        await nursery.start(runner.run)
-        log.append([b"%d" % i for i in range(4000)], WALL)
-        runner.wake()
-        await trio.testing.wait_all_tasks_blocked()
+        await routed(nursery, runner, log, 4000)
         now = trio.current_time()
         assert subscription.read_pause(now) == 0.0  # no FIN yet
         next_id = 1
