@@ -19,7 +19,7 @@ import pytest
 import trio
 import trustme
 
-from tests.cluster.etcd_proxy import EtcdProxy
+from tests.cluster.etcd_proxy import EtcdProxy, Trouble
 from tests.cluster.failover_run import History, Lookup, ping, run_failover, run_history
 from trionsq import NsqdConfig, serve_nsqd
 from trionsq.cluster.etcd import EtcdClient, EtcdRefused, EtcdUnavailable
@@ -203,27 +203,19 @@ async def test_a_tls_connection_lost_is_no_refusal(
                 await trio.to_thread.run_sync(etcd.stop)
                 await trio.to_thread.run_sync(etcd.start)
                 await client.put(key, value)
-            proxy.trouble = "drop reply"
-            with pytest.raises(EtcdUnavailable) as lost:
-                await client.put(key, b"3")
-            assert not isinstance(lost.value, EtcdRefused)
-            kv = await client.get(key)  # a new connection, kept
-            assert kv is not None
-            assert (kv.value, kv.version) == (b"3", 4)
-            proxy.trouble = "cut reply"  # half a TLS record, then the connection closes
-            with pytest.raises(EtcdUnavailable) as cut:
-                await client.put(key, b"4")
-            assert not isinstance(cut.value, EtcdRefused), cut.value
-            kv = await client.get(key)
-            assert kv is not None
-            assert (kv.value, kv.version) == (b"4", 5)
-            proxy.trouble = "garble reply"  # a TLS record that fails its check
-            with pytest.raises(EtcdUnavailable) as garbled:
-                await client.put(key, b"5")
-            assert not isinstance(garbled.value, EtcdRefused), garbled.value
-            kv = await client.get(key)
-            assert kv is not None
-            assert (kv.value, kv.version) == (b"5", 6)
+            troubles: tuple[tuple[Trouble, bytes, int], ...] = (
+                ("drop reply", b"3", 4),
+                ("cut reply", b"4", 5),  # half a TLS record, then the connection closes
+                ("garble reply", b"5", 6),  # a TLS record that fails its check
+            )
+            for trouble, value, version in troubles:
+                proxy.trouble = trouble
+                with pytest.raises(EtcdUnavailable) as lost:
+                    await client.put(key, value)
+                assert not isinstance(lost.value, EtcdRefused), (trouble, lost.value)
+                kv = await client.get(key)  # a new connection, kept
+                assert kv is not None
+                assert (kv.value, kv.version) == (value, version)
             assert client.refused == ""
         nursery.cancel_scope.cancel()
 
