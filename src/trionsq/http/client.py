@@ -4,9 +4,10 @@ One request per connection (``Connection: close``), no redirects, https only wit
 given SSL context: enough for
 a broker's calls such as a lookupd's ``/channels?topic=``, and a lookupd's calls
 that create topics on brokers. ``http/kept_connections.py`` reuses its pieces
-(:func:`send_request`, :func:`read_reply`) for connections kept alive between calls. Bounds as Go's client with
-nsqd's options: ``connect_timeout`` covers the TCP connect, ``request_timeout`` the
-whole exchange, and a body over ``max_reply_bytes`` is refused.
+(:func:`send_request`, :func:`read_reply`) for connections kept alive between
+calls. Bounds as Go's client with nsqd's options: ``connect_timeout`` covers the
+TCP connect, ``request_timeout`` the whole exchange, and a body over
+``max_reply_bytes`` is refused.
 """
 
 from __future__ import annotations
