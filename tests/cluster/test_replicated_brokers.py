@@ -228,7 +228,7 @@ async def test_stats_metrics_ping_and_admin_events(
         # within COMMIT_DELAY: the publisher's OK may come first
         role = cluster.manager(follower).roles["s", 0]
         await cluster.until(lambda: role.files.committed == 3)
-        followed = follower_status = await stats(follower)
+        followed = await stats(follower)
         assert (followed["role"], followed["connected"], followed["commit_count"]) == (
             "follower",
             True,
@@ -254,8 +254,10 @@ async def test_stats_metrics_ping_and_admin_events(
     cluster.brokers[leader][1].cancel()
     del cluster.brokers[leader]
     await cluster.until(lambda: cluster.leader_of("s", 0) == follower)
+    # led there, not merely changed: the follower first notices its stream broke
+    # ("connected" false) and only then takes the leadership etcd gives it
     await cluster.until(
-        lambda: cluster.manager(follower).partition_status("s", 0) != follower_status
+        lambda: (cluster.manager(follower).partition_status("s", 0) or {}).get("role") == "leader"
     )
     after = await hub.snapshot(key, sent=kept.built_at, fresh_after=0)
     assert partition_replication(after) == cluster.manager(follower).partition_status("s", 0)
