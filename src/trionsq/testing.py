@@ -101,9 +101,15 @@ class ProtocolClient:
 
     @classmethod
     async def connect(cls, address: Address) -> ProtocolClient:
-        """Connect (``(host, port)`` or ``"host:port"``) and send the magic."""
+        """Connect (``(host, port)`` or ``"host:port"``) and send the magic; a
+        connection whose magic could not go (cancelled, reset) is closed, not left
+        to the garbage collector."""
         stream = await trio.open_tcp_stream(*host_and_port(address))
-        await stream.send_all(MAGIC_V2)
+        try:
+            await stream.send_all(MAGIC_V2)
+        except BaseException:
+            await trio.aclose_forcefully(stream)
+            raise
         return cls(stream)
 
     async def send(self, *commands: Command) -> None:
