@@ -218,7 +218,7 @@ ext_headers: st.SearchStrategy[bytes] = st.builds(
     _header_json,
     st.dictionaries(
         plain_text.filter(
-            lambda k: k not in ("##trace_id", "##client_dispatch_tag", "##idempotency_key")
+            lambda k: k not in ("##trace_id", "##client_dispatch_tag", "##idempotency_key", "##ttl")
         ),
         json_scalars,
         max_size=4,
@@ -228,7 +228,8 @@ ext_headers: st.SearchStrategy[bytes] = st.builds(
     st.none() | st.text(NAME_CHARS, min_size=1, max_size=40),
 )
 """JSON object headers the server accepts (a ``##trace_id`` is a uint64 string, an
-``##idempotency_key`` a non-empty string)."""
+``##idempotency_key`` a non-empty string; no ``##ttl``, whose values the server
+checks: hypothesis once drew ``{"##ttl": null}`` among the free keys)."""
 
 ext_messages: st.SearchStrategy[ExtMessage] = st.builds(ExtMessage, ext_headers, bodies)
 traced_messages: st.SearchStrategy[TracedMessage] = st.builds(TracedMessage, trace_ids, bodies)
