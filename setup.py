@@ -66,6 +66,7 @@ setup(
                 "src/trionsq/_speedups_publish.c",
                 "src/trionsq/_speedups_replica.c",
                 "src/trionsq/_speedups_append.c",
+                "src/trionsq/_speedups_bodies.c",
             ],
             optional=True,
             extra_compile_args=["-O2"],

@@ -23,7 +23,8 @@
  * keyed publishing's loops (issue 32: key_digests, read_keyed_parts, encode_ext,
  * keyed_chunks) in _speedups_publish.c, a replica's scan_copies (issue 35) in
  * _speedups_replica.c, a plain PUB's one-call append (issue 37: append_record) in
- * _speedups_append.c, all included below as sections of this file (one
+ * _speedups_append.c, an MPUB's bodies on the publish fast path (mpub_bodies) in
+ * _speedups_bodies.c, all included below as sections of this file (one
  * translation unit: they share crc32_of, layout_of and the byte helpers).
  */
 #define PY_SSIZE_T_CLEAN
@@ -409,6 +410,7 @@ static void put_plain_record(unsigned char *p, const char *body, Py_ssize_t leng
 #include "_speedups_publish.c"
 #include "_speedups_replica.c"
 #include "_speedups_append.c"
+#include "_speedups_bodies.c"
 
 PyDoc_STRVAR(encode_plain_doc,
 "encode_plain(bodies, timestamp, first_id, offset, trace_ids, make)\n"
@@ -680,6 +682,8 @@ static PyMethodDef methods[] = {
     /* a plain PUB's append (issue 37), _speedups_append.c */
     {"append_record", (PyCFunction)(void (*)(void))append_record, METH_FASTCALL,
      append_record_doc},
+    /* an MPUB's bodies on the publish fast path, _speedups_bodies.c */
+    {"mpub_bodies", (PyCFunction)(void (*)(void))mpub_bodies, METH_FASTCALL, mpub_bodies_doc},
     /* the consume path's */
     {"decode_run", (PyCFunction)(void (*)(void))decode_run, METH_FASTCALL, decode_run_doc},
     {"hex_id_frames", hex_id_frames, METH_O, hex_id_frames_doc},

@@ -9,6 +9,7 @@ from .broker.channel import Delivery
 from .protocol.keyed_parts import _read_keyed_parts_py
 from .protocol.tubemq import _split_frames_py
 from .protocol.tubemq_sends import _send_run_py
+from .protocol.whole_publishes import _mpub_bodies_py
 from .queues.record import Record
 from .queues.record_codec import _append_record_py, _decode_run_py
 from .queues.record_runs import _scan_copies_py
@@ -46,6 +47,9 @@ scan_copies = _scan_copies_py
 
 # a plain PUB's append (issue 37), _speedups_append.c
 append_record = _append_record_py
+
+# an MPUB's bodies on the publish fast path, _speedups_bodies.c
+mpub_bodies = _mpub_bodies_py
 
 # the consume path's
 decode_run = _decode_run_py
