@@ -230,6 +230,10 @@ class ServerConnection(WholePublishes):
         ):  # one PUB per round trip: whole, it needs none of the loop below
             pub = self._lone_pub(data)
             if pub is not None:
+                if (
+                    isinstance(pub, ProtocolError) and pub.fatal
+                ):  # the gate's verdict, as the loop's
+                    self._close()
                 return [pub]
         events: list[Event] = []
         if self.closed:

@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING, Final
 
 from ..speedups import compiled
 from .commands import Mpub, Pub
-from .parsing import _INT32, _NO_PIECES
+from .parsing import _INT32, _NO_PIECES, PublishHeader
 from .publish_readers import PublishReaders
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from .errors import ProtocolError
     from .parsing import Event
 
 __all__ = ["WholePublishes"]
@@ -76,12 +77,15 @@ class WholePublishes(PublishReaders):
     _held_need: int
     tls: bool
 
-    def _lone_pub(self, data: bytes) -> Pub | None:
+    def _lone_pub(self, data: bytes) -> Pub | ProtocolError | None:
         """The PUB that is all of ``data`` (one PUB per round trip, issue 37), when
         it is whole and valid, names a topic this connection named before, and no
         gate, AUTH or TLS requirement has a say: the event the parsing loop would
-        give, without its steps. None for anything else (the loop parses it, errors
-        and all). The caller checked that no command is under way."""
+        give, without its steps. A Youzan client's PUB names a partition (plain
+        digits, as the loop's fast path takes them): the gate sees it, as there, and
+        its verdict is the event (the caller closes on a fatal one, as the loop
+        does). None for anything else (the loop parses it, errors and all). The
+        caller checked that no command is under way."""
         settings = self.settings
         gate = self.publish_gate
         if (
@@ -91,14 +95,31 @@ class WholePublishes(PublishReaders):
         ):
             return None
         newline = data.find(b"\n", 4, settings.max_line_length + 1)
-        topic = self._names.get(data[4:newline]) if newline > 0 else None
+        if newline < 0:
+            return None
+        names = self._names
+        topic = names.get(data[4:newline])
+        partition = None
+        if topic is None:  # "PUB <topic> <partition>"?
+            space = data.rfind(b" ", 4, newline)
+            digits = data[space + 1 : newline]
+            if space < 5 or not digits.isdigit() or len(digits) >= 10:
+                return None
+            topic = names.get(data[4:space])
+            if topic is None:
+                return None
+            partition = int(digits)
         start = newline + 5
-        if topic is None or len(data) < start:
+        if len(data) < start:
             return None
         size: int = _INT32.unpack_from(data, newline + 1)[0]
         if size <= 0 or size > settings.max_msg_size or len(data) - start != size:
             return None
-        return Pub(topic, data[start:], None)
+        if partition is not None and gate is not None:
+            verdict = gate(PublishHeader("PUB", topic, partition, size))
+            if verdict is not None:
+                return verdict
+        return Pub(topic, data[start:], partition)
 
     def _publish_fast_path(
         self, verb: bytes, params: list[bytes], data: bytes, pos: int, end: int, events: list[Event]

@@ -142,12 +142,17 @@ def test_any_split_gives_what_the_body_reader_gives(
 class NoLonePub(ServerConnection):
     """The parser without its shortcut for a read that is one whole PUB."""
 
-    def _lone_pub(self, data: bytes) -> Pub | None:
+    def _lone_pub(self, data: bytes) -> Pub | ProtocolError | None:
         return None
 
 
+_TOPIC_PARTS = (
+    *(b"t", b"t", b"t", b"u", b"t\r", b"a*b", b"", b"t 0", b"t 7", b"t" * 65, b"t 12"),
+    *(b"t 007", b"t 1234567890", b"t -1", b"t 1\r", b"t  1", b"u 1", b" 1", b"t 3"),
+)
+"""What follows ``PUB `` on the line: names, partitions, and the near misses."""
 _pub_reads = st.tuples(
-    st.sampled_from([b"t", b"t", b"t", b"u", b"t\r", b"a*b", b"", b"t 0", b"t 7", b"t" * 65]),
+    st.sampled_from(_TOPIC_PARTS),
     st.binary(max_size=10),
     st.one_of(st.none(), st.none(), st.integers(-2, 12)),  # the size field (None: honest)
     st.sampled_from([b"", b"", b"", b"", b"NOP\n", b"PUB t\n", b"\n"]),  # what follows
@@ -177,15 +182,28 @@ _settings = st.builds(
     reads=st.lists(_reads, min_size=1, max_size=8),
     settings=_settings,
     gated=st.sampled_from([None, frozenset({"PUB_EXT"}), frozenset({"PUB"}), "no gate"]),
+    verdict=st.sampled_from(
+        [
+            None,
+            None,
+            fatal("E_TOPIC_NOT_EXIST", ""),
+            ProtocolError("E_PUB_FAILED", "x", fatal=False),
+        ]
+    ),
     magic_first=st.sampled_from([True, True, True, False]),
 )
-@settings(max_examples=300)
+@settings(max_examples=400)
 def test_a_read_that_is_one_pub_gives_what_the_loop_gives(
-    reads: list[bytes], settings: ServerSettings, gated: object, magic_first: bool
+    reads: list[bytes],
+    settings: ServerSettings,
+    gated: object,
+    verdict: ProtocolError | None,
+    magic_first: bool,
 ) -> None:
-    """One PUB per read (a round trip's): the shortcut's events, the gate's calls
-    and the state after are those of the parsing loop, whatever the read holds."""
-    gates = RecordingGate(None), RecordingGate(None)
+    """One PUB per read (a round trip's), a partition named or not: the shortcut's
+    events, the gate's calls (one per PUB that names a partition) and the state
+    after are those of the parsing loop, whatever the read holds and the gate says."""
+    gates = RecordingGate(verdict), RecordingGate(verdict)
     conns = [
         kind(
             settings,
@@ -227,3 +245,35 @@ def test_a_gate_that_sees_pubs_sees_each_lone_pub() -> None:
             Pub("t", body, None)
         ]
     assert [header.body_size for header in gate.seen] == [1, 2]
+
+
+def test_a_lone_pub_naming_a_partition_asks_the_gate_once() -> None:
+    """The shortcut takes a Youzan client's PUB too (trionsq.client names a partition
+    in every one): the gate sees it once, its refusal is the event, a fatal one
+    closes the connection, as in the loop."""
+    passing = RecordingGate(None)
+    conn = CountedReaders(publish_gate=passing, gated_verbs=frozenset({"PUB_EXT"}))
+    assert conn.receive_data(b"  V2PUB t\n" + sized(b"x")) == [Pub("t", b"x", None)]
+    calls: list[bytes] = []
+    read_line = conn._read_line
+
+    def counted(data: bytes, pos: int, end: int) -> tuple[bytes | None, int]:
+        calls.append(data)
+        return read_line(data, pos, end)
+
+    conn._read_line = counted  # type: ignore[method-assign]
+    assert conn.receive_data(b"PUB t 3\n" + sized(b"y")) == [Pub("t", b"y", 3)]
+    assert calls == []  # the loop read no line
+    assert [(h.verb, h.topic, h.partition, h.body_size) for h in passing.seen] == [
+        ("PUB", "t", 3, 1)
+    ]
+    for verdict in (
+        ProtocolError("E_PUB_FAILED", "x", fatal=False),
+        fatal("E_TOPIC_NOT_EXIST", ""),
+    ):
+        gate = RecordingGate(verdict)
+        refusing = ServerConnection(publish_gate=gate, gated_verbs=frozenset({"PUB_EXT"}))
+        assert refusing.receive_data(b"  V2PUB t\n" + sized(b"x")) == [Pub("t", b"x", None)]
+        assert refusing.receive_data(b"PUB t 3\n" + sized(b"y")) == [verdict]
+        assert len(gate.seen) == 1
+        assert refusing.closed is verdict.fatal
