@@ -21,10 +21,11 @@ from hypothesis import strategies as st
 
 from trionsq.broker.channel import Delivery
 from trionsq.protocol import tubemq, tubemq_sends
+from trionsq.protocol.message import parse_binary_id
 from trionsq.protocol.tubemq_proto import rpc_pb2
 from trionsq.queues.record import Record, encode_record, record_size
 from trionsq.queues.record_codec import _decode_run_py, _encode_plain_py
-from trionsq.server.outbound import _hex_id_frames_py
+from trionsq.server.outbound import _binary_id_frames_py, _hex_id_frames_py
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -202,13 +203,14 @@ def test_crc32_is_zlibs(data: bytes) -> None:
 
 deliveries = st.lists(
     st.builds(
-        lambda internal_id, timestamp, body, attempts: Delivery(
-            Record(0, 0, internal_id, timestamp, body), attempts
+        lambda internal_id, timestamp, body, attempts, trace_id: Delivery(
+            Record(0, 0, internal_id, timestamp, body, trace_id), attempts
         ),
         st.integers(0, 2**64 - 1),
         st.integers(-(2**63), 2**63 - 1),
         st.binary(max_size=300),
         st.integers(0, 0xFFFF),
+        st.sampled_from([0, 0, 1, 2**64 - 1]) | st.integers(0, 2**64 - 1),
     ),
     max_size=20,
 )
@@ -227,6 +229,22 @@ def test_hex_id_frames_are_nsqd_message_frames() -> None:
     assert frames[18:] == b"0000000000000abchello"
 
 
+@given(deliveries)
+def test_binary_id_frames_twins_agree(batch: list[Delivery]) -> None:
+    assert _compiled().binary_id_frames(batch) == _binary_id_frames_py(batch)
+
+
+def test_binary_id_frames_are_youzan_message_frames() -> None:
+    """The 16-byte id is the internal id then the trace id, as Youzan's clients parse
+    it (and as the slow path's ``binary_id`` packs it)."""
+    batch = [Delivery(Record(0, 0, 0xABC, 5, b"hello", 2**64 - 2), 3)]
+    frames = _compiled().binary_id_frames(batch)
+    size, frame_type, timestamp, attempts = struct.unpack_from(">IIqH", frames)
+    assert (size, frame_type, timestamp, attempts) == (30 + 5, 2, 5, 3)
+    assert parse_binary_id(frames[18:34]) == (0xABC, 2**64 - 2)
+    assert frames[34:] == b"hello"
+
+
 def test_hex_id_frames_refuses_what_no_frame_can_carry() -> None:
     compiled = _compiled()
     with pytest.raises(OverflowError):
@@ -235,6 +253,10 @@ def test_hex_id_frames_refuses_what_no_frame_can_carry() -> None:
         compiled.hex_id_frames([Delivery(Record(0, 0, 1, 5, "text"), 1)])  # type: ignore[arg-type]
     with pytest.raises(AttributeError):
         compiled.hex_id_frames([object()])
+    with pytest.raises(OverflowError):
+        compiled.binary_id_frames([Delivery(Record(0, 0, 1, 5, b"x", -1), 1)])
+    with pytest.raises(OverflowError):
+        compiled.binary_id_frames([Delivery(Record(0, 0, 1, 5, b"x"), 70_000)])
 
 
 # ---- TubeMQ (issue 36): frames of a read, and the frames of a run of SendMessage calls
