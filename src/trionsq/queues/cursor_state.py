@@ -122,14 +122,20 @@ class ChannelState:
         low = self.confirmed_id
         if not 0 <= low <= self.read_id:
             raise ChannelStateError(f"confirmed_id {low} / read_id {self.read_id} out of order")
-        previous = low
-        for internal_id in self.finished:
-            if internal_id <= previous:
-                raise ChannelStateError(
-                    f"finished id {internal_id} is not increasing above confirmed_id {low}"
-                )
-            previous = internal_id
         finished = set(self.finished)
+        if len(finished) != len(self.finished) or self.finished != tuple(sorted(finished)):
+            previous = low  # not strictly increasing: name the first id out of order
+            for internal_id in self.finished:
+                if internal_id <= previous:
+                    break
+                previous = internal_id
+            raise ChannelStateError(
+                f"finished id {internal_id} is not increasing above confirmed_id {low}"
+            )
+        if self.finished and self.finished[0] <= low:
+            raise ChannelStateError(
+                f"finished id {self.finished[0]} is not increasing above confirmed_id {low}"
+            )
         seen: set[int] = set()
         for _, internal_id in self.deferred:
             if internal_id < low or internal_id in finished or internal_id in seen:
