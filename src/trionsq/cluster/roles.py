@@ -10,6 +10,7 @@ follower elected later starts from it. The tasks that move bytes are in
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import trio
@@ -250,7 +251,22 @@ class FollowerRole:
         self.connected = False
         self.fetched = 0
         """Bytes of records copied (for /stats and the catch-up rate)."""
+        self.pending_state: bytes | None = None
+        """The last consumer state the leader shipped, not applied yet."""
+        self.state_due = -math.inf
+        """When a shipped state may next be applied (``follower_stream.py``)."""
+        self.apply_state: Callable[[bytes], None] | None = None
+        """Applies a shipped state to this broker's copy of the partition (set by
+        the stream task)."""
+
+    def take_state(self) -> None:
+        """Apply the last shipped consumer state now, if one waits."""
+        data, self.pending_state = self.pending_state, None
+        if data is not None and self.apply_state is not None:
+            self.apply_state(data)
 
     def end(self) -> None:
-        """Stop following."""
+        """Stop following; a shipped state still waiting is applied first, so a
+        leadership of this partition that starts next serves from it."""
+        self.take_state()
         self.scope.cancel()

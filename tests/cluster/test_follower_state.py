@@ -1,0 +1,126 @@
+"""A follower applies the consumer state its leader ships at most once a second
+(follower_stream.STATE_APPLY_INTERVAL), not at each of the leader's 10 shipments a
+second: only a leader serves from it. The last state it got is applied when it is
+elected, before it serves, and otherwise within the interval without any further
+frame, so its own files keep up."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import orjson
+
+from tests.cluster.test_replicated_brokers import Cluster
+from tests.integration.raw import Clients, next_frame, next_message, ok, quiet
+from trionsq.cluster.follower_stream import STATE_APPLY_INTERVAL
+from trionsq.cluster.keys import TopicMeta
+from trionsq.cluster.roles import FollowerRole, LeaderRole
+from trionsq.protocol import Fin, Mpub, Rdy, Sub
+from trionsq.queues.cursor import ChannelCursor
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    import trio
+
+    from trionsq.broker.broker import Broker
+    from trionsq.cluster.etcd_process import EtcdServer
+    from trionsq.protocol.message import Message
+    from trionsq.testing import ProtocolClient
+
+
+def _id(message: Message) -> int:
+    return int.from_bytes(message.id[:8], "big")
+
+
+def _applied(broker: Broker, ids: list[int]) -> bool:
+    """Whether the follower's own channel ``c`` holds every id as finished."""
+    channel = broker.topics["q"].partitions[0].channels.get("c")
+    if channel is None or not isinstance(channel.cursor, ChannelCursor):
+        return False
+    return all(channel.cursor.is_finished(i) for i in ids)
+
+
+def _pending_finishes(role: FollowerRole, ids: list[int]) -> bool:
+    """Whether a shipped state waits, not applied, that has every id finished."""
+    if role.pending_state is None:
+        return False
+    state = orjson.loads(role.pending_state)["channels"]["c"]
+    return all(i < state["confirmed_id"] or i in state["finished"] for i in ids)
+
+
+async def _consuming(
+    cluster: Cluster, clients: Clients, leader: str
+) -> tuple[ProtocolClient, list[Message]]:
+    producer = await clients.connect(cluster.brokers[leader][0].tcp)
+    await producer.send(Mpub("q", tuple(b"m%d" % n for n in range(10)), partition=0))
+    assert ok(await next_frame(producer))
+    consumer = await clients.connect(cluster.brokers[leader][0].tcp)
+    await consumer.send(Sub("q", "c", partition=0), Rdy(10))
+    assert ok(await next_frame(consumer))
+    messages = [await next_message(consumer) for _ in range(10)]
+    return consumer, sorted(messages, key=_id)
+
+
+async def _first_state_applied_then_second_pending(
+    cluster: Cluster, consumer: ProtocolClient, messages: list[Message], follower: str
+) -> tuple[FollowerRole, list[int]]:
+    """FIN m0 and wait until the follower applied it (its interval starts), then FIN
+    every message but m2, m5, m8 and wait until that state waits on the follower."""
+    follower_broker = cluster.brokers[follower][0].broker
+    await consumer.send(Fin(messages[0].id))
+    await cluster.until(lambda: _applied(follower_broker, [_id(messages[0])]))
+    role = cluster.manager(follower).roles["q", 0]
+    assert isinstance(role, FollowerRole)
+    second = [m for n, m in enumerate(messages) if n and n % 3 != 2]
+    await consumer.send(*(Fin(m.id) for m in second))
+    ids = [_id(m) for m in second]
+    await cluster.until(lambda: _pending_finishes(role, ids))
+    assert not _applied(follower_broker, ids)  # shipped, not applied yet
+    return role, ids
+
+
+async def test_an_elected_follower_serves_from_the_state_it_had_not_applied(
+    etcd: EtcdServer, cluster_id: str, nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    cluster = Cluster(etcd, cluster_id, nursery, tmp_path)
+    await cluster.with_topic("q", TopicMeta(1, 2), ("a", "b"))
+    leader = cluster.leader_of("q", 0)
+    follower = next(b for b in cluster.brokers if b != leader)
+    clients = Clients()
+    consumer, messages = await _consuming(cluster, clients, leader)
+    await _first_state_applied_then_second_pending(cluster, consumer, messages, follower)
+    cluster.brokers[leader][1].cancel()  # within the interval: the state still waits
+    del cluster.brokers[leader]
+    await cluster.until(
+        lambda: isinstance(cluster.manager(follower).roles.get(("q", 0)), LeaderRole)
+    )
+    again = await clients.connect(cluster.brokers[follower][0].tcp)
+    await again.send(Sub("q", "c", partition=0), Rdy(10))
+    assert ok(await next_frame(again))
+    redelivered = sorted(m.body for m in [await next_message(again) for _ in range(3)])
+    assert redelivered == [b"m2", b"m5", b"m8"]
+    assert await quiet(again, 0.5) == []
+    await clients.close_all()
+    cluster.stop()
+
+
+async def test_a_waiting_state_is_applied_within_the_interval_without_another_frame(
+    etcd: EtcdServer, cluster_id: str, nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    cluster = Cluster(etcd, cluster_id, nursery, tmp_path)
+    await cluster.with_topic("q", TopicMeta(1, 2), ("a", "b"))
+    leader = cluster.leader_of("q", 0)
+    follower = next(b for b in cluster.brokers if b != leader)
+    clients = Clients()
+    consumer, messages = await _consuming(cluster, clients, leader)
+    role, ids = await _first_state_applied_then_second_pending(
+        cluster, consumer, messages, follower
+    )
+    follower_broker = cluster.brokers[follower][0].broker
+    waited = await cluster.until(lambda: _applied(follower_broker, ids))
+    assert waited <= STATE_APPLY_INTERVAL + 0.5  # the deadline, not a later shipment
+    assert role.pending_state is None
+    assert cluster.manager(follower).roles["q", 0] is role  # still following
+    await clients.close_all()
+    cluster.stop()
