@@ -67,6 +67,7 @@ setup(
                 "src/trionsq/_speedups_replica.c",
                 "src/trionsq/_speedups_append.c",
                 "src/trionsq/_speedups_bodies.c",
+                "src/trionsq/_speedups_records.c",
             ],
             optional=True,
             extra_compile_args=["-O2"],

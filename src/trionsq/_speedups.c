@@ -26,11 +26,13 @@
  * keyed_chunks) in _speedups_publish.c, a replica's scan_copies (issue 35) in
  * _speedups_replica.c, a plain PUB's one-call append (issue 37: append_record) in
  * _speedups_append.c, an MPUB's bodies on the publish fast path (mpub_bodies) in
- * _speedups_bodies.c, all included below as sections of this file (one
+ * _speedups_bodies.c, and how every entry makes a Record (new_record, registered by
+ * use_record_layout) in _speedups_records.c, all included below as sections of this file (one
  * translation unit: they share crc32_of, layout_of and the byte helpers).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -154,6 +156,8 @@ static int layout_of(const unsigned char *b, Py_ssize_t at, Py_ssize_t stop, Lay
     return 1;
 }
 
+#include "_speedups_records.c"
+
 static PyObject *make_record(const unsigned char *b, const Layout *l, long long base,
                              PyObject *make, PyObject *empty)
 {
@@ -177,7 +181,7 @@ static PyObject *make_record(const unsigned char *b, const Layout *l, long long 
     for (int i = 0; i < 9; i++)
         if (args[i] == NULL)
             goto done;
-    record = PyObject_Vectorcall(make, args, 9, NULL);
+    record = new_record(make, args);
 done:
     for (int i = 0; i < 9; i++)
         Py_XDECREF(args[i]);
@@ -732,6 +736,8 @@ static PyMethodDef methods[] = {
      tubemq_frames_doc},
     {"tubemq_send_run", (PyCFunction)(void (*)(void))tubemq_send_run, METH_FASTCALL,
      tubemq_send_run_doc},
+    {"use_record_layout", (PyCFunction)(void (*)(void))use_record_layout, METH_FASTCALL,
+     use_record_layout_doc},
     {"crc32", crc32_py, METH_O, "zlib's CRC-32 of a bytes-like object (for the tests)."},
     {NULL, NULL, 0, NULL},
 };

@@ -90,7 +90,7 @@ static PyObject *append_record(PyObject *Py_UNUSED(self), PyObject *const *args,
     PyObject *record = NULL;
     if (call[0] != NULL && call[1] != NULL && call[2] != NULL && call[3] != NULL &&
         zero != NULL && empty != NULL)
-        record = PyObject_Vectorcall(args[5], call, 9, NULL);
+        record = new_record(args[5], call);
     Py_XDECREF(call[0]);
     Py_XDECREF(call[1]);
     Py_XDECREF(call[2]);

@@ -56,7 +56,7 @@ static PyObject *encoded_batch(PyObject *data, PyObject *const *bodies, PyObject
         };
         PyObject *record = NULL;
         if (call[0] != NULL && call[1] != NULL && call[2] != NULL)
-            record = PyObject_Vectorcall(make, call, 9, NULL);
+            record = new_record(make, call);
         Py_XDECREF(call[1]);
         Py_XDECREF(call[2]);
         if (record == NULL) {

@@ -8,13 +8,16 @@ under ``TRIONSQ_PURE_PYTHON=1``.
 
 from __future__ import annotations
 
+import gc
 import shutil
 import struct
+import sys
 import sysconfig
 import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -23,6 +26,7 @@ from trionsq.broker.channel import Delivery
 from trionsq.protocol import tubemq, tubemq_sends
 from trionsq.protocol.message import parse_binary_id
 from trionsq.protocol.tubemq_proto import rpc_pb2
+from trionsq.queues import record_codec
 from trionsq.queues.record import Record, encode_record, record_size
 from trionsq.queues.record_codec import _decode_run_py, _encode_plain_py
 from trionsq.server.outbound import _binary_id_frames_py, _hex_id_frames_py
@@ -377,3 +381,80 @@ def test_tubemq_send_run_passes_on_what_lead_for_raises_or_returns_amiss() -> No
             run(frames, 0, tubemq.Frame, _PREFIX, _SEND, {}, fails, b"\x0a")
         with pytest.raises(TypeError):
             run(frames, 0, tubemq.Frame, _PREFIX, _SEND, {4: 5}, fails, b"\x0a")  # type: ignore[dict-item]
+
+
+# ---- how the compiled loops make Records: slots filled in place (use_record_layout)
+
+
+def test_the_compiled_loops_make_records_without_calling_the_class(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    compiled = _compiled()
+    calls: list[object] = []
+    original = Record.__init__
+
+    def counted(self: Record, *fields: object) -> None:
+        calls.append(fields)
+        original(self, *fields)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Record, "__init__", counted)
+    _, records, _ = compiled.encode_plain([b"a"] * 10, 7, 1, 0, None, Record)
+    assert len(records) == 10
+    assert calls == []  # unregistered: ten calls
+    Record(0, 1, 2, 3, b"")
+    assert len(calls) == 1  # the patch is in place
+
+
+def test_records_made_in_place_are_records_equal_to_those_called() -> None:
+    """``encode_plain``, ``decode_run`` and ``append_record`` fill a Record's slots
+    in place (record_codec registers the class); the records are Records, equal and
+    hashed as made by calling the class, tracked by the collector, and hold their
+    fields' references (a body's count returns to where it was once they go)."""
+    assert record_codec.record_layout_is_plain()
+    compiled = _compiled()
+    body = b"in place " * 20
+    before = sys.getrefcount(body)
+    _, records, _ = compiled.encode_plain([body] * 50, 7, 100, 5000, [9] * 50, Record)
+    size = record_size(len(body), 0, 0, deferred=False)
+    for number, record in enumerate(records):
+        expected = Record(5000 + number * size, size, 100 + number, 7, body, 9)
+        assert type(record) is Record
+        assert record == expected
+        assert hash(record) == hash(expected)
+        assert gc.is_tracked(record)
+    del expected
+    assert sys.getrefcount(body) == before + 50
+    del records, record
+    assert sys.getrefcount(body) == before
+
+
+def test_a_make_that_is_not_the_registered_class_is_called() -> None:
+    made: list[tuple[object, ...]] = []
+
+    def make(*fields: object) -> tuple[object, ...]:
+        made.append(fields)
+        return fields
+
+    _, records, _ = _compiled().encode_plain([b"a", b"b"], 7, 1, 0, None, make)
+    assert [fields[4] for fields in made] == [b"a", b"b"]
+    assert records == made
+
+
+def test_use_record_layout_takes_only_writable_object_slots() -> None:
+    compiled = _compiled()
+
+    class NoSlots:
+        pass
+
+    names = tuple(field.name for field in attrs.fields(Record))
+    with pytest.raises(AttributeError):
+        compiled.use_record_layout(NoSlots, names)
+    with pytest.raises(TypeError, match="nine"):
+        compiled.use_record_layout(Record, names[:8])
+    with pytest.raises(TypeError, match="writable slot"):
+        compiled.use_record_layout(Record, (*names[:8], "end"))  # a property
+    with pytest.raises(TypeError, match="class"):
+        compiled.use_record_layout(object(), names)
+    compiled.use_record_layout(Record, names)  # what record_codec registered: still in use
+    _, records, _ = compiled.encode_plain([b"x"], 1, 1, 0, None, Record)
+    assert records == [Record(0, record_size(1, 0, 0, deferred=False), 1, 1, b"x")]
