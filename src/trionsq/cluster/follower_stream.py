@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
 from typing import TYPE_CHECKING, Final, NamedTuple
 
 import trio
@@ -184,13 +183,16 @@ async def _copy(link: _Link, stream: RawStream) -> None:
     partition = role.partition
     history = role.files.history
     while True:
-        data = b""
-        with trio.move_on_at(role.state_due if role.pending_state is not None else math.inf):
+        if role.pending_state is None:  # no cancel scope a read while none waits
             data = await stream.receive(READ)
-        if not data:  # a shipped state waited its interval out: applied now
-            role.take_state()
-            role.state_due = trio.current_time() + STATE_APPLY_INTERVAL
-            continue
+        else:
+            data = b""
+            with trio.move_on_at(role.state_due):
+                data = await stream.receive(READ)
+            if not data:  # the shipped state waited its interval out: applied now
+                role.take_state()
+                role.state_due = trio.current_time() + STATE_APPLY_INTERVAL
+                continue
         appended = False
         for frame in reader.feed(data):
             if isinstance(frame, wire.Records):
