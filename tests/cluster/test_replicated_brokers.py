@@ -338,6 +338,16 @@ async def test_a_channel_resumes_on_the_new_leader_redelivering_only_what_was_in
         return all(cursor.is_finished(int.from_bytes(m.id[:8], "big")) for m in finished)
 
     await cluster.until(shipped)
+    await leader_killed_then_only_in_flight_redelivered(cluster, clients, leader, follower)
+    await clients.close_all()
+    cluster.stop()
+
+
+async def leader_killed_then_only_in_flight_redelivered(
+    cluster: Cluster, clients: Clients, leader: str, follower: str
+) -> None:
+    """Stop the leader of ``q``/0; once ``follower`` leads, channel ``c`` must hand out
+    m2, m5 and m8 (in flight when the leader went) and nothing else."""
     cluster.brokers[leader][1].cancel()
     del cluster.brokers[leader]
     await cluster.until(lambda: cluster.leader_of("q", 0) == follower)
@@ -350,8 +360,6 @@ async def test_a_channel_resumes_on_the_new_leader_redelivering_only_what_was_in
     redelivered = sorted(m.body for m in [await next_message(again) for _ in range(3)])
     assert redelivered == [b"m2", b"m5", b"m8"]
     assert await quiet(again, 0.5) == []
-    await clients.close_all()
-    cluster.stop()
 
 
 async def _raw_reply(address: tuple[str, int], command: bytes) -> bytes:

@@ -222,9 +222,8 @@ def test_a_read_that_is_one_pub_gives_what_the_loop_gives(
     assert gates[0].seen == gates[1].seen
 
 
-def test_a_read_that_is_one_pub_skips_the_loop() -> None:
-    conn = CountedReaders()
-    assert conn.receive_data(b"  V2PUB t\n" + sized(b"x")) == [Pub("t", b"x", None)]
+def _lines_read(conn: ServerConnection) -> list[bytes]:
+    """What the parsing loop reads lines from from now on (the shortcut reads none)."""
     calls: list[bytes] = []
     read_line = conn._read_line
 
@@ -233,6 +232,13 @@ def test_a_read_that_is_one_pub_skips_the_loop() -> None:
         return read_line(data, pos, end)
 
     conn._read_line = counted  # type: ignore[method-assign]
+    return calls
+
+
+def test_a_read_that_is_one_pub_skips_the_loop() -> None:
+    conn = CountedReaders()
+    assert conn.receive_data(b"  V2PUB t\n" + sized(b"x")) == [Pub("t", b"x", None)]
+    calls = _lines_read(conn)
     assert conn.receive_data(b"PUB t\n" + sized(b"y")) == [Pub("t", b"y", None)]
     assert calls == []  # unfixed: the loop read its line
 
@@ -254,14 +260,7 @@ def test_a_lone_pub_naming_a_partition_asks_the_gate_once() -> None:
     passing = RecordingGate(None)
     conn = CountedReaders(publish_gate=passing, gated_verbs=frozenset({"PUB_EXT"}))
     assert conn.receive_data(b"  V2PUB t\n" + sized(b"x")) == [Pub("t", b"x", None)]
-    calls: list[bytes] = []
-    read_line = conn._read_line
-
-    def counted(data: bytes, pos: int, end: int) -> tuple[bytes | None, int]:
-        calls.append(data)
-        return read_line(data, pos, end)
-
-    conn._read_line = counted  # type: ignore[method-assign]
+    calls = _lines_read(conn)
     assert conn.receive_data(b"PUB t 3\n" + sized(b"y")) == [Pub("t", b"y", 3)]
     assert calls == []  # the loop read no line
     assert [(h.verb, h.topic, h.partition, h.body_size) for h in passing.seen] == [
