@@ -6,19 +6,18 @@ frame, so its own files keep up."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 import orjson
 
 from tests.cluster.test_replicated_brokers import (
     Cluster,
     leader_killed_then_only_in_flight_redelivered,
+    two_brokers_ten_in_flight,
 )
-from tests.integration.raw import Clients, next_frame, next_message, ok
 from trionsq.cluster.follower_stream import STATE_APPLY_INTERVAL
-from trionsq.cluster.keys import TopicMeta
 from trionsq.cluster.roles import FollowerRole
-from trionsq.protocol import Fin, Mpub, Rdy, Sub
+from trionsq.protocol import Fin
 from trionsq.queues.cursor import ChannelCursor
 
 if TYPE_CHECKING:
@@ -52,19 +51,6 @@ def _pending_finishes(role: FollowerRole, ids: list[int]) -> bool:
     return all(i < state["confirmed_id"] or i in state["finished"] for i in ids)
 
 
-async def _consuming(
-    cluster: Cluster, clients: Clients, leader: str
-) -> tuple[ProtocolClient, list[Message]]:
-    producer = await clients.connect(cluster.brokers[leader][0].tcp)
-    await producer.send(Mpub("q", tuple(b"m%d" % n for n in range(10)), partition=0))
-    assert ok(await next_frame(producer))
-    consumer = await clients.connect(cluster.brokers[leader][0].tcp)
-    await consumer.send(Sub("q", "c", partition=0), Rdy(10))
-    assert ok(await next_frame(consumer))
-    messages = [await next_message(consumer) for _ in range(10)]
-    return consumer, sorted(messages, key=_id)
-
-
 async def _first_state_applied_then_second_pending(
     cluster: Cluster, consumer: ProtocolClient, messages: list[Message], follower: str
 ) -> tuple[FollowerRole, list[int]]:
@@ -83,31 +69,10 @@ async def _first_state_applied_then_second_pending(
     return role, ids
 
 
-class _Pair(NamedTuple):
-    """Two brokers replicating ``q``/0, and a consumer on its leader holding m0..m9."""
-
-    cluster: Cluster
-    clients: Clients
-    leader: str
-    follower: str
-    consumer: ProtocolClient
-    messages: list[Message]
-
-
-async def _pair(etcd: EtcdServer, cluster_id: str, nursery: trio.Nursery, tmp_path: Path) -> _Pair:
-    cluster = Cluster(etcd, cluster_id, nursery, tmp_path)
-    await cluster.with_topic("q", TopicMeta(1, 2), ("a", "b"))
-    leader = cluster.leader_of("q", 0)
-    follower = next(b for b in cluster.brokers if b != leader)
-    clients = Clients()
-    consumer, messages = await _consuming(cluster, clients, leader)
-    return _Pair(cluster, clients, leader, follower, consumer, messages)
-
-
 async def test_an_elected_follower_serves_from_the_state_it_had_not_applied(
     etcd: EtcdServer, cluster_id: str, nursery: trio.Nursery, tmp_path: Path
 ) -> None:
-    cluster, clients, leader, follower, consumer, messages = await _pair(
+    cluster, clients, leader, follower, consumer, messages = await two_brokers_ten_in_flight(
         etcd, cluster_id, nursery, tmp_path
     )
     await _first_state_applied_then_second_pending(cluster, consumer, messages, follower)
@@ -120,7 +85,7 @@ async def test_an_elected_follower_serves_from_the_state_it_had_not_applied(
 async def test_a_waiting_state_is_applied_within_the_interval_without_another_frame(
     etcd: EtcdServer, cluster_id: str, nursery: trio.Nursery, tmp_path: Path
 ) -> None:
-    cluster, clients, _, follower, consumer, messages = await _pair(
+    cluster, clients, _, follower, consumer, messages = await two_brokers_ten_in_flight(
         etcd, cluster_id, nursery, tmp_path
     )
     role, ids = await _first_state_applied_then_second_pending(

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import shutil
 import signal
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import httpx
 import orjson
@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 
     from trionsq.cluster.etcd_process import EtcdServer
     from trionsq.nursery_tree import BoundAddresses
+    from trionsq.protocol.message import Message
+    from trionsq.testing import ProtocolClient
 
 TTL = 1.0
 
@@ -314,18 +316,9 @@ async def test_a_wiped_follower_catches_up_and_rejoins_the_isr(
 async def test_a_channel_resumes_on_the_new_leader_redelivering_only_what_was_in_flight(
     etcd: EtcdServer, cluster_id: str, nursery: trio.Nursery, tmp_path: Path
 ) -> None:
-    cluster = Cluster(etcd, cluster_id, nursery, tmp_path)
-    await cluster.with_topic("q", TopicMeta(1, 2), ("a", "b"))
-    leader = cluster.leader_of("q", 0)
-    follower = next(b for b in cluster.brokers if b != leader)
-    clients = Clients()
-    producer = await clients.connect(cluster.brokers[leader][0].tcp)
-    await producer.send(Mpub("q", tuple(b"m%d" % n for n in range(10)), partition=0))
-    assert ok(await next_frame(producer))
-    consumer = await clients.connect(cluster.brokers[leader][0].tcp)
-    await consumer.send(Sub("q", "c", partition=0), Rdy(10))
-    assert ok(await next_frame(consumer))
-    messages = [await next_message(consumer) for _ in range(10)]
+    cluster, clients, leader, follower, consumer, messages = await two_brokers_ten_in_flight(
+        etcd, cluster_id, nursery, tmp_path
+    )
     finished = [m for m in messages if int(m.body[1:]) % 3 != 2]  # 7 finished, 3 in flight
     await consumer.send(*(Fin(m.id) for m in finished))
     follower_broker = cluster.brokers[follower][0].broker
@@ -341,6 +334,37 @@ async def test_a_channel_resumes_on_the_new_leader_redelivering_only_what_was_in
     await leader_killed_then_only_in_flight_redelivered(cluster, clients, leader, follower)
     await clients.close_all()
     cluster.stop()
+
+
+class TenInFlight(NamedTuple):
+    """Two brokers replicating ``q``/0, and a consumer of channel ``c`` on its leader
+    holding m0..m9 in flight, in id order."""
+
+    cluster: Cluster
+    clients: Clients
+    leader: str
+    follower: str
+    consumer: ProtocolClient
+    messages: list[Message]
+
+
+async def two_brokers_ten_in_flight(
+    etcd: EtcdServer, cluster_id: str, nursery: trio.Nursery, tmp_path: Path
+) -> TenInFlight:
+    cluster = Cluster(etcd, cluster_id, nursery, tmp_path)
+    await cluster.with_topic("q", TopicMeta(1, 2), ("a", "b"))
+    leader = cluster.leader_of("q", 0)
+    follower = next(b for b in cluster.brokers if b != leader)
+    clients = Clients()
+    producer = await clients.connect(cluster.brokers[leader][0].tcp)
+    await producer.send(Mpub("q", tuple(b"m%d" % n for n in range(10)), partition=0))
+    assert ok(await next_frame(producer))
+    consumer = await clients.connect(cluster.brokers[leader][0].tcp)
+    await consumer.send(Sub("q", "c", partition=0), Rdy(10))
+    assert ok(await next_frame(consumer))
+    messages = [await next_message(consumer) for _ in range(10)]
+    messages.sort(key=lambda m: int.from_bytes(m.id[:8], "big"))
+    return TenInFlight(cluster, clients, leader, follower, consumer, messages)
 
 
 async def leader_killed_then_only_in_flight_redelivered(
