@@ -230,10 +230,8 @@ class ServerConnection(WholePublishes):
         ):  # one PUB per round trip: whole, it needs none of the loop below
             pub = self._lone_pub(data)
             if pub is not None:
-                if (
-                    isinstance(pub, ProtocolError) and pub.fatal
-                ):  # the gate's verdict, as the loop's
-                    self._close()
+                if isinstance(pub, ProtocolError) and pub.fatal:
+                    self._close()  # the gate's verdict ends it, as in the loop
                 return [pub]
         events: list[Event] = []
         if self.closed:
