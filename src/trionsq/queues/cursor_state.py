@@ -123,19 +123,15 @@ class ChannelState:
         if not 0 <= low <= self.read_id:
             raise ChannelStateError(f"confirmed_id {low} / read_id {self.read_id} out of order")
         finished = set(self.finished)
-        if len(finished) != len(self.finished) or self.finished != tuple(sorted(finished)):
-            previous = low  # not strictly increasing: name the first id out of order
+        increasing = self.finished == tuple(sorted(finished))  # a repeat makes it shorter
+        if not increasing or (self.finished and self.finished[0] <= low):
+            previous = low  # the walk names the first id out of order (one sort found it)
             for internal_id in self.finished:
                 if internal_id <= previous:
-                    break
+                    raise ChannelStateError(
+                        f"finished id {internal_id} is not increasing above confirmed_id {low}"
+                    )
                 previous = internal_id
-            raise ChannelStateError(
-                f"finished id {internal_id} is not increasing above confirmed_id {low}"
-            )
-        if self.finished and self.finished[0] <= low:
-            raise ChannelStateError(
-                f"finished id {self.finished[0]} is not increasing above confirmed_id {low}"
-            )
         seen: set[int] = set()
         for _, internal_id in self.deferred:
             if internal_id < low or internal_id in finished or internal_id in seen:
