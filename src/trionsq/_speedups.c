@@ -27,8 +27,8 @@
  * _speedups_replica.c, a plain PUB's one-call append (issue 37: append_record) in
  * _speedups_append.c, an MPUB's bodies on the publish fast path (mpub_bodies) in
  * _speedups_bodies.c, and how every entry makes a Record (new_record, registered by
- * use_record_layout) in _speedups_records.c, all included below as sections of this file (one
- * translation unit: they share crc32_of, layout_of and the byte helpers).
+ * use_record_layout) in _speedups_records.c, all included as sections of this file
+ * (one translation unit: they share crc32_of, layout_of and the byte helpers).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -345,6 +345,12 @@ static void put_be32(unsigned char *p, uint32_t v)
     p[3] = (unsigned char)v;
 }
 
+static void put_be64(unsigned char *p, uint64_t v)
+{
+    put_be32(p, (uint32_t)(v >> 32));
+    put_be32(p + 4, (uint32_t)v);
+}
+
 /* The plain frames of a batch: ids as nsqd's 16 hex digits, or (binary) as Youzan's
  * 8-byte internal id and 8-byte trace id. */
 static PyObject *id_frames(PyObject *deliveries, int binary)
@@ -397,10 +403,8 @@ static PyObject *id_frames(PyObject *deliveries, int binary)
         p[16] = (unsigned char)(f->attempts >> 8);
         p[17] = (unsigned char)f->attempts;
         if (binary) {
-            put_be32(p + 18, (uint32_t)(f->id >> 32));
-            put_be32(p + 22, (uint32_t)f->id);
-            put_be32(p + 26, (uint32_t)(f->trace >> 32));
-            put_be32(p + 30, (uint32_t)f->trace);
+            put_be64(p + 18, f->id);
+            put_be64(p + 26, f->trace);
         } else {
             for (int k = 0; k < 16; k++)
                 p[18 + k] = (unsigned char)digits[(f->id >> (60 - 4 * k)) & 0xF];
@@ -424,12 +428,6 @@ static PyObject *hex_id_frames(PyObject *Py_UNUSED(self), PyObject *deliveries)
 static PyObject *binary_id_frames(PyObject *Py_UNUSED(self), PyObject *deliveries)
 {
     return id_frames(deliveries, 1);
-}
-
-static void put_be64(unsigned char *p, uint64_t v)
-{
-    put_be32(p, (uint32_t)(v >> 32));
-    put_be32(p + 4, (uint32_t)v);
 }
 
 /* One record with no ext and no delay at p: its fixed fields, the body's length bytes
