@@ -186,7 +186,8 @@ def record_layout_is_plain() -> bool:
     """Whether a :class:`Record` is only its nine slots, stored as given: no field
     validates or converts and nothing runs after ``__init__``, so the compiled loops
     may fill a new one's slots in place instead of calling it (``use_record_layout``:
-    0.18 us a record less, about a tenth of an MPUB's CPU on the broker)."""
+    ``encode_plain`` 0.30 -> 0.18 us a record, of an unreplicated MPUB's 1.6 us a
+    message on the broker)."""
     return (
         hasattr(Record, "__slots__")
         and not hasattr(Record, "__attrs_post_init__")
